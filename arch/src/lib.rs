@@ -1,0 +1,25 @@
+//! Everything in Tsumugi that differs by architecture, behind one interface.
+//!
+//! The kernel never contains `asm!`; it calls the typed operations of this crate. Each
+//! architecture folder (`x86_64/`, `riscv64/`, `aarch64/`, named exactly as `target_arch`) has the
+//! same module names — `boot`, `cpu`, `serial`, `trap`, `context`, `paging`, `interrupts`,
+//! `timer`, `usercopy` — and this file is the one place that picks the folder for the build target.
+//! `hosted/` stands in for the hardware when the kernel's logic is tested on the host.
+//!
+//! Architecture-independent vocabulary (typed addresses, the neutral page-table flags, the trap
+//! events the kernel sees) lives at this level so every port speaks it.
+#![cfg_attr(not(test), no_std)]
+
+pub mod addr;
+pub mod bootinfo;
+pub mod mapping;
+
+#[cfg(all(target_arch = "x86_64", target_os = "none"))]
+#[path = "x86_64/mod.rs"]
+mod imp;
+
+#[cfg(not(target_os = "none"))]
+#[path = "hosted/mod.rs"]
+mod imp;
+
+pub use imp::*;

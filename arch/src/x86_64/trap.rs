@@ -1,0 +1,494 @@
+//! x86_64 kernel entries: the IDT with one stub per vector, the common trap path, the
+//! `syscall` entry, and the translation of a vector into an architecture-neutral [`Trap`].
+//!
+//! Both paths build the same [`TrapFrame`] on the thread's kernel stack, so the kernel sees one
+//! shape for every entry, and the full user register state is in one place when it must be
+//! saved elsewhere (a ThMB, later).
+//!
+//! The IDT is written here rather than with `x86_64::structures::idt`: that type models each
+//! exception with its own handler signature for `extern "x86-interrupt"` functions (unstable),
+//! while our handlers are raw assembly stubs that all look alike.
+
+use core::arch::global_asm;
+use core::mem::{offset_of, size_of};
+use core::sync::atomic::{AtomicUsize, Ordering};
+use x86_64::registers::model_specific::{LStar, SFMask, Star};
+use x86_64::registers::rflags::RFlags;
+use x86_64::structures::gdt::SegmentSelector;
+use x86_64::structures::DescriptorTablePointer;
+
+use super::cpu::{DOUBLE_FAULT_IST, KERNEL_CS, KERNEL_DS, PERCPU_KERNEL_STACK, PERCPU_USER_RSP, USER_CS, USER_DS};
+use super::layout::USER_END;
+
+/// The registers of an interrupted context, as the entry stubs push them (lowest address first).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+#[allow(missing_docs)]
+pub struct TrapFrame {
+    pub r15: u64,
+    pub r14: u64,
+    pub r13: u64,
+    pub r12: u64,
+    pub r11: u64,
+    pub r10: u64,
+    pub r9: u64,
+    pub r8: u64,
+    pub rbp: u64,
+    pub rdi: u64,
+    pub rsi: u64,
+    pub rdx: u64,
+    pub rcx: u64,
+    pub rbx: u64,
+    pub rax: u64,
+    /// Vector number, or [`SYSCALL_VECTOR`] for the `syscall` entry.
+    pub vector: u64,
+    /// The CPU's error code (0 for vectors without one).
+    pub error_code: u64,
+    pub rip: u64,
+    pub cs: u64,
+    pub rflags: u64,
+    pub rsp: u64,
+    pub ss: u64,
+}
+
+const _: () = assert!(size_of::<TrapFrame>() == 22 * 8);
+// Kernel stacks reserve the frame at their 16-byte-aligned top; keep that alignment below it.
+const _: () = assert!(size_of::<TrapFrame>() % 16 == 0);
+const _: () = assert!(offset_of!(TrapFrame, vector) == 15 * 8);
+const _: () = assert!(offset_of!(TrapFrame, cs) == 18 * 8);
+
+/// Pseudo-vector recorded in frames built by the `syscall` entry.
+pub const SYSCALL_VECTOR: u64 = 0x100;
+/// Vector of the local APIC timer.
+pub const TIMER_VECTOR: u8 = 0x20;
+/// First vector the legacy PICs are remapped to (they stay masked; anything arriving is spurious).
+pub const PIC_BASE_VECTOR: u8 = 0xe0;
+/// Vector of the local APIC's spurious interrupt.
+pub const SPURIOUS_VECTOR: u8 = 0xff;
+
+/// Page-fault error-code bits (Intel SDM vol. 3A §4.7).
+mod pf {
+    pub const PRESENT: u64 = 1 << 0;
+    pub const WRITE: u64 = 1 << 1;
+    pub const USER: u64 = 1 << 2;
+    pub const INSTRUCTION: u64 = 1 << 4;
+}
+
+/// How a faulting access touched memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Access {
+    /// A data read.
+    Read,
+    /// A data write.
+    Write,
+    /// An instruction fetch.
+    Execute,
+}
+
+/// Why the kernel was entered, in words every port shares.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Trap {
+    /// The `syscall` instruction.
+    Syscall,
+    /// The timer tick.
+    Timer,
+    /// A page fault at `address`; `present` says the page was mapped (a rights violation).
+    PageFault {
+        /// The faulting address.
+        address: u64,
+        /// The kind of access.
+        access: Access,
+        /// Whether a translation existed (rights violation) or not.
+        present: bool,
+    },
+    /// Any other exception.
+    Exception {
+        /// The vector number.
+        vector: u8,
+        /// Its name in the Intel SDM.
+        name: &'static str,
+    },
+    /// An interrupt nobody asked for (legacy PIC, APIC spurious, unknown vector).
+    Spurious(u8),
+}
+
+impl TrapFrame {
+    /// Whether the trap came from user mode.
+    pub fn from_user(&self) -> bool {
+        self.cs & 3 == 3
+    }
+
+    /// The interrupted instruction pointer.
+    pub fn ip(&self) -> u64 {
+        self.rip
+    }
+
+    /// The interrupted stack pointer.
+    pub fn sp(&self) -> u64 {
+        self.rsp
+    }
+
+    /// The interrupted frame pointer (start of a backtrace).
+    pub fn frame_pointer(&self) -> u64 {
+        self.rbp
+    }
+
+    /// The syscall number (`rax`).
+    pub fn syscall_number(&self) -> usize {
+        self.rax as usize
+    }
+
+    /// The six syscall arguments (`rdi, rsi, rdx, r10, r8, r9`).
+    pub fn syscall_args(&self) -> [usize; 6] {
+        [self.rdi, self.rsi, self.rdx, self.r10, self.r8, self.r9].map(|r| r as usize)
+    }
+
+    /// Sets the syscall result (`rax`).
+    pub fn set_syscall_result(&mut self, value: usize) {
+        self.rax = value as u64;
+    }
+
+    /// A frame that starts user code at `ip` with stack `sp` and first argument `arg`,
+    /// interrupts enabled.
+    pub fn new_user(ip: u64, sp: u64, arg: u64) -> Self {
+        TrapFrame {
+            rip: ip,
+            rsp: sp,
+            rdi: arg,
+            cs: u64::from(USER_CS),
+            ss: u64::from(USER_DS),
+            rflags: RFlags::INTERRUPT_FLAG.bits() | 0x2,
+            ..TrapFrame::default()
+        }
+    }
+
+    /// Classifies the trap.
+    pub fn trap(&self) -> Trap {
+        if self.vector == SYSCALL_VECTOR {
+            return Trap::Syscall;
+        }
+        let vector = self.vector as u8;
+        match vector {
+            TIMER_VECTOR => Trap::Timer,
+            14 => {
+                let e = self.error_code;
+                let access = if e & pf::INSTRUCTION != 0 {
+                    Access::Execute
+                } else if e & pf::WRITE != 0 {
+                    Access::Write
+                } else {
+                    Access::Read
+                };
+                Trap::PageFault { address: super::cpu::fault_address(), access, present: e & pf::PRESENT != 0 }
+            }
+            0..=31 => Trap::Exception { vector, name: exception_name(vector) },
+            _ => Trap::Spurious(vector),
+        }
+    }
+
+    /// Writes the registers in the report format shared by every port.
+    pub fn dump(&self, out: &mut dyn core::fmt::Write) -> core::fmt::Result {
+        writeln!(out, "  rip {:#018x}  rsp {:#018x}  rflags {:#x}  cs {:#x}  ss {:#x}", self.rip, self.rsp, self.rflags, self.cs, self.ss)?;
+        writeln!(out, "  rax {:#018x}  rbx {:#018x}  rcx {:#018x}  rdx {:#018x}", self.rax, self.rbx, self.rcx, self.rdx)?;
+        writeln!(out, "  rsi {:#018x}  rdi {:#018x}  rbp {:#018x}  r8  {:#018x}", self.rsi, self.rdi, self.rbp, self.r8)?;
+        writeln!(out, "  r9  {:#018x}  r10 {:#018x}  r11 {:#018x}  r12 {:#018x}", self.r9, self.r10, self.r11, self.r12)?;
+        writeln!(out, "  r13 {:#018x}  r14 {:#018x}  r15 {:#018x}", self.r13, self.r14, self.r15)
+    }
+
+    /// Whether the user-error bit of a page fault is set (the access came from ring 3).
+    pub fn page_fault_from_user(&self) -> bool {
+        self.error_code & pf::USER != 0
+    }
+}
+
+/// Name of an exception vector (Intel SDM vol. 3A table 6-1).
+pub fn exception_name(vector: u8) -> &'static str {
+    match vector {
+        0 => "divide error",
+        1 => "debug",
+        2 => "non-maskable interrupt",
+        3 => "breakpoint",
+        4 => "overflow",
+        5 => "bound range exceeded",
+        6 => "invalid opcode",
+        7 => "device not available",
+        8 => "double fault",
+        10 => "invalid TSS",
+        11 => "segment not present",
+        12 => "stack-segment fault",
+        13 => "general protection fault",
+        14 => "page fault",
+        16 => "x87 floating-point error",
+        17 => "alignment check",
+        18 => "machine check",
+        19 => "SIMD floating-point exception",
+        20 => "virtualization exception",
+        21 => "control protection exception",
+        _ => "reserved exception",
+    }
+}
+
+/// The kernel's handler for every entry. It may not return (the thread is switched away), in
+/// which case the frame stays on that thread's stack until it is resumed.
+pub type Handler = fn(&mut TrapFrame);
+
+static HANDLER: AtomicUsize = AtomicUsize::new(0);
+
+/// One 16-byte IDT gate.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct Gate {
+    offset_low: u16,
+    selector: u16,
+    ist: u8,
+    type_attr: u8,
+    offset_mid: u16,
+    offset_high: u32,
+    reserved: u32,
+}
+
+const _: () = assert!(size_of::<Gate>() == 16);
+
+/// Present, DPL 0, 64-bit interrupt gate (interrupts off on entry).
+const GATE_INTERRUPT: u8 = 0x8e;
+/// Bytes between consecutive entry stubs (see the `.balign` in the assembly).
+const STUB_SIZE: u64 = 16;
+/// Number of IDT vectors.
+const VECTORS: usize = 256;
+
+static mut IDT: [Gate; VECTORS] =
+    [Gate { offset_low: 0, selector: 0, ist: 0, type_attr: 0, offset_mid: 0, offset_high: 0, reserved: 0 }; VECTORS];
+
+extern "C" {
+    static trap_stubs: u8;
+    fn syscall_entry();
+}
+
+// Entry stubs and the common path.
+//
+// Each stub pushes a zero error code (unless the CPU pushed one) and its vector, then jumps to
+// trap_common, which swaps to the kernel GS if the trap came from ring 3, pushes the general
+// registers (forming a TrapFrame), and calls the Rust dispatcher with the frame.
+// `trap_return` pops the frame and returns with iretq; entering user mode for the first time
+// also goes through it.
+global_asm!(
+    r#"
+    .section .text.trap_stubs, "ax"
+    .balign 16
+    .global trap_stubs
+trap_stubs:
+    .set vec, 0
+    .rept 256
+    .balign 16
+    .if (vec == 8) || ((vec >= 10) && (vec <= 14)) || (vec == 17) || (vec == 21) || (vec == 29) || (vec == 30)
+    .else
+    pushq $0
+    .endif
+    pushq $vec
+    jmp trap_common
+    .set vec, vec + 1
+    .endr
+
+    .section .text.trap_common, "ax"
+    .balign 16
+trap_common:
+    testb $3, 24(%rsp)          /* cs of the interrupted context */
+    jz 1f
+    swapgs
+1:  push %rax
+    push %rbx
+    push %rcx
+    push %rdx
+    push %rsi
+    push %rdi
+    push %rbp
+    push %r8
+    push %r9
+    push %r10
+    push %r11
+    push %r12
+    push %r13
+    push %r14
+    push %r15
+    mov %rsp, %rdi
+    cld
+    call {dispatch}
+
+    .global trap_return
+trap_return:
+    pop %r15
+    pop %r14
+    pop %r13
+    pop %r12
+    pop %r11
+    pop %r10
+    pop %r9
+    pop %r8
+    pop %rbp
+    pop %rdi
+    pop %rsi
+    pop %rdx
+    pop %rcx
+    pop %rbx
+    pop %rax
+    testb $3, 24(%rsp)
+    jz 2f
+    swapgs
+2:  add $16, %rsp               /* vector, error code */
+    iretq
+
+    /* The syscall instruction: rcx = user rip, r11 = user rflags, still on the user stack,
+       interrupts masked by SFMASK. Build a TrapFrame on the kernel stack. */
+    .global syscall_entry
+    .balign 16
+syscall_entry:
+    swapgs
+    mov %rsp, %gs:{user_rsp}
+    mov %gs:{kernel_stack}, %rsp
+    pushq ${user_ds}
+    pushq %gs:{user_rsp}
+    push %r11
+    pushq ${user_cs}
+    push %rcx
+    pushq $0
+    pushq ${syscall_vector}
+    push %rax
+    push %rbx
+    push %rcx
+    push %rdx
+    push %rsi
+    push %rdi
+    push %rbp
+    push %r8
+    push %r9
+    push %r10
+    push %r11
+    push %r12
+    push %r13
+    push %r14
+    push %r15
+    mov %rsp, %rdi
+    call {syscall_dispatch}
+    test %rax, %rax
+    jnz trap_return             /* the frame cannot go back through sysret */
+    pop %r15
+    pop %r14
+    pop %r13
+    pop %r12
+    pop %r11
+    pop %r10
+    pop %r9
+    pop %r8
+    pop %rbp
+    pop %rdi
+    pop %rsi
+    pop %rdx
+    pop %rcx
+    pop %rbx
+    pop %rax
+    mov 16(%rsp), %rcx          /* rip */
+    mov 32(%rsp), %r11          /* rflags */
+    mov 40(%rsp), %rsp          /* user rsp */
+    swapgs
+    sysretq
+    "#,
+    dispatch = sym trap_dispatch,
+    syscall_dispatch = sym syscall_dispatch,
+    user_rsp = const PERCPU_USER_RSP,
+    kernel_stack = const PERCPU_KERNEL_STACK,
+    user_ds = const USER_DS,
+    user_cs = const USER_CS,
+    syscall_vector = const SYSCALL_VECTOR,
+    options(att_syntax)
+);
+
+/// Called by `trap_common` with the frame it built.
+extern "C" fn trap_dispatch(frame: &mut TrapFrame) {
+    call_handler(frame);
+}
+
+/// Called by `syscall_entry`; returns non-zero when the frame must be restored with `iretq`
+/// (the kernel changed it so that `sysret` cannot express it).
+extern "C" fn syscall_dispatch(frame: &mut TrapFrame) -> u64 {
+    call_handler(frame);
+    let sysret_ok = frame.cs == u64::from(USER_CS) && frame.ss == u64::from(USER_DS) && frame.rip < USER_END;
+    u64::from(!sysret_ok)
+}
+
+fn call_handler(frame: &mut TrapFrame) {
+    let handler = HANDLER.load(Ordering::Acquire);
+    if handler == 0 {
+        // No kernel handler yet: nothing sensible can continue.
+        super::serial::write_str_panic("trap before the kernel installed its handler\n");
+        super::cpu::shutdown(tsumugi_abi::exit::STATUS_KERNEL_PANIC);
+    }
+    // SAFETY: HANDLER only ever holds a `Handler` stored by `install`.
+    let handler: Handler = unsafe { core::mem::transmute::<usize, Handler>(handler) };
+    handler(frame);
+}
+
+/// Installs the IDT and the syscall MSRs on this CPU, routing every entry to `handler`.
+pub fn install(handler: Handler) {
+    HANDLER.store(handler as usize, Ordering::Release);
+    // trap_stubs is the start of 256 stubs of STUB_SIZE bytes each (assembly above).
+    let stubs = core::ptr::addr_of!(trap_stubs) as u64;
+    // SAFETY: the IDT is written before it is loaded; later CPUs load the same finished table.
+    let idt = unsafe { &mut *core::ptr::addr_of_mut!(IDT) };
+    for (vector, gate) in idt.iter_mut().enumerate() {
+        let addr = stubs + vector as u64 * STUB_SIZE;
+        *gate = Gate {
+            offset_low: addr as u16,
+            selector: KERNEL_CS,
+            ist: if vector == 8 { DOUBLE_FAULT_IST as u8 + 1 } else { 0 },
+            type_attr: GATE_INTERRUPT,
+            offset_mid: (addr >> 16) as u16,
+            offset_high: (addr >> 32) as u32,
+            reserved: 0,
+        };
+    }
+    load_on_this_cpu();
+}
+
+/// Loads the (already built) IDT and syscall MSRs on the calling CPU.
+pub fn load_on_this_cpu() {
+    let ptr = DescriptorTablePointer {
+        limit: (size_of::<[Gate; VECTORS]>() - 1) as u16,
+        base: x86_64::VirtAddr::new(core::ptr::addr_of!(IDT) as u64),
+    };
+    // SAFETY: the IDT is 'static and filled with gates to valid stubs.
+    unsafe { x86_64::instructions::tables::lidt(&ptr) };
+    LStar::write(x86_64::VirtAddr::new(syscall_entry as *const () as usize as u64));
+    // sysret derives CS = base + 16, SS = base + 8 from USER_DS - 8; syscall uses KERNEL_CS/DS.
+    Star::write(
+        SegmentSelector(USER_CS),
+        SegmentSelector(USER_DS),
+        SegmentSelector(KERNEL_CS),
+        SegmentSelector(KERNEL_DS),
+    )
+    .expect("GDT layout matches the STAR MSR");
+    SFMask::write(
+        RFlags::INTERRUPT_FLAG
+            | RFlags::TRAP_FLAG
+            | RFlags::DIRECTION_FLAG
+            | RFlags::ALIGNMENT_CHECK
+            | RFlags::NESTED_TASK,
+    );
+}
+
+/// Starts (or resumes) the context in `frame`, which must lie at the top of the current
+/// thread's kernel stack, by restoring it with `iretq`.
+///
+/// # Safety
+/// `frame` must be a valid frame for user mode (user selectors, canonical user addresses) or a
+/// kernel frame the kernel built; the kernel stack above it must hold nothing still needed.
+pub unsafe fn enter(frame: *const TrapFrame) -> ! {
+    // SAFETY: the caller guarantees the frame; trap_return pops it and never returns.
+    unsafe {
+        core::arch::asm!(
+            "mov rsp, {frame}",
+            "jmp trap_return",
+            frame = in(reg) frame,
+            options(noreturn)
+        )
+    }
+}

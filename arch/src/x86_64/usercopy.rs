@@ -1,0 +1,63 @@
+//! Copies between kernel and user memory. The kernel checks a user range against the thread's
+//! view *before* calling these; here we only open the SMAP window (`stac`/`clac`) for the copy.
+
+use core::arch::asm;
+use core::sync::atomic::{AtomicBool, Ordering};
+
+static SMAP: AtomicBool = AtomicBool::new(false);
+
+/// Records whether SMAP is on (set by boot code after enabling CR4.SMAP).
+pub fn set_smap(enabled: bool) {
+    SMAP.store(enabled, Ordering::Relaxed);
+}
+
+struct UserAccessWindow;
+
+impl UserAccessWindow {
+    fn open() -> Self {
+        if SMAP.load(Ordering::Relaxed) {
+            // SAFETY: stac only allows supervisor accesses to user pages until clac.
+            unsafe { asm!("stac", options(nomem, nostack)) };
+        }
+        UserAccessWindow
+    }
+}
+
+impl Drop for UserAccessWindow {
+    fn drop(&mut self) {
+        if SMAP.load(Ordering::Relaxed) {
+            // SAFETY: closes the window opened in `open`.
+            unsafe { asm!("clac", options(nomem, nostack)) };
+        }
+    }
+}
+
+/// Copies `dst.len()` bytes from user address `src`.
+///
+/// # Safety
+/// `[src, src + dst.len())` must be mapped readable for the current thread and must not change
+/// mapping during the copy (the kernel checked it against the view).
+pub unsafe fn copy_from_user(dst: &mut [u8], src: u64) {
+    let _window = UserAccessWindow::open();
+    // SAFETY: guaranteed by the caller; volatile so the copy happens inside the window.
+    unsafe {
+        for (i, b) in dst.iter_mut().enumerate() {
+            *b = core::ptr::read_volatile((src as usize + i) as *const u8);
+        }
+    }
+}
+
+/// Copies `src` to user address `dst`.
+///
+/// # Safety
+/// `[dst, dst + src.len())` must be mapped writable for the current thread (checked by the
+/// kernel against the view).
+pub unsafe fn copy_to_user(dst: u64, src: &[u8]) {
+    let _window = UserAccessWindow::open();
+    // SAFETY: guaranteed by the caller.
+    unsafe {
+        for (i, b) in src.iter().enumerate() {
+            core::ptr::write_volatile((dst as usize + i) as *mut u8, *b);
+        }
+    }
+}

@@ -1,0 +1,72 @@
+//! Boot options: the kernel command line (`-append` in QEMU), shared by the kernel that parses it
+//! and by `xtask` that writes it.
+//!
+//! The command line is a space-separated list of `key` or `key=value` words:
+//!
+//! | word | meaning |
+//! |---|---|
+//! | `run=a,b,c` | run the programs `a`, `b`, `c` from the boot archive one after another (default `init`) |
+//! | `selftest` / `selftest=filter` | run the in-kernel self-tests (those whose name contains `filter`) first |
+//! | `crash=panic` / `crash=pagefault` / `crash=hang` | misbehave on purpose after boot, to test the report and timeout paths |
+//! | `quiet` | do not print the memory map banner |
+
+/// Name of the option listing programs to run.
+pub const RUN: &str = "run";
+/// Name of the option enabling self-tests.
+pub const SELFTEST: &str = "selftest";
+/// Name of the deliberate-crash option.
+pub const CRASH: &str = "crash";
+/// Name of the option that shortens the banner.
+pub const QUIET: &str = "quiet";
+
+/// Program run when `run=` is not given.
+pub const DEFAULT_PROGRAM: &str = "init";
+
+/// Ways to crash the kernel on purpose (`crash=`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Crash {
+    /// Call `panic!`.
+    Panic,
+    /// Touch an unmapped kernel address (a kernel page fault).
+    PageFault,
+    /// Spin forever with interrupts disabled.
+    Hang,
+}
+
+impl Crash {
+    /// Every crash kind with its command-line spelling.
+    pub const ALL: [(Crash, &'static str); 3] =
+        [(Crash::Panic, "panic"), (Crash::PageFault, "pagefault"), (Crash::Hang, "hang")];
+
+    /// Parses the value of `crash=`.
+    pub fn parse(value: &str) -> Option<Crash> {
+        Self::ALL.iter().find(|(_, name)| *name == value).map(|(c, _)| *c)
+    }
+}
+
+/// Iterates over the `(key, value)` words of a command line; `value` is `""` for a bare key.
+pub fn words(cmdline: &str) -> impl Iterator<Item = (&str, &str)> {
+    cmdline.split_ascii_whitespace().map(|word| match word.split_once('=') {
+        Some((k, v)) => (k, v),
+        None => (word, ""),
+    })
+}
+
+/// Returns the value of the last occurrence of `key`, if present.
+pub fn get<'a>(cmdline: &'a str, key: &str) -> Option<&'a str> {
+    words(cmdline).filter(|(k, _)| *k == key).map(|(_, v)| v).last()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_words() {
+        let line = "run=init,fault selftest quiet crash=panic";
+        assert_eq!(get(line, RUN), Some("init,fault"));
+        assert_eq!(get(line, SELFTEST), Some(""));
+        assert_eq!(get(line, "missing"), None);
+        assert_eq!(get(line, CRASH).and_then(Crash::parse), Some(Crash::Panic));
+    }
+}

@@ -1,0 +1,93 @@
+//! Kernel stacks: each in its own slot of the kernel-stack area with an unmapped guard page
+//! below it, so an overflow faults (and is reported on the double-fault stack) instead of
+//! corrupting a neighbour.
+
+use alloc::vec::Vec;
+use arch::addr::{Frame, VirtAddr, PAGE_SIZE};
+use arch::layout;
+use arch::mapping::MapFlags;
+use spin::Mutex;
+
+use super::kernel_space::{allocate_zeroed_frame, with_frames, with_kernel_table, AllocatorFrames, DirectMap};
+
+/// Usable pages per stack.
+pub const STACK_PAGES: u64 = 8;
+/// Bytes reserved per slot: the stack plus its guard page, rounded up.
+const SLOT_SIZE: u64 = 64 * 1024;
+const _: () = assert!((STACK_PAGES + 1) * PAGE_SIZE <= SLOT_SIZE);
+
+/// Slot numbers given back, reused first; `NEXT_SLOT` counts slots ever used.
+static FREE_SLOTS: Mutex<Vec<u64>> = Mutex::new(Vec::new());
+static NEXT_SLOT: Mutex<u64> = Mutex::new(0);
+
+/// A mapped kernel stack, unmapped and freed on drop.
+#[derive(Debug)]
+pub struct KernelStack {
+    slot: u64,
+    frames: [Option<Frame>; STACK_PAGES as usize],
+}
+
+/// No memory (or no slot) was left for a kernel stack.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NoStack;
+
+impl KernelStack {
+    /// Maps a new stack.
+    pub fn new() -> Result<Self, NoStack> {
+        let slot = match FREE_SLOTS.lock().pop() {
+            Some(s) => s,
+            None => {
+                let mut next = NEXT_SLOT.lock();
+                if (*next + 1) * SLOT_SIZE > layout::KERNEL_STACKS_SIZE {
+                    return Err(NoStack);
+                }
+                *next += 1;
+                *next - 1
+            }
+        };
+        let mut stack = KernelStack { slot, frames: [None; STACK_PAGES as usize] };
+        for i in 0..STACK_PAGES {
+            let frame = allocate_zeroed_frame().ok_or(NoStack)?; // drop unmaps what was mapped
+            let va = stack.bottom().as_u64() + i * PAGE_SIZE;
+            let mapped = with_kernel_table(|table, frames| {
+                table.map(&DirectMap, &mut AllocatorFrames(frames), VirtAddr::new(va), frame, MapFlags::READ | MapFlags::WRITE, 0)
+            });
+            match mapped {
+                Ok(flush) => flush.flush(arch::tlb::flush_page),
+                Err(_) => {
+                    with_frames(|f| f.free(frame)).expect("fresh frame");
+                    return Err(NoStack);
+                }
+            }
+            stack.frames[i as usize] = Some(frame);
+        }
+        Ok(stack)
+    }
+
+    /// Lowest usable address (the guard page lies just below).
+    pub fn bottom(&self) -> VirtAddr {
+        VirtAddr::new(layout::KERNEL_STACKS + self.slot * SLOT_SIZE + PAGE_SIZE)
+    }
+
+    /// One past the highest usable address (16-byte aligned): the initial stack pointer.
+    pub fn top(&self) -> VirtAddr {
+        VirtAddr::new(self.bottom().as_u64() + STACK_PAGES * PAGE_SIZE)
+    }
+}
+
+impl Drop for KernelStack {
+    fn drop(&mut self) {
+        let bottom = self.bottom().as_u64();
+        for (i, frame) in self.frames.iter_mut().enumerate() {
+            if frame.take().is_some() {
+                let va = VirtAddr::new(bottom + i as u64 * PAGE_SIZE);
+                with_kernel_table(|table, frames| {
+                    let (f, flush) = table.unmap(&DirectMap, va).expect("stack page mapped");
+                    flush.flush(arch::tlb::flush_page);
+                    frames.free(f).expect("stack frame owned");
+                });
+            }
+        }
+        FREE_SLOTS.lock().push(self.slot);
+    }
+}

@@ -1,0 +1,339 @@
+//! Page tables for any architecture, edited through the port's [`PageTableFormat`].
+//!
+//! The tree lives in physical frames; the code reaches them through a [`PhysMemory`] (the
+//! kernel's direct map on the machine, a vector of fake frames in host tests). Edits return a
+//! `#[must_use]` [`Flush`] so a forgotten TLB invalidation is a compiler warning.
+
+use arch::addr::{Frame, PhysAddr, VirtAddr, PAGE_SIZE};
+use arch::mapping::{Entry, MapFlags, PageTableFormat};
+use core::marker::PhantomData;
+
+/// Entries in one table.
+pub const ENTRIES: usize = 512;
+
+/// A table in memory.
+pub type RawTable = [u64; ENTRIES];
+
+/// Access to the frames that hold page tables.
+pub trait PhysMemory {
+    /// A pointer to the table stored in `frame`, valid while the frame is allocated.
+    fn table(&self, frame: Frame) -> *mut RawTable;
+}
+
+/// Where new tables come from (and where freed ones go).
+pub trait TableFrames {
+    /// A frame for a new table (contents need not be zero).
+    fn allocate_table(&mut self) -> Option<Frame>;
+    /// Returns a table frame no longer used.
+    fn free_table(&mut self, frame: Frame);
+}
+
+/// Why a mapping could not be made.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MapError {
+    /// The address is not aligned to the page size of the requested level.
+    Misaligned(VirtAddr),
+    /// Something is already mapped at the address.
+    AlreadyMapped(VirtAddr),
+    /// A larger page already covers the address.
+    HugePageInTheWay(VirtAddr),
+    /// No frame was left for an intermediate table.
+    OutOfMemory,
+}
+
+/// Why an unmapping failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UnmapError {
+    /// Nothing is mapped at the address.
+    NotMapped(VirtAddr),
+    /// The address lies in a larger page than asked for.
+    HugePageInTheWay(VirtAddr),
+}
+
+/// A TLB invalidation owed for one address after a page-table edit.
+#[must_use = "the TLB may still hold the old translation; call flush() or ignore()"]
+#[derive(Debug)]
+pub struct Flush(VirtAddr);
+
+impl Flush {
+    /// Performs the invalidation with the given operation (e.g. `arch::tlb::flush_page`).
+    pub fn flush(self, invalidate: impl FnOnce(VirtAddr)) {
+        invalidate(self.0);
+    }
+
+    /// Drops the obligation: correct when the table is not active anywhere yet, or when the
+    /// caller flushes everything afterwards.
+    pub fn ignore(self) {}
+
+    /// The address to invalidate.
+    pub fn address(&self) -> VirtAddr {
+        self.0
+    }
+}
+
+/// A page-table tree rooted at one frame.
+pub struct PageTable<F: PageTableFormat> {
+    root: Frame,
+    format: PhantomData<F>,
+}
+
+impl<F: PageTableFormat> PageTable<F> {
+    /// Makes a new, empty tree.
+    pub fn new(mem: &impl PhysMemory, frames: &mut impl TableFrames) -> Result<Self, MapError> {
+        let root = frames.allocate_table().ok_or(MapError::OutOfMemory)?;
+        zero(mem, root);
+        Ok(PageTable { root, format: PhantomData })
+    }
+
+    /// Wraps an existing tree.
+    ///
+    /// # Safety
+    /// `root` must hold a valid table of format `F` that nothing else edits concurrently.
+    pub unsafe fn from_root(root: Frame) -> Self {
+        PageTable { root, format: PhantomData }
+    }
+
+    /// The root frame (what the CPU's root register points at).
+    pub fn root(&self) -> Frame {
+        self.root
+    }
+
+    /// Copies root entries `range` from `other` (sharing the tables below them), e.g. the
+    /// kernel half into a new view.
+    pub fn share_root_entries(&mut self, mem: &impl PhysMemory, other: &PageTable<F>, range: core::ops::Range<usize>) {
+        let src = mem.table(other.root);
+        let dst = mem.table(self.root);
+        for i in range {
+            // SAFETY: both are live tables reachable through `mem`; i < ENTRIES (range is
+            // within the root table by the caller's choice, checked by indexing).
+            unsafe { (*dst)[i] = (*src)[i] };
+        }
+    }
+
+    /// Makes sure root entry `index` points to a table (creating an empty one), so that
+    /// trees sharing this entry see everything later mapped below it.
+    pub fn ensure_root_entry(&mut self, mem: &impl PhysMemory, frames: &mut impl TableFrames, index: usize, user: bool) -> Result<(), MapError> {
+        let slot = slot(mem, self.root, index);
+        // SAFETY: live root table.
+        unsafe {
+            match F::decode(*slot, F::LEVELS - 1) {
+                Entry::Table(_) => Ok(()),
+                Entry::Leaf(..) => Err(MapError::HugePageInTheWay(VirtAddr::new(0))),
+                Entry::Empty => {
+                    let next = frames.allocate_table().ok_or(MapError::OutOfMemory)?;
+                    zero(mem, next);
+                    *slot = F::table_entry(next, user);
+                    Ok(())
+                }
+            }
+        }
+    }
+
+    /// Maps `va` to `frame` with `flags` using a leaf at `level` (0 = 4 KiB, 1 = 2 MiB, ...).
+    /// Intermediate tables are created as needed; `USER` in `flags` is propagated to them.
+    pub fn map(
+        &mut self,
+        mem: &impl PhysMemory,
+        frames: &mut impl TableFrames,
+        va: VirtAddr,
+        frame: Frame,
+        flags: MapFlags,
+        level: usize,
+    ) -> Result<Flush, MapError> {
+        let size = F::leaf_size(level);
+        if !va.is_aligned(size) || !frame.start().is_aligned(size) {
+            return Err(MapError::Misaligned(va));
+        }
+        let user = flags.contains(MapFlags::USER);
+        let mut table = self.root;
+        for l in (level + 1..F::LEVELS).rev() {
+            let slot = slot(mem, table, F::index(va, l));
+            // SAFETY: `slot` points into a live table (see `slot`).
+            let entry = unsafe { *slot };
+            table = match F::decode(entry, l) {
+                Entry::Table(next) => {
+                    if user && F::table_entry(next, true) != entry && F::table_entry(next, false) == entry {
+                        // SAFETY: as above; widening a table entry to user keeps existing leaves'
+                        // own rights (each leaf decides).
+                        unsafe { *slot = F::table_entry(next, true) };
+                    }
+                    next
+                }
+                Entry::Leaf(..) => return Err(MapError::HugePageInTheWay(va)),
+                Entry::Empty => {
+                    let next = frames.allocate_table().ok_or(MapError::OutOfMemory)?;
+                    zero(mem, next);
+                    // SAFETY: as above.
+                    unsafe { *slot = F::table_entry(next, user) };
+                    next
+                }
+            };
+        }
+        let slot = slot(mem, table, F::index(va, level));
+        // SAFETY: as above.
+        unsafe {
+            if F::decode(*slot, level) != Entry::Empty {
+                return Err(MapError::AlreadyMapped(va));
+            }
+            *slot = F::leaf_entry(frame, flags, level);
+        }
+        Ok(Flush(va))
+    }
+
+    /// Removes the 4 KiB mapping at `va`, returning the frame it mapped.
+    pub fn unmap(&mut self, mem: &impl PhysMemory, va: VirtAddr) -> Result<(Frame, Flush), UnmapError> {
+        let va = va.align_down(PAGE_SIZE);
+        let mut table = self.root;
+        for l in (1..F::LEVELS).rev() {
+            // SAFETY: live table.
+            let entry = unsafe { *slot(mem, table, F::index(va, l)) };
+            table = match F::decode(entry, l) {
+                Entry::Table(next) => next,
+                Entry::Leaf(..) => return Err(UnmapError::HugePageInTheWay(va)),
+                Entry::Empty => return Err(UnmapError::NotMapped(va)),
+            };
+        }
+        let slot = slot(mem, table, F::index(va, 0));
+        // SAFETY: live table.
+        unsafe {
+            match F::decode(*slot, 0) {
+                Entry::Leaf(frame, _) => {
+                    *slot = 0;
+                    Ok((frame, Flush(va)))
+                }
+                _ => Err(UnmapError::NotMapped(va)),
+            }
+        }
+    }
+
+    /// The physical address and rights `va` translates to, if mapped.
+    pub fn translate(&self, mem: &impl PhysMemory, va: VirtAddr) -> Option<(PhysAddr, MapFlags)> {
+        let mut table = self.root;
+        for l in (0..F::LEVELS).rev() {
+            // SAFETY: live table.
+            let entry = unsafe { *slot(mem, table, F::index(va, l)) };
+            match F::decode(entry, l) {
+                Entry::Table(next) if l > 0 => table = next,
+                Entry::Leaf(frame, flags) => {
+                    let offset = va.as_u64() & (F::leaf_size(l) - 1);
+                    return Some((PhysAddr::new(frame.start().as_u64() + offset), flags));
+                }
+                _ => return None,
+            }
+        }
+        None
+    }
+
+    /// Frees every table frame below root entries `range` and the root itself (not the frames
+    /// the leaves map: they belong to regions). Entries outside `range` are shared and kept.
+    pub fn free_tables(self, mem: &impl PhysMemory, frames: &mut impl TableFrames, range: core::ops::Range<usize>) {
+        for i in range {
+            // SAFETY: live table.
+            let entry = unsafe { *slot(mem, self.root, i) };
+            if let Entry::Table(next) = F::decode(entry, F::LEVELS - 1) {
+                free_subtree::<F>(mem, frames, next, F::LEVELS - 2);
+            }
+        }
+        frames.free_table(self.root);
+    }
+}
+
+fn free_subtree<F: PageTableFormat>(mem: &impl PhysMemory, frames: &mut impl TableFrames, table: Frame, level: usize) {
+    if level > 0 {
+        for i in 0..ENTRIES {
+            // SAFETY: live table.
+            let entry = unsafe { *slot(mem, table, i) };
+            if let Entry::Table(next) = F::decode(entry, level) {
+                free_subtree::<F>(mem, frames, next, level - 1);
+            }
+        }
+    }
+    frames.free_table(table);
+}
+
+/// A pointer to entry `index` of `table`. Valid while the table frame is allocated.
+fn slot(mem: &impl PhysMemory, table: Frame, index: usize) -> *mut u64 {
+    assert!(index < ENTRIES);
+    // SAFETY: `mem.table` points at a whole table; index is in bounds.
+    unsafe { (mem.table(table) as *mut u64).add(index) }
+}
+
+fn zero(mem: &impl PhysMemory, frame: Frame) {
+    // SAFETY: a freshly allocated table frame, reachable through `mem`.
+    unsafe { mem.table(frame).write([0; ENTRIES]) };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arch::paging::X86_64;
+    use std::cell::RefCell;
+
+    /// Host stand-in: frames are boxes in a vector, numbered from 1.
+    struct FakeMemory {
+        tables: RefCell<Vec<Box<RawTable>>>,
+        free: Vec<Frame>,
+        live: usize,
+    }
+
+    impl FakeMemory {
+        fn new() -> Self {
+            FakeMemory { tables: RefCell::new(Vec::new()), free: Vec::new(), live: 0 }
+        }
+    }
+
+    impl PhysMemory for FakeMemory {
+        fn table(&self, frame: Frame) -> *mut RawTable {
+            let mut t = self.tables.borrow_mut();
+            &mut *t[frame.number() as usize - 1] as *mut RawTable
+        }
+    }
+
+    struct Frames<'a>(&'a RefCell<Vec<Box<RawTable>>>, &'a mut Vec<Frame>, &'a mut usize);
+
+    impl TableFrames for Frames<'_> {
+        fn allocate_table(&mut self) -> Option<Frame> {
+            *self.2 += 1;
+            if let Some(f) = self.1.pop() {
+                return Some(f);
+            }
+            let mut t = self.0.borrow_mut();
+            t.push(Box::new([0xdead; ENTRIES]));
+            Some(Frame::from_number(t.len() as u64))
+        }
+        fn free_table(&mut self, frame: Frame) {
+            *self.2 -= 1;
+            self.1.push(frame);
+        }
+    }
+
+    #[test]
+    fn map_translate_unmap() {
+        let mut mem = FakeMemory::new();
+        let tables = std::mem::take(&mut mem.tables);
+        let mem2 = FakeMemory { tables, free: Vec::new(), live: 0 };
+        let mut free = std::mem::take(&mut mem.free);
+        let mut live = mem.live;
+        let mut frames = Frames(&mem2.tables, &mut free, &mut live);
+        let mut pt = PageTable::<X86_64>::new(&mem2, &mut frames).unwrap();
+        let va = VirtAddr::new(0x4000_1000);
+        let frame = Frame::from_number(0x777);
+        let flags = MapFlags::READ | MapFlags::WRITE | MapFlags::USER;
+        pt.map(&mem2, &mut frames, va, frame, flags, 0).unwrap().ignore();
+        assert_eq!(pt.translate(&mem2, VirtAddr::new(0x4000_1abc)), Some((PhysAddr::new(0x777abc), flags)));
+        assert_eq!(pt.map(&mem2, &mut frames, va, frame, flags, 0).unwrap_err(), MapError::AlreadyMapped(va));
+        assert_eq!(pt.map(&mem2, &mut frames, VirtAddr::new(0x4000_1001), frame, flags, 0).unwrap_err(), MapError::Misaligned(VirtAddr::new(0x4000_1001)));
+        let huge = VirtAddr::new(0x8000_0000);
+        pt.map(&mem2, &mut frames, huge, Frame::from_number(0x200), MapFlags::READ, 1).unwrap().ignore();
+        assert_eq!(pt.translate(&mem2, VirtAddr::new(0x8000_5000)).unwrap().0, PhysAddr::new(0x205000));
+        assert_eq!(pt.unmap(&mem2, VirtAddr::new(0x8000_5000)).unwrap_err(), UnmapError::HugePageInTheWay(VirtAddr::new(0x8000_5000)));
+        let (f, flush) = pt.unmap(&mem2, va).unwrap();
+        assert_eq!(f, frame);
+        assert_eq!(flush.address(), va);
+        flush.ignore();
+        assert_eq!(pt.translate(&mem2, va), None);
+        assert_eq!(pt.unmap(&mem2, va).unwrap_err(), UnmapError::NotMapped(va));
+        pt.free_tables(&mem2, &mut frames, 0..ENTRIES);
+        assert_eq!(*frames.2, 0, "every table frame is returned");
+    }
+}

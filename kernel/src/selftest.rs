@@ -1,0 +1,197 @@
+//! In-kernel self-tests: a plain list of functions run on the machine when the `selftest` boot
+//! option is given. Each prints one line in the format of `tsumugi_abi::log`; a failing test
+//! returns an error message instead of stopping the others (a panic still ends the run, and the
+//! host harness reports it).
+
+use alloc::boxed::Box;
+use alloc::collections::BTreeMap;
+use alloc::format;
+use alloc::string::String;
+use alloc::vec::Vec;
+use arch::addr::{VirtAddr, PAGE_SIZE};
+use arch::mapping::MapFlags;
+use tsumugi_abi::log::{SELFTEST, SELFTEST_FAILED, SELFTEST_OK, SELFTEST_SUMMARY};
+
+use crate::initrd::Archive;
+use crate::mm::kernel_space::{self, phys_to_virt, with_frames};
+use crate::mm::kernel_stack::KernelStack;
+
+/// A test: a name and a function returning `Err(message)` on failure.
+type Test = (&'static str, fn(&Context) -> Result<(), String>);
+
+/// What tests may look at.
+pub struct Context<'a> {
+    /// The boot archive.
+    pub initrd: Option<Archive<'a>>,
+}
+
+const TESTS: &[Test] = &[
+    ("frame_alloc_distinct_and_restored", frame_alloc_distinct_and_restored),
+    ("frame_alloc_contiguous", frame_alloc_contiguous),
+    ("heap_collections", heap_collections),
+    ("kernel_image_is_wx", kernel_image_is_wx),
+    ("direct_map_reaches_frames", direct_map_reaches_frames),
+    ("kernel_stack_has_guard_page", kernel_stack_has_guard_page),
+    ("timer_ticks", timer_ticks),
+    ("clock_is_monotonic", clock_is_monotonic),
+    ("initrd_holds_init", initrd_holds_init),
+    ("loader_accepts_init", loader_accepts_init),
+    ("address_space_checks_user_ranges", address_space_checks_user_ranges),
+];
+
+/// Runs the tests whose names contain `filter`; returns (passed, failed).
+pub fn run(filter: &str, context: &Context) -> (usize, usize) {
+    let (mut passed, mut failed) = (0, 0);
+    for (name, test) in TESTS.iter().filter(|(n, _)| n.contains(filter)) {
+        match test(context) {
+            Ok(()) => {
+                passed += 1;
+                println!("{SELFTEST}{name}{SELFTEST_OK}");
+            }
+            Err(msg) => {
+                failed += 1;
+                println!("{SELFTEST}{name}{SELFTEST_FAILED}{msg}");
+            }
+        }
+    }
+    println!("{SELFTEST_SUMMARY}{passed} passed, {failed} failed");
+    (passed, failed)
+}
+
+fn check(cond: bool, msg: impl FnOnce() -> String) -> Result<(), String> {
+    if cond {
+        Ok(())
+    } else {
+        Err(msg())
+    }
+}
+
+fn frame_alloc_distinct_and_restored(_: &Context) -> Result<(), String> {
+    let before = with_frames(|f| f.free_frames());
+    let mut frames = Vec::new();
+    for _ in 0..256 {
+        frames.push(with_frames(|f| f.allocate()).map_err(|e| format!("allocate: {e:?}"))?);
+    }
+    let mut sorted = frames.clone();
+    sorted.sort();
+    sorted.dedup();
+    check(sorted.len() == frames.len(), || "a frame was handed out twice".into())?;
+    check(with_frames(|f| f.free_frames()) == before - 256, || "free count did not drop by 256".into())?;
+    for f in &frames {
+        with_frames(|a| a.free(*f)).map_err(|e| format!("free: {e:?}"))?;
+    }
+    check(with_frames(|a| a.free(frames[0])).is_err(), || "double free accepted".into())?;
+    check(with_frames(|f| f.free_frames()) == before, || "frames lost".into())
+}
+
+fn frame_alloc_contiguous(_: &Context) -> Result<(), String> {
+    let first = with_frames(|f| f.allocate_contiguous(16, 16)).map_err(|e| format!("{e:?}"))?;
+    check(first.number() % 16 == 0, || format!("{first:?} not aligned to 16 frames"))?;
+    with_frames(|f| f.free_contiguous(first, 16)).map_err(|e| format!("{e:?}"))
+}
+
+fn heap_collections(_: &Context) -> Result<(), String> {
+    let (used_before, _) = crate::mm::heap::usage();
+    {
+        let big: Vec<u64> = (0..(256 * 1024 / 8)).collect();
+        check(big.iter().sum::<u64>() == (0..(256 * 1024 / 8)).sum::<u64>(), || "vector contents".into())?;
+        let mut map = BTreeMap::new();
+        for i in 0..1000u32 {
+            map.insert(i, Box::new(i * 2));
+        }
+        check(map.get(&999).map(|b| **b) == Some(1998), || "map lookup".into())?;
+    }
+    let (used_after, _) = crate::mm::heap::usage();
+    check(used_after == used_before, || format!("heap leaked {} bytes", used_after as i64 - used_before as i64))
+}
+
+fn kernel_image_is_wx(_: &Context) -> Result<(), String> {
+    let code = VirtAddr::new(kernel_image_is_wx as *const () as usize as u64);
+    let (_, flags) = kernel_space::translate(code).ok_or("own code not mapped")?;
+    check(flags.contains(MapFlags::EXEC) && !flags.contains(MapFlags::WRITE), || format!("text mapped {flags:?}"))?;
+    check(!flags.contains(MapFlags::USER) && flags.contains(MapFlags::GLOBAL), || format!("text mapped {flags:?}"))?;
+    static DATA: u64 = 0;
+    let (_, flags) = kernel_space::translate(VirtAddr::from_ptr(&DATA)).ok_or("rodata not mapped")?;
+    check(!flags.contains(MapFlags::EXEC) && !flags.contains(MapFlags::WRITE), || format!("rodata mapped {flags:?}"))?;
+    let stack_var = 0u64;
+    let (_, flags) = kernel_space::translate(VirtAddr::from_ptr(&stack_var)).ok_or("stack not mapped")?;
+    check(!flags.contains(MapFlags::EXEC) && flags.contains(MapFlags::WRITE), || format!("stack mapped {flags:?}"))
+}
+
+fn direct_map_reaches_frames(_: &Context) -> Result<(), String> {
+    let frame = kernel_space::allocate_zeroed_frame().ok_or("no frame")?;
+    let va = phys_to_virt(frame.start());
+    // SAFETY: the frame is ours until freed below; the direct map covers it.
+    unsafe {
+        let p = va.as_mut_ptr::<u64>();
+        p.write_volatile(0x5453_554d_5547_4921);
+        let back = p.read_volatile();
+        with_frames(|f| f.free(frame)).map_err(|e| format!("{e:?}"))?;
+        check(back == 0x5453_554d_5547_4921, || "direct-map write did not read back".into())
+    }
+}
+
+fn kernel_stack_has_guard_page(_: &Context) -> Result<(), String> {
+    let stack = KernelStack::new().map_err(|_| "no stack")?;
+    check(kernel_space::translate(stack.bottom()).is_some(), || "stack bottom not mapped".into())?;
+    let guard = VirtAddr::new(stack.bottom().as_u64() - PAGE_SIZE);
+    check(kernel_space::translate(guard).is_none(), || "guard page is mapped".into())?;
+    let top = stack.top();
+    drop(stack);
+    check(kernel_space::translate(VirtAddr::new(top.as_u64() - 8)).is_none(), || "stack still mapped after drop".into())
+}
+
+fn timer_ticks(_: &Context) -> Result<(), String> {
+    let start = crate::trap::ticks();
+    let deadline = arch::timer::cycles() + arch::timer::cycles_hz(); // one second
+    while crate::trap::ticks() < start + 3 {
+        if arch::timer::cycles() > deadline {
+            return Err(format!("only {} ticks in a second", crate::trap::ticks() - start));
+        }
+        arch::cpu::wait_for_interrupt();
+    }
+    Ok(())
+}
+
+fn clock_is_monotonic(_: &Context) -> Result<(), String> {
+    let mut last = arch::timer::nanos();
+    for _ in 0..1000 {
+        let now = arch::timer::nanos();
+        check(now >= last, || format!("clock went back from {last} to {now}"))?;
+        last = now;
+    }
+    check(last > 0, || "clock never started".into())
+}
+
+fn initrd_holds_init(ctx: &Context) -> Result<(), String> {
+    let archive = ctx.initrd.as_ref().ok_or("no boot archive")?;
+    let init = archive.find(tsumugi_abi::bootopt::DEFAULT_PROGRAM).map_err(|e| format!("{e:?}"))?;
+    check(init.is_some_and(|e| e.data.starts_with(b"\x7fELF")), || "init missing or not an ELF".into())
+}
+
+fn loader_accepts_init(ctx: &Context) -> Result<(), String> {
+    let archive = ctx.initrd.as_ref().ok_or("no boot archive")?;
+    let init = archive.find(tsumugi_abi::bootopt::DEFAULT_PROGRAM).ok().flatten().ok_or("no init")?;
+    let image = crate::loader::parse(init.data, arch::ELF_MACHINE).map_err(|e| format!("{e}"))?;
+    check(image.segments.iter().any(|s| s.flags.contains(MapFlags::EXEC)), || "no text segment".into())?;
+    check(image.segments.iter().all(|s| !(s.flags.contains(MapFlags::EXEC) && s.flags.contains(MapFlags::WRITE))), || "W+X segment".into())
+}
+
+fn address_space_checks_user_ranges(ctx: &Context) -> Result<(), String> {
+    let archive = ctx.initrd.as_ref().ok_or("no boot archive")?;
+    let init = archive.find(tsumugi_abi::bootopt::DEFAULT_PROGRAM).ok().flatten().ok_or("no init")?;
+    let free_before = with_frames(|f| f.free_frames());
+    {
+        let a = crate::domain::Domain::load("selftest-a", init.data).map_err(|e| format!("{e}"))?;
+        let b = crate::domain::Domain::load("selftest-b", init.data).map_err(|e| format!("{e}"))?;
+        check(a.entry != b.entry, || "two instances share an address".into())?;
+        let text = a.space.regions().iter().find(|r| r.flags.contains(MapFlags::EXEC)).ok_or("no text region")?;
+        check(a.space.check(text.start.as_u64(), 16, MapFlags::READ).is_ok(), || "text not readable".into())?;
+        check(a.space.check(text.start.as_u64(), 16, MapFlags::WRITE).is_err(), || "text writable".into())?;
+        check(a.space.check(arch::layout::KERNEL_HALF, 8, MapFlags::READ).is_err(), || "kernel address accepted".into())?;
+        check(a.space.check(u64::MAX - 4, 16, MapFlags::READ).is_err(), || "overflowing range accepted".into())?;
+        check(b.space.check(text.start.as_u64(), 16, MapFlags::READ).is_err(), || "another domain's text accepted".into())?;
+    }
+    let free_after = with_frames(|f| f.free_frames());
+    check(free_after == free_before, || format!("{} frames leaked by two domains", free_before as i64 - free_after as i64))
+}

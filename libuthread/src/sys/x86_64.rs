@@ -1,0 +1,30 @@
+//! The x86_64 syscall instruction: number in `rax`, arguments in `rdi, rsi, rdx, r10, r8, r9`,
+//! result in `rax`; the CPU clobbers `rcx` (return address) and `r11` (flags).
+
+/// Enters the kernel with syscall `number` and six arguments; returns the raw result register.
+///
+/// # Safety
+/// Pointer arguments are read or written by the kernel as the syscall documents; the caller
+/// must make sure writes land where Rust allows them.
+#[inline(always)]
+pub unsafe fn syscall6(number: usize, args: [usize; 6]) -> usize {
+    let ret: usize;
+    // SAFETY: the syscall instruction only transfers to the kernel, which preserves every
+    // register except rax (result), rcx and r11 (clobbered by the instruction).
+    unsafe {
+        core::arch::asm!(
+            "syscall",
+            inlateout("rax") number => ret,
+            in("rdi") args[0],
+            in("rsi") args[1],
+            in("rdx") args[2],
+            in("r10") args[3],
+            in("r8") args[4],
+            in("r9") args[5],
+            lateout("rcx") _,
+            lateout("r11") _,
+            options(nostack),
+        );
+    }
+    ret
+}

@@ -1,0 +1,47 @@
+//! Bad syscalls get error codes: an unknown number, pointers outside the caller's memory, a
+//! range that wraps, a bad clock selector. Exits 0 when every answer is the expected one.
+#![no_std]
+#![no_main]
+
+use libuthread::{println, sys, Errno};
+use tsumugi_abi::syscall::Syscall;
+
+/// A syscall number no kernel version assigns.
+const BOGUS_SYSCALL: usize = 0x7777;
+/// An address in the kernel half.
+const KERNEL_ADDRESS: usize = 0xffff_ffff_8000_0000;
+/// A user-half address no region covers (below every program).
+const UNMAPPED_ADDRESS: usize = 0x1000;
+/// A clock selector that does not exist.
+const BOGUS_CLOCK: usize = 99;
+
+fn expect(what: &str, got: sys::SysResult, want: Result<usize, Option<Errno>>) -> bool {
+    if got == want {
+        println!("syscall_errors: {what}: ok ({got:?})");
+        true
+    } else {
+        println!("syscall_errors: {what}: FAILED: got {got:?}, want {want:?}");
+        false
+    }
+}
+
+fn main() -> i32 {
+    let write = Syscall::ConsoleWrite as usize;
+    let msg = b"syscall_errors: a good write works\n";
+    let checks = [
+        expect("unknown syscall number", sys::call(BOGUS_SYSCALL, [0; 6]), Err(Some(Errno::NoSys))),
+        expect("write from kernel memory", sys::call(write, [KERNEL_ADDRESS, 16, 0, 0, 0, 0]), Err(Some(Errno::Fault))),
+        expect("write from unmapped memory", sys::call(write, [UNMAPPED_ADDRESS, 16, 0, 0, 0, 0]), Err(Some(Errno::Fault))),
+        expect("write of a wrapping range", sys::call(write, [usize::MAX - 4, 16, 0, 0, 0, 0]), Err(Some(Errno::Fault))),
+        expect("write running off the stack", sys::call(write, [msg.as_ptr() as usize, 1 << 40, 0, 0, 0, 0]), Err(Some(Errno::Fault))),
+        expect("bad clock selector", sys::call(Syscall::Clock as usize, [BOGUS_CLOCK, 0, 0, 0, 0, 0]), Err(Some(Errno::Inval))),
+        expect("good write", sys::console_write(msg), Ok(msg.len())),
+        expect("empty write", sys::call(write, [0, 0, 0, 0, 0, 0]), Ok(0)),
+    ];
+    if checks.iter().all(|&ok| ok) {
+        0
+    } else {
+        1
+    }
+}
+libuthread::entry!(main);
