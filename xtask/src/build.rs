@@ -1,0 +1,424 @@
+//! `cargo xtask build`: cross-compile the user programs and the kernel, then pack the boot archive.
+//!
+//! Target crates build into `target/cross` with the kernel toolchain chosen by [`crate::setup`], in
+//! an environment cleaned of what the outer (host) cargo set, so the two cargos never share a
+//! target folder or flags.
+
+use std::fs::File;
+use std::io::BufWriter;
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+
+use crate::arch::Arch;
+use crate::cmd::{host_cargo, workspace_root, Cmd};
+use crate::setup::{self, Tools};
+
+/// Package holding the user programs (one binary each).
+pub const USERLAND_PACKAGE: &str = "tsumugi-userland";
+/// Feature that enables the user programs (they only build for a bare-metal target).
+pub const USERLAND_FEATURE: &str = "target";
+/// Package holding the kernel.
+pub const KERNEL_PACKAGE: &str = "tsumugi-kernel";
+/// The kernel's bootable binary.
+pub const KERNEL_BIN: &str = "tsumugi";
+/// Feature that enables the kernel binary.
+pub const KERNEL_FEATURE: &str = "image";
+/// File name of the boot archive beside the kernel.
+pub const INITRD: &str = "initrd.tar";
+/// Unix mode of every program in the boot archive.
+pub const PROGRAM_MODE: u32 = 0o755;
+/// Sysroot crates built from source with `-Zbuild-std`.
+const BUILD_STD: &str = "-Zbuild-std=core,alloc,compiler_builtins";
+/// `compiler_builtins` provides `memcpy` and friends (there is no libc).
+const BUILD_STD_FEATURES: &str = "-Zbuild-std-features=compiler-builtins-mem";
+/// Inherited variables that would make the inner cargo use the outer one's flags, wrappers,
+/// target folder or toolchain.
+const OUTER_CARGO_VARIABLES: [&str; 5] = [
+    "CARGO_ENCODED_RUSTFLAGS",
+    "RUSTC_WRAPPER",
+    "RUSTC_WORKSPACE_WRAPPER",
+    "CARGO_TARGET_DIR",
+    "RUSTUP_TOOLCHAIN",
+];
+/// Prefixes of inherited cargo configuration variables removed for the same reason.
+const OUTER_CARGO_PREFIXES: [&str; 2] = ["CARGO_BUILD_", "CARGO_TARGET_"];
+
+/// Arguments of `cargo xtask build`.
+#[derive(Args, Debug)]
+pub struct BuildArgs {
+    /// Target architecture.
+    #[arg(long, value_enum, default_value_t = Arch::X86_64)]
+    pub arch: Arch,
+    /// Build with the release profile.
+    #[arg(long)]
+    pub release: bool,
+}
+
+/// What a build produces.
+#[derive(Clone, Debug)]
+pub struct Artifacts {
+    /// Kernel ELF.
+    pub kernel: PathBuf,
+    /// Boot archive of the user programs.
+    pub initrd: PathBuf,
+    /// User programs, by name.
+    pub programs: Vec<(String, PathBuf)>,
+}
+
+/// `cargo xtask build`.
+pub fn run(args: &BuildArgs) -> Result<u8> {
+    args.arch.require_supported()?;
+    let tools = setup::ensure(&[args.arch])?;
+    let artifacts = build(&tools, args.arch, args.release)?;
+    eprintln!("build: kernel {}", artifacts.kernel.display());
+    eprintln!(
+        "build: boot archive {} ({} programs)",
+        artifacts.initrd.display(),
+        artifacts.programs.len()
+    );
+    Ok(0)
+}
+
+/// `target/cross` in the workspace.
+pub fn cross_target_dir() -> PathBuf {
+    workspace_root().join("target").join("cross")
+}
+
+/// Folder of the outputs for `arch` and a profile.
+pub fn output_dir(arch: Arch, release: bool) -> PathBuf {
+    let profile = if release { "release" } else { "debug" };
+    cross_target_dir().join(arch.triple()).join(profile)
+}
+
+/// Builds the user programs and the kernel for `arch` and packs the boot archive.
+pub fn build(tools: &Tools, arch: Arch, release: bool) -> Result<Artifacts> {
+    if tools.linker.to_string_lossy().contains(char::is_whitespace) {
+        // RUSTFLAGS is split at whitespace, so such a path cannot be passed as `-C linker=`.
+        bail!(
+            "the linker path {} contains whitespace; put ld.lld in a folder without spaces",
+            tools.linker.display()
+        );
+    }
+    let programs = userland_programs()?;
+    userland_command(tools, arch, release)
+        .run()
+        .context("building the user programs")?;
+    kernel_command(tools, arch, release)
+        .run()
+        .context("building the kernel")?;
+    let dir = output_dir(arch, release);
+    let kernel = dir.join(KERNEL_BIN);
+    if !kernel.is_file() {
+        bail!(
+            "the kernel build succeeded but {} does not exist",
+            kernel.display()
+        );
+    }
+    let programs: Vec<(String, PathBuf)> = programs
+        .into_iter()
+        .map(|name| {
+            let path = dir.join(&name);
+            (name, path)
+        })
+        .collect();
+    let initrd = dir.join(INITRD);
+    pack_initrd(&programs, &initrd)?;
+    Ok(Artifacts {
+        kernel,
+        initrd,
+        programs,
+    })
+}
+
+/// The cargo invocation shared by both builds: toolchain, flags, cleaned environment, `-Z` flags,
+/// target and target folder, after the subcommand.
+fn cross_cargo(tools: &Tools, arch: Arch, subcommand: &str) -> Cmd {
+    let toolchain = &tools.toolchain;
+    let rustflags = format!(
+        "-C force-frame-pointers=yes -C linker={}",
+        tools.linker.display()
+    );
+    let mut cmd = Cmd::new(&toolchain.cargo)
+        .current_dir(workspace_root())
+        .env("RUSTC", &toolchain.rustc);
+    if toolchain.build_std() {
+        cmd = cmd.env("RUSTC_BOOTSTRAP", "1");
+    }
+    cmd = cmd.env("RUSTFLAGS", rustflags);
+    for key in outer_cargo_variables() {
+        cmd = cmd.env_remove(&key);
+    }
+    cmd = cmd.arg(subcommand);
+    if toolchain.build_std() {
+        cmd = cmd.args([BUILD_STD, BUILD_STD_FEATURES]);
+    }
+    cmd.args(["--target", arch.triple()])
+        .arg("--target-dir")
+        .arg(cross_target_dir())
+}
+
+/// Names of the inherited variables to remove.
+fn outer_cargo_variables() -> Vec<String> {
+    let mut keys: Vec<String> = OUTER_CARGO_VARIABLES
+        .iter()
+        .map(|k| k.to_string())
+        .collect();
+    for (key, _) in std::env::vars_os() {
+        let key = key.to_string_lossy();
+        if OUTER_CARGO_PREFIXES
+            .iter()
+            .any(|prefix| key.starts_with(prefix))
+            && !keys.iter().any(|k| *k == key)
+        {
+            keys.push(key.into_owned());
+        }
+    }
+    keys
+}
+
+/// `cargo build ... -p tsumugi-userland --features target --bins`.
+pub fn userland_command(tools: &Tools, arch: Arch, release: bool) -> Cmd {
+    let cmd = cross_cargo(tools, arch, "build").args([
+        "-p",
+        USERLAND_PACKAGE,
+        "--features",
+        USERLAND_FEATURE,
+        "--bins",
+    ]);
+    if release {
+        cmd.arg("--release")
+    } else {
+        cmd
+    }
+}
+
+/// `cargo rustc ... -p tsumugi-kernel --bin tsumugi --features image -- <kernel rustc args>`.
+pub fn kernel_command(tools: &Tools, arch: Arch, release: bool) -> Cmd {
+    let mut cmd = cross_cargo(tools, arch, "rustc").args([
+        "-p",
+        KERNEL_PACKAGE,
+        "--bin",
+        KERNEL_BIN,
+        "--features",
+        KERNEL_FEATURE,
+    ]);
+    if release {
+        cmd = cmd.arg("--release");
+    }
+    cmd.arg("--").args(arch.kernel_rustc_args())
+}
+
+/// Names of the binaries of the user-program package, from `cargo metadata`, sorted.
+fn userland_programs() -> Result<Vec<String>> {
+    let manifest = workspace_root().join("Cargo.toml");
+    let json = Cmd::new(host_cargo())
+        .args([
+            "metadata",
+            "--no-deps",
+            "--format-version",
+            "1",
+            "--manifest-path",
+        ])
+        .arg(&manifest)
+        .read()
+        .context("reading the workspace metadata")?;
+    bin_names(&json, USERLAND_PACKAGE)
+}
+
+/// Binary target names of `package` in `cargo metadata` output, sorted.
+pub fn bin_names(metadata_json: &str, package: &str) -> Result<Vec<String>> {
+    let metadata: serde_json::Value =
+        serde_json::from_str(metadata_json).context("cargo metadata is not JSON")?;
+    let packages = metadata["packages"]
+        .as_array()
+        .context("cargo metadata has no package list")?;
+    let found = packages
+        .iter()
+        .find(|p| p["name"] == package)
+        .with_context(|| format!("no package `{package}` in the workspace"))?;
+    let targets = found["targets"]
+        .as_array()
+        .context("package without targets in cargo metadata")?;
+    let mut names: Vec<String> = targets
+        .iter()
+        .filter(|t| {
+            t["kind"]
+                .as_array()
+                .is_some_and(|kinds| kinds.iter().any(|k| k == "bin"))
+        })
+        .filter_map(|t| t["name"].as_str().map(str::to_string))
+        .collect();
+    names.sort();
+    if names.is_empty() {
+        bail!("package `{package}` has no binaries to put in the boot archive");
+    }
+    Ok(names)
+}
+
+/// Writes a deterministic ustar archive: one regular file per program, named by the program, no
+/// folders, mode 0755, owner 0:0, mtime 0, in the given order. Written beside and renamed so a
+/// failed write never leaves a half archive.
+pub fn pack_initrd(programs: &[(String, PathBuf)], out: &Path) -> Result<()> {
+    let partial = out.with_extension("tar.partial");
+    let file = File::create(&partial).with_context(|| format!("creating {}", partial.display()))?;
+    let mut builder = tar::Builder::new(BufWriter::new(file));
+    for (name, path) in programs {
+        let mut program =
+            File::open(path).with_context(|| format!("opening program {}", path.display()))?;
+        let size = program
+            .metadata()
+            .with_context(|| format!("reading {}", path.display()))?
+            .len();
+        let mut header = tar::Header::new_ustar();
+        header
+            .set_path(name)
+            .with_context(|| format!("program name `{name}` does not fit a tar header"))?;
+        header.set_entry_type(tar::EntryType::Regular);
+        header.set_size(size);
+        header.set_mode(PROGRAM_MODE);
+        header.set_uid(0);
+        header.set_gid(0);
+        header.set_mtime(0);
+        header.set_cksum();
+        builder
+            .append(&header, &mut program)
+            .with_context(|| format!("adding {} to {}", path.display(), partial.display()))?;
+    }
+    let writer = builder
+        .into_inner()
+        .with_context(|| format!("finishing {}", partial.display()))?;
+    writer
+        .into_inner()
+        .map_err(|e| e.into_error())
+        .and_then(|file| file.sync_all())
+        .with_context(|| format!("writing {}", partial.display()))?;
+    std::fs::rename(&partial, out)
+        .with_context(|| format!("renaming {} to {}", partial.display(), out.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Read;
+
+    use super::*;
+    use crate::setup::{Toolchain, ToolchainKind};
+
+    fn debian_tools() -> Tools {
+        Tools {
+            toolchain: Toolchain {
+                kind: ToolchainKind::Debian,
+                rustc: "/usr/bin/rustc".into(),
+                cargo: "/usr/bin/cargo".into(),
+                sysroot: "/usr".into(),
+                version: "rustc 1.96.0".into(),
+            },
+            linker: "/usr/bin/ld.lld".into(),
+            qemu: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn debian_commands_match_the_documented_ones() {
+        let target_dir = cross_target_dir();
+        let target_dir = target_dir.display();
+        let env = "RUSTC=/usr/bin/rustc RUSTC_BOOTSTRAP=1 \
+                   RUSTFLAGS='-C force-frame-pointers=yes -C linker=/usr/bin/ld.lld' /usr/bin/cargo";
+        let common = format!(
+            "-Zbuild-std=core,alloc,compiler_builtins -Zbuild-std-features=compiler-builtins-mem \
+             --target x86_64-unknown-none --target-dir {target_dir}"
+        );
+        assert_eq!(
+            userland_command(&debian_tools(), Arch::X86_64, false).display(),
+            format!("{env} build {common} -p tsumugi-userland --features target --bins")
+        );
+        assert_eq!(
+            kernel_command(&debian_tools(), Arch::X86_64, true).display(),
+            format!(
+                "{env} rustc {common} -p tsumugi-kernel --bin tsumugi --features image --release \
+                 -- -C relocation-model=static -C code-model=kernel"
+            )
+        );
+    }
+
+    #[test]
+    fn prebuilt_target_needs_no_build_std() {
+        let mut tools = debian_tools();
+        tools.toolchain.kind = ToolchainKind::RustupTarget;
+        let line = userland_command(&tools, Arch::X86_64, true).display();
+        assert!(!line.contains("-Zbuild-std") && !line.contains("RUSTC_BOOTSTRAP"));
+        assert!(line.ends_with("--bins --release"));
+    }
+
+    #[test]
+    fn removes_the_outer_cargo_environment() {
+        let cmd = userland_command(&debian_tools(), Arch::X86_64, false).to_command();
+        let removed: Vec<_> = cmd
+            .get_envs()
+            .filter(|(_, v)| v.is_none())
+            .map(|(k, _)| k.to_owned())
+            .collect();
+        for key in OUTER_CARGO_VARIABLES {
+            assert!(removed.iter().any(|k| k == key), "{key} kept");
+        }
+    }
+
+    #[test]
+    fn output_paths_follow_the_profile() {
+        assert!(output_dir(Arch::X86_64, false).ends_with("target/cross/x86_64-unknown-none/debug"));
+        assert!(
+            output_dir(Arch::X86_64, true).ends_with("target/cross/x86_64-unknown-none/release")
+        );
+    }
+
+    #[test]
+    fn finds_bin_names_in_metadata() {
+        let json = r#"{"packages":[
+            {"name":"other","targets":[{"name":"x","kind":["bin"]}]},
+            {"name":"tsumugi-userland","targets":[
+                {"name":"tsumugi_userland","kind":["lib"]},
+                {"name":"init","kind":["bin"]},
+                {"name":"fault_exec_data","kind":["bin"]}]}]}"#;
+        assert_eq!(
+            bin_names(json, USERLAND_PACKAGE).unwrap(),
+            ["fault_exec_data", "init"]
+        );
+        assert!(bin_names(json, "missing").is_err());
+        assert!(bin_names("not json", USERLAND_PACKAGE).is_err());
+    }
+
+    #[test]
+    fn boot_archive_is_deterministic_ustar() {
+        let dir = std::env::temp_dir().join(format!("xtask-initrd-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let init = dir.join("init");
+        std::fs::write(&init, b"\x7fELF init").unwrap();
+        let other = dir.join("fault");
+        std::fs::write(&other, vec![0xAB; 1000]).unwrap();
+        let programs = vec![("fault".to_string(), other), ("init".to_string(), init)];
+        let first = dir.join("a.tar");
+        let second = dir.join("b.tar");
+        pack_initrd(&programs, &first).unwrap();
+        pack_initrd(&programs, &second).unwrap();
+        let bytes = std::fs::read(&first).unwrap();
+        assert_eq!(bytes, std::fs::read(&second).unwrap());
+
+        let mut archive = tar::Archive::new(bytes.as_slice());
+        let mut seen = Vec::new();
+        for entry in archive.entries().unwrap() {
+            let mut entry = entry.unwrap();
+            let header = entry.header();
+            assert!(header.as_ustar().is_some());
+            assert_eq!(header.mode().unwrap(), PROGRAM_MODE);
+            assert_eq!(header.mtime().unwrap(), 0);
+            assert_eq!((header.uid().unwrap(), header.gid().unwrap()), (0, 0));
+            let name = entry.path().unwrap().to_string_lossy().into_owned();
+            let mut content = Vec::new();
+            entry.read_to_end(&mut content).unwrap();
+            seen.push((name, content.len()));
+        }
+        assert_eq!(seen, [("fault".to_string(), 1000), ("init".to_string(), 9)]);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

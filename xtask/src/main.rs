@@ -1,0 +1,63 @@
+//! `cargo xtask`: Tsumugi's host tooling (set up, build, boot, test, debug), one module per command.
+#![forbid(unsafe_code)]
+
+mod arch;
+mod build;
+mod cmd;
+mod gdb;
+mod qemu;
+mod run;
+mod setup;
+mod test;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Exit status for a request `xtask` cannot serve as asked (as clap uses for bad arguments).
+const EXIT_USAGE: u8 = 2;
+
+/// Tsumugi's host tooling.
+#[derive(Parser, Debug)]
+#[command(name = "cargo xtask", bin_name = "cargo xtask", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// The commands.
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Find (or, as root on Debian/Ubuntu, install) the kernel toolchain, linker and QEMU.
+    Setup(setup::SetupArgs),
+    /// Build the user programs, the kernel and the boot archive into target/cross.
+    Build(build::BuildArgs),
+    /// Build, then boot in QEMU with the serial console on this terminal.
+    Run(run::RunArgs),
+    /// Run the host tests and every QEMU test suite (what CI runs).
+    Test(test::TestArgs),
+    /// Like run, but QEMU waits for gdb on :1234 before the first instruction.
+    Gdb(gdb::GdbArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match &cli.command {
+        Command::Setup(args) => setup::run(args),
+        Command::Build(args) => build::run(args),
+        Command::Run(args) => run::run(args),
+        Command::Test(args) => test::run(args),
+        Command::Gdb(args) => gdb::run(args),
+    };
+    match result {
+        Ok(status) => ExitCode::from(status),
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            if error.downcast_ref::<arch::Unsupported>().is_some() {
+                ExitCode::from(EXIT_USAGE)
+            } else {
+                ExitCode::FAILURE
+            }
+        }
+    }
+}

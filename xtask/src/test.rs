@@ -1,0 +1,299 @@
+//! `cargo xtask test`: the host tests, then every QEMU suite of every supported architecture.
+//!
+//! Prints one `ok`/`FAIL` line per QEMU check, the tail of the serial log of a failed suite, and
+//! ends with exactly one `N passed, M failed` line counting host tests and QEMU checks together.
+//! This is what CI runs (`.ci/run`).
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::Stdio;
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use tsumugi_tests::{evaluate, suites, CheckResult, Expected, Outcome, Suite};
+
+use crate::arch::Arch;
+use crate::build::{self, Artifacts};
+use crate::cmd::{host_cargo, workspace_root, Cmd};
+use crate::qemu::{self, Accel, Console, Machine};
+use crate::setup::{self, Tools};
+
+/// Name of the host-test group (for `--filter` and the result lines).
+pub const HOST_GROUP: &str = "host";
+/// Lines of a failed suite's log printed to the terminal.
+pub const LOG_TAIL_LINES: usize = 40;
+/// How cargo's test harness starts its per-binary result line.
+const TEST_RESULT: &str = "test result:";
+
+/// Arguments of `cargo xtask test`.
+#[derive(Args, Debug)]
+pub struct TestArgs {
+    /// Only this architecture (default: every supported one).
+    #[arg(long, value_enum)]
+    pub arch: Option<Arch>,
+    /// Build the kernel with the release profile.
+    #[arg(long)]
+    pub release: bool,
+    /// Only run the test groups whose name contains this text: `host` for `cargo test`,
+    /// `<arch>/<suite>` (e.g. `x86_64/kernel`) for a QEMU suite.
+    #[arg(long)]
+    pub filter: Option<String>,
+}
+
+/// Running totals.
+#[derive(Debug, Default)]
+struct Tally {
+    passed: u64,
+    failed: u64,
+}
+
+impl Tally {
+    /// Prints and counts one check of `group`.
+    fn record(&mut self, group: &str, result: &CheckResult) {
+        if result.passed {
+            self.passed += 1;
+            println!("ok   {group}: {}", result.description);
+        } else {
+            self.failed += 1;
+            println!("FAIL {group}: {} ({})", result.description, result.detail);
+        }
+    }
+
+    /// Prints and counts something that could not run.
+    fn could_not_run(&mut self, group: &str, what: &str, error: &anyhow::Error) {
+        self.failed += 1;
+        println!("FAIL {group}: {what} ({error:#})");
+    }
+}
+
+/// `cargo xtask test`.
+pub fn run(args: &TestArgs) -> Result<u8> {
+    let arches = match args.arch {
+        Some(arch) => {
+            arch.require_supported()?;
+            vec![arch]
+        }
+        None => Arch::supported(),
+    };
+    let selected = |group: &str| {
+        args.filter
+            .as_deref()
+            .is_none_or(|filter| group.contains(filter))
+    };
+    let run_host = selected(HOST_GROUP);
+    let mut plan = Vec::new();
+    let mut known_groups = vec![HOST_GROUP.to_string()];
+    for arch in arches {
+        let suites = suites::for_arch(arch.name()).with_context(|| {
+            format!("{arch} is supported but the tests crate defines no suites for it")
+        })?;
+        known_groups.extend(suites.iter().map(|suite| group_name(arch, suite)));
+        let suites: Vec<Suite> = suites
+            .into_iter()
+            .filter(|suite| selected(&group_name(arch, suite)))
+            .collect();
+        if !suites.is_empty() {
+            plan.push((arch, suites));
+        }
+    }
+    if !run_host && plan.is_empty() {
+        bail!(
+            "--filter {:?} matches no test group (groups: {})",
+            args.filter.as_deref().unwrap_or_default(),
+            known_groups.join(", ")
+        );
+    }
+
+    let mut tally = Tally::default();
+    let tools = if plan.is_empty() {
+        None
+    } else {
+        let arches: Vec<Arch> = plan.iter().map(|(arch, _)| *arch).collect();
+        match setup::ensure(&arches) {
+            Ok(tools) => Some(tools),
+            Err(error) => {
+                tally.could_not_run("setup", "cannot build or boot the kernel", &error);
+                None
+            }
+        }
+    };
+    if run_host {
+        host_tests(&mut tally);
+    }
+    if let Some(tools) = tools {
+        for (arch, suites) in &plan {
+            run_arch(&tools, *arch, suites, args.release, &mut tally);
+        }
+    }
+    println!("{} passed, {} failed", tally.passed, tally.failed);
+    Ok(if tally.failed == 0 { 0 } else { 1 })
+}
+
+/// `<arch>/<suite>`, the name of a QEMU suite in filters and result lines.
+fn group_name(arch: Arch, suite: &Suite) -> String {
+    format!("{arch}/{}", suite.name)
+}
+
+/// Runs `cargo test --workspace` on the host, streaming its output and counting its results.
+fn host_tests(tally: &mut Tally) {
+    let cmd = Cmd::new(host_cargo())
+        .args(["test", "--workspace", "--no-fail-fast"])
+        .current_dir(workspace_root());
+    match stream_cargo_test(&cmd) {
+        Ok((passed, failed, status)) => {
+            tally.passed += passed;
+            tally.failed += failed;
+            println!("{HOST_GROUP}: {passed} passed, {failed} failed");
+            if !status.success() && failed == 0 {
+                let error =
+                    anyhow::anyhow!("exited with {status} before any test failed (does it build?)");
+                tally.could_not_run(HOST_GROUP, "cargo test --workspace", &error);
+            }
+        }
+        Err(error) => tally.could_not_run(HOST_GROUP, "cargo test --workspace", &error),
+    }
+}
+
+/// Runs a `cargo test` command, echoing its stdout, and sums its `test result:` lines.
+fn stream_cargo_test(cmd: &Cmd) -> Result<(u64, u64, std::process::ExitStatus)> {
+    cmd.echo();
+    let mut child = cmd
+        .to_command()
+        .stdout(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("could not start `{}`", cmd.display()))?;
+    let (mut passed, mut failed) = (0, 0);
+    if let Some(stdout) = child.stdout.take() {
+        for line in BufReader::new(stdout).lines() {
+            let line = line.context("reading cargo test output")?;
+            println!("{line}");
+            if let Some((p, f)) = parse_test_result(&line) {
+                passed += p;
+                failed += f;
+            }
+        }
+    }
+    let status = child.wait().context("waiting for cargo test")?;
+    Ok((passed, failed, status))
+}
+
+/// The passed and failed counts of a `test result: ok. 5 passed; 0 failed; ...` line.
+pub fn parse_test_result(line: &str) -> Option<(u64, u64)> {
+    let rest = line.trim_start().strip_prefix(TEST_RESULT)?;
+    let words: Vec<&str> = rest.split_whitespace().collect();
+    let count = |label: &str| {
+        words
+            .windows(2)
+            .find(|pair| pair[1].trim_end_matches([';', ',', '.']) == label)
+            .and_then(|pair| pair[0].parse::<u64>().ok())
+    };
+    Some((count("passed")?, count("failed")?))
+}
+
+/// Builds for `arch` and runs its suites, one after another.
+fn run_arch(tools: &Tools, arch: Arch, suites: &[Suite], release: bool, tally: &mut Tally) {
+    let artifacts = match build::build(tools, arch, release) {
+        Ok(artifacts) => artifacts,
+        Err(error) => {
+            tally.could_not_run(arch.name(), "build", &error);
+            return;
+        }
+    };
+    for suite in suites {
+        run_suite(arch, suite, &artifacts, tally);
+    }
+}
+
+/// Where a suite's serial log goes: `target/test-logs/<arch>-<suite>.log`.
+pub fn log_path(arch: Arch, suite: &Suite) -> PathBuf {
+    workspace_root()
+        .join("target")
+        .join("test-logs")
+        .join(format!("{arch}-{}.log", suite.name))
+}
+
+/// Boots one suite and prints its checks.
+fn run_suite(arch: Arch, suite: &Suite, artifacts: &Artifacts, tally: &mut Tally) {
+    let group = group_name(arch, suite);
+    let log = log_path(arch, suite);
+    println!(
+        "test {group}: {} CPU(s), boot words `{}`, time limit {} s",
+        suite.smp,
+        suite.boot_words,
+        suite.timeout.as_secs()
+    );
+    let machine = Machine {
+        arch,
+        accel: Accel::Tcg,
+        smp: suite.smp,
+        icount: false,
+        gdb: false,
+        kernel: &artifacts.kernel,
+        initrd: &artifacts.initrd,
+        cmdline: &suite.boot_words,
+    };
+    let console = Console::Capture { log: log.clone() };
+    let finished = match qemu::run(&qemu::command(&machine), arch, suite.timeout, &console) {
+        Ok(finished) => finished,
+        Err(error) => {
+            tally.could_not_run(&group, "boot", &error);
+            return;
+        }
+    };
+    if matches!(finished.outcome, Outcome::TimedOut(_)) && suite.expected != Expected::Timeout {
+        println!("{group}: {}", finished.outcome.describe());
+    }
+    let results = evaluate(suite, &finished.outcome, &finished.log);
+    for result in &results {
+        tally.record(&group, result);
+    }
+    if results.iter().any(|result| !result.passed) {
+        print_tail(&finished.log, &log);
+    }
+}
+
+/// Prints the last [`LOG_TAIL_LINES`] lines of a failed suite's log and where the whole log is.
+fn print_tail(text: &str, path: &std::path::Path) {
+    let lines: Vec<&str> = text.lines().collect();
+    let start = lines.len().saturating_sub(LOG_TAIL_LINES);
+    println!(
+        "---- last {} lines of {} ----",
+        lines.len() - start,
+        path.display()
+    );
+    for line in &lines[start..] {
+        println!("{line}");
+    }
+    println!("---- end of log; full log: {} ----", path.display());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_cargo_test_result_lines() {
+        assert_eq!(
+            parse_test_result(
+                "test result: ok. 12 passed; 0 failed; 1 ignored; 0 measured; 0 filtered out; finished in 0.01s"
+            ),
+            Some((12, 0))
+        );
+        assert_eq!(
+            parse_test_result(
+                "test result: FAILED. 3 passed; 2 failed; 0 ignored; 0 measured; 0 filtered out"
+            ),
+            Some((3, 2))
+        );
+        assert_eq!(parse_test_result("running 3 tests"), None);
+        assert_eq!(parse_test_result("test result: garbage"), None);
+        assert_eq!(parse_test_result("test foo ... ok"), None);
+    }
+
+    #[test]
+    fn log_paths_name_arch_and_suite() {
+        let suite = &suites::x86_64()[0];
+        assert!(log_path(Arch::X86_64, suite).ends_with("target/test-logs/x86_64-kernel.log"));
+        assert_eq!(group_name(Arch::X86_64, suite), "x86_64/kernel");
+    }
+}
