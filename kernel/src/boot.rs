@@ -49,15 +49,13 @@ pub fn kernel_main(info: &'static BootInfo) -> ! {
         if report.ignored_bytes > 0 { " (memory above 4 GiB ignored)" } else { "" }
     );
 
-    arch::usercopy::set_smap(features.smap);
-    let lapic = kernel_space::map_mmio(arch::interrupts::local_apic_phys(), arch::addr::PAGE_SIZE).expect("map the local APIC");
-    arch::interrupts::disable_legacy_pic();
-    // SAFETY: `lapic` maps the local APIC's register page uncached for the rest of the run.
-    unsafe { arch::interrupts::init_local_apic(lapic.as_u64()) };
-    let cal = arch::timer::calibrate();
-    arch::timer::start_periodic(TICK_HZ);
+    let mut map_mmio = |pa: PhysAddr, len: u64| kernel_space::map_mmio(pa, len).ok().map(|va| va.as_u64());
+    if let Err(why) = arch::interrupts::init(&mut map_mmio) {
+        panic!("interrupt set-up failed: {why}");
+    }
+    let cal = arch::timer::init(TICK_HZ);
     arch::cpu::enable_interrupts();
-    println!("timer: {} Hz tick, cycle counter {} MHz, local APIC timer {} kHz", TICK_HZ, cal.cycles_hz / 1_000_000, cal.timer_hz / 1000);
+    println!("timer: {} Hz tick, cycle counter {} MHz, tick timer {} kHz", TICK_HZ, cal.cycles_hz / 1_000_000, cal.timer_hz / 1000);
 
     let initrd = info.initrd.map(|(start, end)| {
         let len = (end.as_u64() - start.as_u64()) as usize;

@@ -50,7 +50,15 @@ pub fn exception(frame: &TrapFrame, trap: Trap) -> ! {
         }
         other => writeln!(out, "\n{PANIC} on cpu {}: unexpected {other:?} in the kernel", arch::cpu::cpu_index()),
     };
-    let _ = writeln!(out, "  error {:#x}, rip {:#x}, cr2 {:#x}", frame.error_code, frame.ip(), arch::cpu::fault_address());
+    let _ = writeln!(
+        out,
+        "  error {:#x}, {} {:#x}, {} {:#x}",
+        frame.fault_code(),
+        arch::trap::IP_REGISTER,
+        frame.ip(),
+        arch::cpu::FAULT_ADDRESS_REGISTER,
+        arch::cpu::fault_address()
+    );
     let _ = frame.dump(&mut out);
     context(&mut out);
     backtrace(&mut out, frame.frame_pointer());

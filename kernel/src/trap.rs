@@ -71,7 +71,7 @@ fn describe_user_fault(frame: &TrapFrame, trap: Trap) -> String {
             format!("page fault: {verb} {why} at {address:#x}{}; rip {:#x}", region(address), frame.ip())
         }
         Trap::Exception { vector, name } => {
-            format!("{name} (vector {vector}, error {:#x}) at rip {:#x}{}", frame.error_code, frame.ip(), region(frame.ip()))
+            format!("{name} (vector {vector}, error {:#x}) at rip {:#x}{}", frame.fault_code(), frame.ip(), region(frame.ip()))
         }
         other => format!("unexpected trap {other:?} at rip {:#x}", frame.ip()),
     }

@@ -138,6 +138,7 @@ pub fn init_boot_cpu() -> Features {
     // lives for the rest of the run.
     let percpu: &'static mut PerCpu = unsafe { &mut *core::ptr::addr_of_mut!(BSP_PERCPU) };
     init_cpu(percpu, 0, features);
+    super::usercopy::set_smap(features.smap);
     features
 }
 
@@ -249,6 +250,9 @@ pub fn wait_for_interrupt() {
 pub fn spin_hint() {
     core::hint::spin_loop();
 }
+
+/// What the manuals call the register holding the faulting address (for reports).
+pub const FAULT_ADDRESS_REGISTER: &str = "cr2";
 
 /// The faulting address of the last page fault.
 pub fn fault_address() -> u64 {

@@ -119,6 +119,18 @@ pub unsafe fn init_local_apic(virt: u64) {
     write(reg::SVR, SVR_ENABLE | u32::from(SPURIOUS_VECTOR));
 }
 
+/// Brings up this machine's interrupt controllers: masks the legacy PICs and enables the boot
+/// CPU's local APIC, whose register page `map_mmio(phys, len)` maps uncached (and returns the
+/// virtual address of).
+pub fn init(map_mmio: &mut dyn FnMut(PhysAddr, u64) -> Option<u64>) -> Result<(), &'static str> {
+    let virt = map_mmio(local_apic_phys(), crate::addr::PAGE_SIZE).ok_or("cannot map the local APIC")?;
+    disable_legacy_pic();
+    // SAFETY: `virt` maps the APIC register page uncached for the rest of the run (map_mmio's
+    // contract).
+    unsafe { init_local_apic(virt) };
+    Ok(())
+}
+
 /// Signals the end of the interrupt being handled.
 pub fn end_of_interrupt() {
     write(reg::EOI, 0);

@@ -97,6 +97,13 @@ pub fn calibrate() -> Calibration {
     Calibration { cycles_hz, timer_hz }
 }
 
+/// Calibrates the clocks and starts the boot CPU's periodic tick at `hz`.
+pub fn init(hz: u64) -> Calibration {
+    let cal = calibrate();
+    start_periodic(hz);
+    cal
+}
+
 /// Starts this CPU's periodic tick at `hz` interrupts per second on [`TIMER_VECTOR`].
 pub fn start_periodic(hz: u64) {
     let per_tick = (LAPIC_TIMER_HZ.load(Ordering::Relaxed) / hz.max(1)).clamp(1, u64::from(u32::MAX));

@@ -57,6 +57,9 @@ const _: () = assert!(size_of::<TrapFrame>() % 16 == 0);
 const _: () = assert!(offset_of!(TrapFrame, vector) == 15 * 8);
 const _: () = assert!(offset_of!(TrapFrame, cs) == 18 * 8);
 
+/// What the manuals call the instruction pointer (for reports).
+pub const IP_REGISTER: &str = "rip";
+
 /// Pseudo-vector recorded in frames built by the `syscall` entry.
 pub const SYSCALL_VECTOR: u64 = 0x100;
 /// Vector of the local APIC timer.
@@ -131,6 +134,11 @@ impl TrapFrame {
     /// The interrupted frame pointer (start of a backtrace).
     pub fn frame_pointer(&self) -> u64 {
         self.rbp
+    }
+
+    /// The error code the CPU pushed (0 for vectors without one).
+    pub fn fault_code(&self) -> u64 {
+        self.error_code
     }
 
     /// The syscall number (`rax`).
