@@ -11,7 +11,7 @@ use core::sync::atomic::{AtomicU64, Ordering};
 use spin::Mutex;
 
 use crate::loader::{self, Image, LoadError};
-use crate::mm::kernel_space::{allocate_zeroed_frame, phys_to_virt, with_frames, AllocatorFrames, DirectMap, KERNEL_ROOT_ENTRIES};
+use crate::mm::kernel_space::{allocate_zeroed_frame, phys_to_virt, with_frames, AllocatorFrames, DirectMap, SHARED_KERNEL_ROOT_ENTRIES, USER_ROOT_ENTRIES};
 use crate::mm::page_table::{MapError, PageTable};
 use crate::mm::region::{self, RangeError, Region, RegionKind};
 use crate::mm::user_range::UserRangeAllocator;
@@ -60,7 +60,7 @@ impl AddressSpace {
     pub fn new() -> Result<Self, StartError> {
         crate::mm::kernel_space::with_kernel_table(|kernel, frames| {
             let mut table = PageTable::new(&DirectMap, &mut AllocatorFrames(frames))?;
-            table.share_root_entries(&DirectMap, kernel, KERNEL_ROOT_ENTRIES);
+            table.share_root_entries(&DirectMap, kernel, SHARED_KERNEL_ROOT_ENTRIES);
             Ok(AddressSpace { table, regions: Vec::new() })
         })
     }
@@ -146,7 +146,7 @@ impl Drop for AddressSpace {
         // The table is not active on any CPU any more (the domain's threads are gone).
         // SAFETY: same root, this address space's own table.
         let table = unsafe { PageTable::<PageFormat>::from_root(self.table.root()) };
-        with_frames(|f| table.free_tables(&DirectMap, &mut AllocatorFrames(f), 0..KERNEL_ROOT_ENTRIES.start));
+        with_frames(|f| table.free_tables(&DirectMap, &mut AllocatorFrames(f), USER_ROOT_ENTRIES));
     }
 }
 

@@ -32,3 +32,9 @@ pub const USER_START: u64 = 0x0000_0000_4000_0000;
 pub const USER_END: u64 = 0x0000_7fff_ffe0_0000;
 /// First address of the kernel half.
 pub const KERNEL_HALF: u64 = 0xffff_8000_0000_0000;
+
+/// Root-table slots that hold the kernel half. They are created at boot and copied into every
+/// user page table (on ports with a separate kernel root this range is empty).
+pub const SHARED_KERNEL_ROOT_ENTRIES: core::ops::Range<usize> = 256..512;
+/// Root-table slots a user page table owns.
+pub const USER_ROOT_ENTRIES: core::ops::Range<usize> = 0..256;

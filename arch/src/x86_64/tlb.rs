@@ -15,6 +15,16 @@ pub unsafe fn load_root(root: Frame) {
     unsafe { Cr3::write(frame, Cr3Flags::empty()) };
 }
 
+/// Installs the kernel's own table at boot. On x86_64 there is one root register, so this is
+/// [`load_root`]; ports with a separate kernel root (aarch64 TTBR1) differ here.
+///
+/// # Safety
+/// As for [`load_root`]; `root` must map the running kernel.
+pub unsafe fn load_kernel_root(root: Frame) {
+    // SAFETY: guaranteed by the caller.
+    unsafe { load_root(root) }
+}
+
 /// The active top-level table.
 pub fn current_root() -> Frame {
     let (frame, _) = Cr3::read();

@@ -29,6 +29,10 @@ const LARGE_PAGE: u64 = 2 << 20;
 const LOW_MEMORY_END: u64 = 1 << 20;
 /// Root-table slots of the kernel half.
 pub const KERNEL_ROOT_ENTRIES: core::ops::Range<usize> = 256..512;
+/// Root-table slots user page tables copy from the kernel table.
+pub use arch::layout::SHARED_KERNEL_ROOT_ENTRIES;
+/// Root-table slots a user page table owns.
+pub use arch::layout::USER_ROOT_ENTRIES;
 
 /// The frame bitmap, in .bss so it is reachable before and after the switch to our tables.
 static mut BITMAP: [u64; BITMAP_WORDS] = [0; BITMAP_WORDS];
@@ -199,7 +203,7 @@ pub fn init(info: &BootInfo) -> Result<MemoryReport, &'static str> {
 
     // SAFETY: the new table maps the running code (image), its stack (.bss), and the direct
     // map; the boot identity map is no longer needed once DIRECT_MAP_ACTIVE is set below.
-    unsafe { arch::tlb::load_root(table.root()) };
+    unsafe { arch::tlb::load_kernel_root(table.root()) };
     DIRECT_MAP_ACTIVE.store(true, Ordering::Relaxed);
 
     let report = MemoryReport { covered_frames: frames.covered_frames(), free_frames: frames.free_frames(), ignored_bytes: ignored };
