@@ -18,6 +18,10 @@ pub mod mapping;
 #[path = "x86_64/mod.rs"]
 mod imp;
 
+#[cfg(all(target_arch = "riscv64", target_os = "none"))]
+#[path = "riscv64/mod.rs"]
+mod imp;
+
 #[cfg(not(target_os = "none"))]
 #[path = "hosted/mod.rs"]
 mod imp;

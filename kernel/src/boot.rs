@@ -2,17 +2,20 @@
 //! print the banner, run the self-tests and programs the command line asks for, and end the
 //! machine with the last program's status.
 
-use alloc::string::String;
+use alloc::sync::Arc;
 use arch::addr::PhysAddr;
+use core::sync::atomic::{AtomicUsize, Ordering};
 use arch::bootinfo::BootInfo;
 use tsumugi_abi::bootopt::{self, Crash};
 use tsumugi_abi::exit::{guest_status_for_program, STATUS_KERNEL_PANIC, STATUS_PROGRAM_KILLED};
-use tsumugi_abi::log::{DOMAIN, EXITED, HALTING, KILLED};
+use tsumugi_abi::log::{DOMAIN, EXITED, GROUP, HALTING, KILLED};
+use tsumugi_abi::stats::Counter;
 
-use crate::domain::Domain;
+use crate::domain::{Domain, Outcome};
 use crate::initrd::Archive;
 use crate::mm::kernel_space::{self, phys_to_virt};
-use crate::thread::{self, Outcome};
+use crate::sched::scheduler;
+use crate::thread;
 
 /// Timer interrupts per second.
 pub const TICK_HZ: u64 = 100;
@@ -41,6 +44,8 @@ pub fn kernel_main(info: &'static BootInfo) -> ! {
         Err(why) => panic!("memory set-up failed: {why}"),
     };
     let heap = crate::mm::heap::init().unwrap_or_else(|why| panic!("{why}"));
+    crate::mm::views::init();
+    configure_scheduler(cmdline);
     println!(
         "memory: {} MiB free of {} MiB covered, heap {} KiB{}",
         report.free_frames * 4 / 1024,
@@ -54,14 +59,13 @@ pub fn kernel_main(info: &'static BootInfo) -> ! {
         panic!("interrupt set-up failed: {why}");
     }
     let cal = arch::timer::init(TICK_HZ);
-    arch::cpu::enable_interrupts();
     println!("timer: {} Hz tick, cycle counter {} MHz, tick timer {} kHz", TICK_HZ, cal.cycles_hz / 1_000_000, cal.timer_hz / 1000);
 
     let initrd = info.initrd.map(|(start, end)| {
         let len = (end.as_u64() - start.as_u64()) as usize;
         // SAFETY: the boot archive's frames are reserved in the allocator and covered by the
         // direct map; nothing writes them.
-        let bytes = unsafe { core::slice::from_raw_parts(phys_to_virt(PhysAddr::new(start.as_u64())).as_ptr::<u8>(), len) };
+        let bytes: &'static [u8] = unsafe { core::slice::from_raw_parts(phys_to_virt(PhysAddr::new(start.as_u64())).as_ptr::<u8>(), len) };
         Archive::new(bytes)
     });
     match &initrd {
@@ -78,52 +82,135 @@ pub fn kernel_main(info: &'static BootInfo) -> ! {
         let (_, failed) = crate::selftest::run(filter, &crate::selftest::Context { initrd: initrd.clone() });
         failed_selftests = failed;
     }
+    FAILED_SELFTESTS.store(failed_selftests, Ordering::Relaxed);
+    BOOT.call_once(|| Boot { cmdline, initrd });
 
-    let programs = bootopt::get(cmdline, bootopt::RUN).unwrap_or(bootopt::DEFAULT_PROGRAM);
-    let mut status = 0;
-    for name in programs.split(',').filter(|n| !n.is_empty()) {
-        status = run_program(initrd.as_ref(), name);
+    scheduler::cpu_online(kernel_space::kernel_root());
+    crate::smp::set_hw_id(0, arch::cpu::hw_id());
+    crate::smp::start_other_cpus(bootopt::get(cmdline, "smp").and_then(|v| v.parse().ok()));
+    println!("cpus online: {}", scheduler::online_cpus());
+    if thread::spawn_kernel(kmain).is_err() {
+        panic!("no memory for the first kernel thread");
     }
-    if failed_selftests > 0 && status == 0 {
+    scheduler::idle_loop()
+}
+
+/// What the kernel thread `kmain` needs from boot.
+struct Boot {
+    cmdline: &'static str,
+    initrd: Option<Archive<'static>>,
+}
+
+static BOOT: spin::Once<Boot> = spin::Once::new();
+static FAILED_SELFTESTS: AtomicUsize = AtomicUsize::new(0);
+
+/// Reads the scheduling options of the command line.
+fn configure_scheduler(cmdline: &str) {
+    let mut policy = scheduler::policy();
+    if let Some(v) = bootopt::get(cmdline, bootopt::AFFINITY) {
+        match bootopt::on_off(v) {
+            Some(on) => policy.affinity = on,
+            None => println!("ignoring affinity={v}: valid values are on, off"),
+        }
+    }
+    if let Some(v) = bootopt::get(cmdline, bootopt::GROUP_BOUND) {
+        match v.parse::<u32>() {
+            Ok(n) if n >= 1 => policy.group_bound = n,
+            _ => println!("ignoring groupbound={v}: a number of turns, at least 1"),
+        }
+    }
+    let quantum = match bootopt::get(cmdline, bootopt::QUANTUM).map(|v| v.parse::<u64>()) {
+        Some(Ok(n)) if n >= 1 => n,
+        Some(_) => {
+            println!("ignoring quantum: a number of ticks, at least 1");
+            DEFAULT_QUANTUM
+        }
+        None => DEFAULT_QUANTUM,
+    };
+    scheduler::configure(policy, quantum);
+    println!("scheduler: affinity {}, group bound {}, quantum {} ticks", if policy.affinity { "on" } else { "off" }, policy.group_bound, quantum);
+}
+
+/// Default quantum in ticks.
+const DEFAULT_QUANTUM: u64 = 2;
+
+/// The first kernel thread: runs the programs of `run=` group by group, then ends the machine
+/// with the last program's status.
+fn kmain() -> ! {
+    let boot = BOOT.get().expect("set before kmain starts");
+    let programs = bootopt::get(boot.cmdline, bootopt::RUN).unwrap_or(bootopt::DEFAULT_PROGRAM);
+    let mut status = 0;
+    for group in programs.split(',').filter(|g| !g.is_empty()) {
+        let before = kernel_space::with_frames(|f| f.free_frames());
+        let mut running = alloc::vec::Vec::new();
+        for name in group.split('+').filter(|n| !n.is_empty()) {
+            match start_program(boot.initrd.as_ref(), name) {
+                Ok(d) => running.push(d),
+                Err(s) => status = s,
+            }
+        }
+        for d in running {
+            status = report(&d, d.wait());
+        }
+        let after = kernel_space::with_frames(|f| f.free_frames());
+        println!("{GROUP}{group}: frames free before {before}, after {after}");
+    }
+    if FAILED_SELFTESTS.load(Ordering::Relaxed) > 0 && status == 0 {
         status = 1;
     }
+    let c = |counter| scheduler::CPUS.iter().map(|cpu| cpu.counters.get(counter)).sum::<u64>();
+    println!(
+        "counters: switches {}, view switches {}, tlb flushes {}, preemptions {}, steals {}, ipis {}",
+        c(Counter::ContextSwitches),
+        c(Counter::ViewSwitches),
+        c(Counter::TlbFlushes),
+        c(Counter::Preemptions),
+        c(Counter::Steals),
+        c(Counter::IpisSent)
+    );
     println!("timer ticks on cpu 0: {}", crate::trap::ticks());
     println!("{HALTING}{status}");
     arch::cpu::shutdown(status)
 }
 
-/// Loads and runs one program from the boot archive; returns the guest status it stands for.
-fn run_program(initrd: Option<&Archive>, name: &str) -> u8 {
+/// Loads and starts one program from the boot archive; on failure returns the guest status
+/// it stands for.
+fn start_program(initrd: Option<&Archive>, name: &str) -> Result<Arc<Domain>, u8> {
     let Some(archive) = initrd else {
         println!("cannot run {name}: no boot archive");
-        return STATUS_PROGRAM_KILLED;
+        return Err(STATUS_PROGRAM_KILLED);
     };
     let bytes = match archive.find(name) {
         Ok(Some(entry)) => entry.data,
         Ok(None) => {
             println!("cannot run {name}: not in the boot archive");
-            return STATUS_PROGRAM_KILLED;
+            return Err(STATUS_PROGRAM_KILLED);
         }
         Err(e) => {
             println!("cannot run {name}: boot archive damaged: {e:?}");
-            return STATUS_PROGRAM_KILLED;
+            return Err(STATUS_PROGRAM_KILLED);
         }
     };
-    let domain = match Domain::load(name, bytes) {
-        Ok(d) => d,
-        Err(e) => {
-            println!("cannot run {name}: {e}");
-            return STATUS_PROGRAM_KILLED;
-        }
-    };
+    let domain = Domain::load(name, bytes).map_err(|e| {
+        println!("cannot run {name}: {e}");
+        STATUS_PROGRAM_KILLED
+    })?;
     println!("{DOMAIN}{} {}: started at {:#x}", domain.id, domain.name, domain.entry.as_u64());
-    let outcome = match thread::run(&domain) {
-        Ok(o) => o,
-        Err(_) => Outcome::Killed(String::from("no memory for a kernel stack")),
-    };
+    if let Err(e) = domain.start() {
+        println!("cannot run {name}: {e}");
+        domain.discard();
+        return Err(STATUS_PROGRAM_KILLED);
+    }
+    Ok(domain)
+}
+
+/// Prints how a program ended; returns the guest status it stands for.
+fn report(domain: &Domain, outcome: Outcome) -> u8 {
+    let (switches, views) = (domain.counters.get(Counter::ContextSwitches), domain.counters.get(Counter::ViewSwitches));
     match outcome {
         Outcome::Exited(code) => {
             println!("{DOMAIN}{} {}{EXITED}{code}", domain.id, domain.name);
+            println!("  ({} threads, {switches} switches, {views} view switches)", domain.thread_count());
             guest_status_for_program(code)
         }
         Outcome::Killed(why) => {

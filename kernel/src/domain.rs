@@ -1,28 +1,30 @@
-//! Domains: loaded programs, each with its own range of the single address space, its regions
-//! and (for now) one page table. The views of a later step replace the single table.
+//! Domains: loaded programs. A domain owns the regions its image and stacks live in, counts
+//! its threads, and records how it ended; the last thread's end releases its regions (their
+//! frames go once no view holds them).
 
 use alloc::string::String;
+use alloc::sync::Arc;
 use alloc::vec::Vec;
-use arch::addr::{Frame, VirtAddr, PAGE_SIZE};
+use arch::addr::{VirtAddr, PAGE_SIZE};
 use arch::mapping::MapFlags;
-use arch::PageFormat;
 use core::fmt;
 use core::sync::atomic::{AtomicU64, Ordering};
 use spin::Mutex;
 
-use crate::loader::{self, Image, LoadError};
-use crate::mm::kernel_space::{allocate_zeroed_frame, phys_to_virt, with_frames, AllocatorFrames, DirectMap, SHARED_KERNEL_ROOT_ENTRIES, USER_ROOT_ENTRIES};
-use crate::mm::page_table::{MapError, PageTable};
-use crate::mm::region::{self, RangeError, Region, RegionKind};
-use crate::mm::user_range::UserRangeAllocator;
+use crate::loader::{self, LoadError};
+use crate::mm::kernel_space::phys_to_virt;
+use crate::mm::region::RegionKind;
+use crate::mm::view::{Backing, RegionId, ViewError, ViewId};
+use crate::mm::views;
+use crate::sched::scheduler::{self, Then};
+use crate::stats::Counters;
+use crate::thread::{self, Body, State, Thread};
 
-/// Size of a program's initial stack.
+/// Size of a program's first stack.
 pub const USER_STACK_SIZE: u64 = 64 * 1024;
 /// Alignment of program images in the single address space.
 const IMAGE_ALIGN: u64 = 2 << 20;
 
-/// The user half of the single address space.
-static USER_RANGES: Mutex<UserRangeAllocator> = Mutex::new(UserRangeAllocator::new(arch::layout::USER_START, arch::layout::USER_END));
 static NEXT_DOMAIN_ID: AtomicU64 = AtomicU64::new(1);
 
 /// Why a program could not be started.
@@ -30,7 +32,7 @@ static NEXT_DOMAIN_ID: AtomicU64 = AtomicU64::new(1);
 pub enum StartError {
     /// The ELF file was refused.
     Load(LoadError),
-    /// Memory ran out (frames, tables or address space).
+    /// Memory ran out (frames, tables, stacks or address space).
     NoMemory,
 }
 
@@ -43,159 +45,258 @@ impl fmt::Display for StartError {
     }
 }
 
-impl From<MapError> for StartError {
-    fn from(_: MapError) -> Self {
+impl From<ViewError> for StartError {
+    fn from(_: ViewError) -> Self {
         StartError::NoMemory
     }
 }
 
-/// A page table with the kernel half shared and the regions it maps.
-pub struct AddressSpace {
-    table: PageTable<PageFormat>,
-    regions: Vec<Region>,
+/// How a domain ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// It exited with this status (`exit`, or the last thread's `thread_exit` value).
+    Exited(usize),
+    /// The kernel ended it for this reason.
+    Killed(String),
 }
 
-impl AddressSpace {
-    /// An empty user half over the shared kernel half.
-    pub fn new() -> Result<Self, StartError> {
-        crate::mm::kernel_space::with_kernel_table(|kernel, frames| {
-            let mut table = PageTable::new(&DirectMap, &mut AllocatorFrames(frames))?;
-            table.share_root_entries(&DirectMap, kernel, SHARED_KERNEL_ROOT_ENTRIES);
-            Ok(AddressSpace { table, regions: Vec::new() })
-        })
-    }
-
-    /// The root table.
-    pub fn root(&self) -> Frame {
-        self.table.root()
-    }
-
-    /// The regions mapped.
-    pub fn regions(&self) -> &[Region] {
-        &self.regions
-    }
-
-    /// Backs `[start, start + pages * PAGE_SIZE)` with zeroed frames and maps it with `flags`.
-    pub fn add_region(&mut self, start: VirtAddr, pages: u64, flags: MapFlags, kind: RegionKind) -> Result<&Region, StartError> {
-        let mut region = Region { start, flags: flags | MapFlags::USER, kind, frames: Vec::new() };
-        region.frames.try_reserve_exact(pages as usize).map_err(|_| StartError::NoMemory)?;
-        // Push the region first so that on failure Drop frees what was taken.
-        for i in 0..pages {
-            let frame = match allocate_zeroed_frame() {
-                Some(f) => f,
-                None => {
-                    self.release_region(region);
-                    return Err(StartError::NoMemory);
-                }
-            };
-            region.frames.push(frame);
-            let va = VirtAddr::new(start.as_u64() + i * PAGE_SIZE);
-            let mapped = with_frames(|frames| self.table.map(&DirectMap, &mut AllocatorFrames(frames), va, frame, region.flags, 0));
-            match mapped {
-                // Not active on any CPU while being built.
-                Ok(flush) => flush.ignore(),
-                Err(e) => {
-                    self.release_region(region);
-                    return Err(e.into());
-                }
-            }
-        }
-        self.regions.push(region);
-        Ok(self.regions.last().expect("just pushed"))
-    }
-
-    fn release_region(&mut self, region: Region) {
-        for (i, frame) in region.frames.iter().enumerate() {
-            let va = VirtAddr::new(region.start.as_u64() + i as u64 * PAGE_SIZE);
-            if let Ok((_, flush)) = self.table.unmap(&DirectMap, va) {
-                flush.ignore(); // never active: only called while building
-            }
-            with_frames(|f| f.free(*frame)).expect("region frame owned");
-        }
-    }
-
-    /// Writes `bytes` at user address `va` through the direct map (used while loading).
-    fn poke(&self, va: u64, bytes: &[u8]) -> Result<(), RangeError> {
-        region::check_range(&self.regions, va, bytes.len() as u64, MapFlags::USER)?;
-        for (i, b) in bytes.iter().enumerate() {
-            let at = va + i as u64;
-            let r = region::find(&self.regions, at).ok_or(RangeError::Unmapped(at))?;
-            let page = (at - r.start.as_u64()) / PAGE_SIZE;
-            let pa = r.frames[page as usize].start().as_u64() + at % PAGE_SIZE;
-            // SAFETY: the frame belongs to this region, reachable through the direct map.
-            unsafe { *phys_to_virt(arch::addr::PhysAddr::new(pa)).as_mut_ptr::<u8>() = *b };
-        }
-        Ok(())
-    }
-
-    /// Checks a user range for `need` rights (see [`region::check_range`]).
-    pub fn check(&self, addr: u64, len: u64, need: MapFlags) -> Result<(), RangeError> {
-        region::check_range(&self.regions, addr, len, need | MapFlags::USER)
-    }
-}
-
-impl Drop for AddressSpace {
-    fn drop(&mut self) {
-        for region in core::mem::take(&mut self.regions) {
-            with_frames(|f| {
-                for frame in &region.frames {
-                    f.free(*frame).expect("region frame owned");
-                }
-            });
-        }
-        // The table is not active on any CPU any more (the domain's threads are gone).
-        // SAFETY: same root, this address space's own table.
-        let table = unsafe { PageTable::<PageFormat>::from_root(self.table.root()) };
-        with_frames(|f| table.free_tables(&DirectMap, &mut AllocatorFrames(f), USER_ROOT_ENTRIES));
-    }
+struct Inner {
+    /// Threads ever made, by id (emptied when the domain finishes).
+    threads: Vec<u64>,
+    /// How many threads were ever made.
+    made: usize,
+    /// Threads not yet ended.
+    live: usize,
+    /// Regions the domain owns.
+    regions: Vec<RegionId>,
+    /// Set by the first `exit` or kill.
+    outcome: Option<Outcome>,
+    /// The last thread has ended and the regions were released.
+    finished: bool,
+    /// Kernel threads waiting for the end.
+    waiters: Vec<Arc<Thread>>,
 }
 
 /// A loaded program.
 pub struct Domain {
-    /// Unique id, in start order.
+    /// Unique id, in load order.
     pub id: u64,
     /// Program name.
     pub name: String,
-    /// Its memory.
-    pub space: AddressSpace,
     /// Where its first thread starts.
     pub entry: VirtAddr,
     /// Initial stack pointer of its first thread.
     pub stack_top: VirtAddr,
+    /// Per-domain counters (context and view switches).
+    pub counters: Counters,
+    /// The first thread's view: every region of the image and stack with its rights.
+    initial_view: Vec<(RegionId, MapFlags)>,
+    inner: Mutex<Inner>,
 }
 
 impl Domain {
     /// Loads the static-pie ELF `bytes` as program `name` into a fresh range of the single
-    /// address space.
-    pub fn load(name: &str, bytes: &[u8]) -> Result<Domain, StartError> {
-        let image: Image = loader::parse(bytes, arch::ELF_MACHINE).map_err(StartError::Load)?;
-        let span = image.end - image.start;
-        let range = USER_RANGES.lock().allocate(span, IMAGE_ALIGN).map_err(|_| StartError::NoMemory)?;
-        let base = range.as_u64() - image.start;
-        let mut space = AddressSpace::new()?;
-        for seg in &image.segments {
-            let first = (base + seg.vaddr) / PAGE_SIZE * PAGE_SIZE;
-            let end = (base + seg.vaddr + seg.mem_len).div_ceil(PAGE_SIZE) * PAGE_SIZE;
-            space.add_region(VirtAddr::new(first), (end - first) / PAGE_SIZE, seg.flags, RegionKind::for_segment(seg.flags))?;
-            let data = &bytes[seg.file_offset as usize..(seg.file_offset + seg.file_len) as usize];
-            space.poke(base + seg.vaddr, data).map_err(|_| StartError::NoMemory)?;
-        }
-        for r in &image.relocations {
-            space
-                .poke(base + r.offset, &(base.wrapping_add(r.addend)).to_le_bytes())
-                .map_err(|_| StartError::Load(LoadError::BadRelocation(r.offset)))?;
-        }
-        let stack = USER_RANGES.lock().allocate(USER_STACK_SIZE, PAGE_SIZE).map_err(|_| StartError::NoMemory)?;
-        space.add_region(stack, USER_STACK_SIZE / PAGE_SIZE, MapFlags::READ | MapFlags::WRITE, RegionKind::Stack)?;
+    /// address space. Nothing runs until [`Domain::start`].
+    pub fn load(name: &str, bytes: &[u8]) -> Result<Arc<Domain>, StartError> {
+        let image = loader::parse(bytes, arch::ELF_MACHINE).map_err(StartError::Load)?;
+        let mut regions = Vec::new();
+        let result = views::with_space(|space, m| -> Result<(u64, VirtAddr), StartError> {
+            let span = image.end - image.start;
+            let range = space.allocate_range(span, IMAGE_ALIGN).ok_or(StartError::NoMemory)?;
+            let base = range.as_u64() - image.start;
+            for seg in &image.segments {
+                let first = (base + seg.vaddr) / PAGE_SIZE * PAGE_SIZE;
+                let end = (base + seg.vaddr + seg.mem_len).div_ceil(PAGE_SIZE) * PAGE_SIZE;
+                let kind = RegionKind::for_segment(seg.flags);
+                let id = match space.views.create_region(m, VirtAddr::new(first), (end - first) / PAGE_SIZE, kind, Backing::Eager) {
+                    Ok(id) => id,
+                    Err(e) => {
+                        if regions.is_empty() {
+                            space.abandon_range(range);
+                        }
+                        return Err(e.into());
+                    }
+                };
+                space.place(id, range);
+                regions.push((id, seg.flags & (MapFlags::READ | MapFlags::WRITE | MapFlags::EXEC)));
+                let data = &bytes[seg.file_offset as usize..(seg.file_offset + seg.file_len) as usize];
+                space.views.write(m, id, base + seg.vaddr - first, data, |pa| phys_to_virt(pa).as_mut_ptr())?;
+            }
+            for r in &image.relocations {
+                let at = base + r.offset;
+                let id = space.views.region_at(at).ok_or(StartError::Load(LoadError::BadRelocation(r.offset)))?;
+                let start = space.views.region_info(id).expect("live").start.as_u64();
+                space.views.write(m, id, at - start, &base.wrapping_add(r.addend).to_le_bytes(), |pa| phys_to_virt(pa).as_mut_ptr())?;
+            }
+            let stack = space.allocate_range(USER_STACK_SIZE, PAGE_SIZE).ok_or(StartError::NoMemory)?;
+            let id = space.views.create_region(m, stack, USER_STACK_SIZE / PAGE_SIZE, RegionKind::Stack, Backing::ZeroOnTouch);
+            let id = match id {
+                Ok(id) => id,
+                Err(e) => {
+                    space.abandon_range(stack);
+                    return Err(e.into());
+                }
+            };
+            space.place(id, stack);
+            regions.push((id, MapFlags::READ | MapFlags::WRITE));
+            Ok((base + image.entry, VirtAddr::new(stack.as_u64() + USER_STACK_SIZE)))
+        });
+        let (entry, stack_top) = match result {
+            Ok(v) => v,
+            Err(e) => {
+                views::with(|s, m| {
+                    for (id, _) in &regions {
+                        let _ = s.release_region(m, *id);
+                    }
+                });
+                return Err(e);
+            }
+        };
         let mut owned = String::new();
         owned.try_reserve_exact(name.len()).map_err(|_| StartError::NoMemory)?;
         owned.push_str(name);
-        Ok(Domain {
+        Ok(Arc::new(Domain {
             id: NEXT_DOMAIN_ID.fetch_add(1, Ordering::Relaxed),
             name: owned,
-            space,
-            entry: VirtAddr::new(base + image.entry),
-            stack_top: VirtAddr::new(stack.as_u64() + USER_STACK_SIZE),
-        })
+            entry: VirtAddr::new(entry),
+            stack_top,
+            counters: Counters::new(),
+            inner: Mutex::new(Inner {
+                threads: Vec::new(),
+                made: 0,
+                live: 0,
+                regions: regions.iter().map(|(id, _)| *id).collect(),
+                outcome: None,
+                finished: false,
+                waiters: Vec::new(),
+            }),
+            initial_view: regions,
+        }))
+    }
+
+    /// Starts the first thread.
+    pub fn start(self: &Arc<Self>) -> Result<Arc<Thread>, StartError> {
+        let view = views::with(|s, m| s.attach(m, &self.initial_view))?;
+        let body = Body::User { ip: self.entry.as_u64(), sp: self.stack_top.as_u64(), arg: 0 };
+        self.spawn(view, body, true)
+    }
+
+    /// Makes a thread of this domain attached to `view` (whose reference the caller passes in)
+    /// and makes it runnable.
+    pub fn spawn(self: &Arc<Self>, view: ViewId, body: Body, affine: bool) -> Result<Arc<Thread>, StartError> {
+        let root = views::with(|s, _| s.root(view)).expect("an attached view").number();
+        let t = match Thread::new(Some(self.clone()), body, Some((view, root)), affine) {
+            Ok(t) => t,
+            Err(_) => {
+                views::with(|s, m| s.detach(m, view)).expect("attached");
+                return Err(StartError::NoMemory);
+            }
+        };
+        {
+            let mut inner = self.inner.lock();
+            inner.threads.push(t.id);
+            inner.made += 1;
+            inner.live += 1;
+        }
+        thread::start(t.clone());
+        Ok(t)
+    }
+
+    /// Records a region the program created (released with the program).
+    pub fn own_region(&self, id: RegionId) {
+        self.inner.lock().regions.push(id);
+    }
+
+    /// Whether the domain owns region `id`.
+    pub fn owns(&self, id: RegionId) -> bool {
+        self.inner.lock().regions.contains(&id)
+    }
+
+    /// A thread of this domain ended with `value` (`None`: killed). The last one finishes the
+    /// domain: its regions are released and waiters woken.
+    pub fn thread_ended(&self, value: Option<usize>) {
+        let (regions, waiters, ids) = {
+            let mut inner = self.inner.lock();
+            inner.live -= 1;
+            if inner.live > 0 {
+                return;
+            }
+            if inner.outcome.is_none() {
+                inner.outcome = Some(match value {
+                    Some(v) => Outcome::Exited(v),
+                    None => Outcome::Killed(String::from("killed")),
+                });
+            }
+            inner.finished = true;
+            (core::mem::take(&mut inner.regions), core::mem::take(&mut inner.waiters), core::mem::take(&mut inner.threads))
+        };
+        views::with(|s, m| {
+            for id in regions {
+                s.release_region(m, id).expect("a domain's own region");
+            }
+        });
+        thread::forget(&ids);
+        for w in waiters {
+            thread::wake(w);
+        }
+    }
+
+    /// Ends the whole program: records `outcome` (unless one is recorded) and asks every
+    /// thread to end (blocked ones are woken to do so).
+    pub fn end(&self, outcome: Outcome) {
+        let ids = {
+            let mut inner = self.inner.lock();
+            if inner.outcome.is_none() {
+                inner.outcome = Some(outcome);
+            }
+            inner.threads.clone()
+        };
+        let me = scheduler::with_current(|t| t.map(|t| t.id));
+        for id in ids {
+            let Some(t) = thread::find(id) else { continue };
+            t.killed.store(true, Ordering::Release);
+            if Some(id) == me {
+                continue;
+            }
+            match t.state() {
+                State::Blocked => {
+                    thread::interrupt_sleep(&t);
+                    thread::wake(t);
+                }
+                State::Running => crate::smp::kick(t.last_cpu.load(Ordering::Relaxed)),
+                State::Ready | State::Dead => {}
+            }
+        }
+    }
+
+    /// Blocks the calling kernel thread until the domain has finished; returns how it ended.
+    pub fn wait(&self) -> Outcome {
+        loop {
+            {
+                let mut inner = self.inner.lock();
+                if inner.finished {
+                    return inner.outcome.clone().expect("set when finished");
+                }
+                let me = scheduler::current().expect("wait from a thread");
+                me.set_state(State::Blocked);
+                inner.waiters.push(me);
+            }
+            scheduler::schedule(Then::Block);
+        }
+    }
+
+    /// Releases the regions of a domain that never started (self-tests, failed starts).
+    pub fn discard(&self) {
+        let regions = core::mem::take(&mut self.inner.lock().regions);
+        views::with(|s, m| {
+            for id in regions {
+                let _ = s.release_region(m, id);
+            }
+        });
+    }
+
+    /// Threads made so far.
+    pub fn thread_count(&self) -> usize {
+        self.inner.lock().made
     }
 }

@@ -15,6 +15,8 @@ pub mod console;
 pub mod initrd;
 pub mod loader;
 pub mod mm;
+pub mod sched;
+pub mod stats;
 
 #[cfg(target_os = "none")]
 pub mod boot;
@@ -24,6 +26,8 @@ pub mod domain;
 pub mod panic;
 #[cfg(target_os = "none")]
 pub mod selftest;
+#[cfg(target_os = "none")]
+pub mod smp;
 #[cfg(target_os = "none")]
 pub mod syscall;
 #[cfg(target_os = "none")]

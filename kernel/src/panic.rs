@@ -66,12 +66,15 @@ pub fn exception(frame: &TrapFrame, trap: Trap) -> ! {
 }
 
 fn context(out: &mut PanicConsole) {
-    match crate::thread::current_domain() {
-        Some(d) => {
-            let _ = writeln!(out, "  thread of domain {} ({})", d.id, d.name);
+    match crate::thread::describe_current() {
+        Some((tid, Some((id, name)))) => {
+            let _ = writeln!(out, "  thread {tid} of domain {id} ({name})");
+        }
+        Some((tid, None)) => {
+            let _ = writeln!(out, "  kernel thread {tid}");
         }
         None => {
-            let _ = writeln!(out, "  in the boot thread (no domain)");
+            let _ = writeln!(out, "  in the boot/idle context (no thread)");
         }
     }
 }

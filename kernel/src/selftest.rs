@@ -15,6 +15,7 @@ use tsumugi_abi::log::{SELFTEST, SELFTEST_FAILED, SELFTEST_OK, SELFTEST_SUMMARY}
 use crate::initrd::Archive;
 use crate::mm::kernel_space::{self, phys_to_virt, with_frames};
 use crate::mm::kernel_stack::KernelStack;
+use crate::mm::views;
 
 /// A test: a name and a function returning `Err(message)` on failure.
 type Test = (&'static str, fn(&Context) -> Result<(), String>);
@@ -146,9 +147,12 @@ fn timer_ticks(_: &Context) -> Result<(), String> {
     let deadline = arch::timer::cycles() + arch::timer::cycles_hz(); // one second
     while crate::trap::ticks() < start + 3 {
         if arch::timer::cycles() > deadline {
+            arch::cpu::disable_interrupts();
             return Err(format!("only {} ticks in a second", crate::trap::ticks() - start));
         }
+        // Kernel code runs with interrupts off; open them only while halted here.
         arch::cpu::wait_for_interrupt();
+        arch::cpu::disable_interrupts();
     }
     Ok(())
 }
@@ -185,12 +189,28 @@ fn address_space_checks_user_ranges(ctx: &Context) -> Result<(), String> {
         let a = crate::domain::Domain::load("selftest-a", init.data).map_err(|e| format!("{e}"))?;
         let b = crate::domain::Domain::load("selftest-b", init.data).map_err(|e| format!("{e}"))?;
         check(a.entry != b.entry, || "two instances share an address".into())?;
-        let text = a.space.regions().iter().find(|r| r.flags.contains(MapFlags::EXEC)).ok_or("no text region")?;
-        check(a.space.check(text.start.as_u64(), 16, MapFlags::READ).is_ok(), || "text not readable".into())?;
-        check(a.space.check(text.start.as_u64(), 16, MapFlags::WRITE).is_err(), || "text writable".into())?;
-        check(a.space.check(arch::layout::KERNEL_HALF, 8, MapFlags::READ).is_err(), || "kernel address accepted".into())?;
-        check(a.space.check(u64::MAX - 4, 16, MapFlags::READ).is_err(), || "overflowing range accepted".into())?;
-        check(b.space.check(text.start.as_u64(), 16, MapFlags::READ).is_err(), || "another domain's text accepted".into())?;
+        let (va, vb) = views::with(|s, m| -> Result<_, String> {
+            let sa = s.region_at(a.entry.as_u64()).ok_or("no text region")?;
+            let sb = s.region_at(b.entry.as_u64()).ok_or("no text region")?;
+            let va = s.attach(m, &[(sa, MapFlags::READ | MapFlags::EXEC)]).map_err(|e| format!("{e:?}"))?;
+            let vb = s.attach(m, &[(sb, MapFlags::READ | MapFlags::EXEC)]).map_err(|e| format!("{e:?}"))?;
+            let va2 = s.attach(m, &[(sa, MapFlags::READ | MapFlags::EXEC)]).map_err(|e| format!("{e:?}"))?;
+            check(va == va2, || "identical views do not share".into())?;
+            s.detach(m, va2).map_err(|e| format!("{e:?}"))?;
+            Ok((va, vb))
+        })?;
+        views::with(|s, m| -> Result<(), String> {
+            let text = a.entry.as_u64();
+            check(s.check(va, text, 16, MapFlags::READ).is_ok(), || "text not readable".into())?;
+            check(s.check(va, text, 16, MapFlags::WRITE).is_err(), || "text writable".into())?;
+            check(s.check(va, arch::layout::KERNEL_HALF, 8, MapFlags::READ).is_err(), || "kernel address accepted".into())?;
+            check(s.check(va, u64::MAX - 4, 16, MapFlags::READ).is_err(), || "overflowing range accepted".into())?;
+            check(s.check(vb, text, 16, MapFlags::READ).is_err(), || "another view's region accepted".into())?;
+            s.detach(m, va).map_err(|e| format!("{e:?}"))?;
+            s.detach(m, vb).map_err(|e| format!("{e:?}"))
+        })?;
+        a.discard();
+        b.discard();
     }
     let free_after = with_frames(|f| f.free_frames());
     check(free_after == free_before, || format!("{} frames leaked by two domains", free_before as i64 - free_after as i64))

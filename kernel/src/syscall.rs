@@ -1,37 +1,111 @@
-//! Syscall dispatch. Every pointer argument is checked against the caller's regions before the
-//! kernel reads or writes through it; anything wrong is an error code, never a kernel fault.
+//! Syscall dispatch. Every pointer argument is checked against the caller's *view* (the
+//! regions its thread may touch, with the rights needed) before the kernel reads or writes
+//! through it; anything wrong is an error code, never a kernel fault.
 
+use alloc::collections::BTreeMap;
+use alloc::sync::Arc;
+use arch::addr::PAGE_SIZE;
 use arch::mapping::MapFlags;
 use arch::trap::TrapFrame;
-use tsumugi_abi::syscall::{encode_result, Clock, Errno, Syscall};
+use core::sync::atomic::Ordering;
+use spin::Mutex;
+use tsumugi_abi::stats::{scope, Counter};
+use tsumugi_abi::syscall::{encode_result, region_flags, rights, thread_flags, Clock, Errno, Syscall, ViewEntry};
 
-use crate::thread::{self, Outcome};
+use crate::domain::Outcome;
+use crate::mm::region::RegionKind;
+use crate::mm::view::{Backing, ViewError, ViewId};
+use crate::mm::views;
+use crate::sched::scheduler::{self, CPUS};
+use crate::thread::{self, Body, Thread};
 
-/// Bytes copied from user memory per step of a console write.
+/// Bytes copied between user and kernel memory per step.
 const COPY_CHUNK: usize = 256;
+/// Largest region a program may ask for in one call.
+const MAX_REGION: u64 = 1 << 32;
+/// Size of one view-query entry.
+const VIEW_ENTRY_SIZE: u64 = core::mem::size_of::<ViewEntry>() as u64;
+
+/// The kernel-wide name board of `publish`/`lookup`.
+static NAMES: Mutex<BTreeMap<u64, u64>> = Mutex::new(BTreeMap::new());
+
+type SysResult = Result<usize, Errno>;
 
 /// Handles the syscall in `frame` and stores its result there.
 pub fn dispatch(frame: &mut TrapFrame) {
-    let args = frame.syscall_args();
+    let a = frame.syscall_args();
     let result = match Syscall::from_number(frame.syscall_number()) {
         None => Err(Errno::NoSys),
-        Some(Syscall::Exit) => thread::exit_current(Outcome::Exited(args[0])),
-        Some(Syscall::ConsoleWrite) => console_write(args[0] as u64, args[1] as u64),
-        Some(Syscall::Clock) => clock(args[0]),
+        Some(call) => match call {
+            Syscall::Exit => exit(a[0]),
+            Syscall::ConsoleWrite => console_write(a[0] as u64, a[1] as u64),
+            Syscall::Clock => clock(a[0]),
+            Syscall::Yield => {
+                crate::trap::yield_now();
+                Ok(0)
+            }
+            Syscall::Sleep => sleep(a[0] as u64),
+            Syscall::ThreadCreate => thread_create(a[0] as u64, a[1] as u64, a[2] as u64, a[3]),
+            Syscall::ThreadExit => thread::exit_current(Some(a[0])),
+            Syscall::ThreadJoin => thread_join(a[0] as u64),
+            Syscall::ThreadSelf => Ok(me().id as usize),
+            Syscall::RegionCreate => region_create(a[0] as u64, a[1], a[2]),
+            Syscall::RegionGrant => region_grant(a[0] as u64, a[1], a[2] as u64),
+            Syscall::RegionRevoke => region_revoke(a[0] as u64, a[1] as u64),
+            Syscall::ViewQuery => view_query(a[0] as u64, a[1] as u64),
+            Syscall::Publish => {
+                NAMES.lock().insert(a[0] as u64, a[1] as u64);
+                Ok(0)
+            }
+            Syscall::Lookup => NAMES.lock().get(&(a[0] as u64)).map(|v| *v as usize).ok_or(Errno::Again),
+            Syscall::Counters => counters(a[0], a[1] as u64, a[2] as u64),
+            Syscall::CpuId => Ok(arch::cpu::cpu_index()),
+        },
     };
     frame.set_syscall_result(encode_result(result));
 }
 
-/// `console_write(ptr, len)`.
-fn console_write(ptr: u64, len: u64) -> Result<usize, Errno> {
-    let domain = thread::current_domain().ok_or(Errno::Fault)?;
-    domain.space.check(ptr, len, MapFlags::READ).map_err(|_| Errno::Fault)?;
+/// The calling thread (a syscall always comes from one).
+fn me() -> Arc<Thread> {
+    scheduler::current().expect("a syscall without a current thread")
+}
+
+fn my_view() -> Result<ViewId, Errno> {
+    scheduler::with_current(|t| t.and_then(|t| t.view())).ok_or(Errno::Fault)
+}
+
+/// Checks `[ptr, ptr+len)` against the caller's view for `need` and backs any zero-on-touch
+/// pages, so the copy that follows cannot fault.
+fn check_user(ptr: u64, len: u64, need: MapFlags) -> Result<(), Errno> {
+    let view = my_view()?;
+    views::with(|s, m| {
+        s.check(view, ptr, len, need).map_err(|_| Errno::Fault)?;
+        s.populate(m, view, ptr, len).map_err(|_| Errno::NoMem)
+    })
+}
+
+fn copy_out(dst: u64, bytes: &[u8]) -> Result<(), Errno> {
+    check_user(dst, bytes.len() as u64, MapFlags::WRITE)?;
+    // SAFETY: checked writable in the caller's view and backed; this CPU keeps that view
+    // loaded until the syscall returns (a rights change only takes effect at the next load).
+    unsafe { arch::usercopy::copy_to_user(dst, bytes) };
+    Ok(())
+}
+
+fn exit(status: usize) -> SysResult {
+    if let Some(d) = &me().domain {
+        d.end(Outcome::Exited(status));
+    }
+    thread::exit_current(Some(status))
+}
+
+fn console_write(ptr: u64, len: u64) -> SysResult {
+    check_user(ptr, len, MapFlags::READ)?;
     let mut buf = [0u8; COPY_CHUNK];
     let mut done = 0u64;
     while done < len {
         let n = (len - done).min(COPY_CHUNK as u64) as usize;
-        // SAFETY: the whole range was checked readable in the caller's regions, which stay
-        // mapped while the caller is inside this syscall.
+        // SAFETY: the whole range was checked readable in the caller's view and backed.
         unsafe { arch::usercopy::copy_from_user(&mut buf[..n], ptr + done) };
         arch::serial::write_bytes(&buf[..n]);
         done += n as u64;
@@ -39,11 +113,225 @@ fn console_write(ptr: u64, len: u64) -> Result<usize, Errno> {
     Ok(len as usize)
 }
 
-/// `clock(which)`.
-fn clock(which: usize) -> Result<usize, Errno> {
+fn clock(which: usize) -> SysResult {
     match Clock::from_number(which).ok_or(Errno::Inval)? {
         Clock::MonotonicNanos => Ok(arch::timer::nanos() as usize),
         Clock::Cycles => Ok(arch::timer::cycles() as usize),
-        Clock::Ticks => Ok(crate::trap::ticks() as usize),
+        Clock::Ticks => Ok(scheduler::ticks() as usize),
     }
+}
+
+fn sleep(nanos: u64) -> SysResult {
+    let tick_ns = 1_000_000_000 / crate::boot::TICK_HZ;
+    thread::sleep_ticks(nanos.div_ceil(tick_ns));
+    Ok(0)
+}
+
+fn thread_create(entry: u64, stack_top: u64, arg: u64, flags: usize) -> SysResult {
+    if flags & !thread_flags::AFFINE != 0 || entry >= arch::layout::KERNEL_HALF || stack_top >= arch::layout::KERNEL_HALF {
+        return Err(Errno::Inval);
+    }
+    let me = me();
+    let domain = me.domain.clone().ok_or(Errno::Inval)?;
+    let set = views::with(|s, _| s.set(me.view().expect("user thread")).map(|x| x.to_vec())).ok_or(Errno::Fault)?;
+    let view = views::with(|s, m| s.attach(m, &set)).map_err(view_errno)?;
+    let body = Body::User { ip: entry, sp: stack_top, arg };
+    let t = domain.spawn(view, body, flags & thread_flags::AFFINE != 0).map_err(|_| Errno::NoMem)?;
+    Ok(t.id as usize)
+}
+
+fn thread_join(tid: u64) -> SysResult {
+    let me = me();
+    let target = thread::find(tid).ok_or(Errno::Srch)?;
+    let same = match (&me.domain, &target.domain) {
+        (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+        _ => false,
+    };
+    if !same || target.id == me.id {
+        return Err(Errno::Srch);
+    }
+    drop(me);
+    let value = thread::join(&target);
+    thread::exit_if_killed();
+    value.ok_or(Errno::Srch)
+}
+
+fn rights_from(bits: usize) -> Result<MapFlags, Errno> {
+    if bits & !(rights::READ | rights::WRITE | rights::EXEC) != 0 {
+        return Err(Errno::Inval);
+    }
+    let mut r = MapFlags::empty();
+    if bits & rights::READ != 0 {
+        r |= MapFlags::READ;
+    }
+    if bits & rights::WRITE != 0 {
+        r |= MapFlags::WRITE | MapFlags::READ;
+    }
+    if bits & rights::EXEC != 0 {
+        r |= MapFlags::EXEC | MapFlags::READ;
+    }
+    if r.contains(MapFlags::WRITE | MapFlags::EXEC) {
+        return Err(Errno::Inval);
+    }
+    Ok(r)
+}
+
+fn rights_bits(r: MapFlags) -> u64 {
+    let mut b = 0;
+    if r.contains(MapFlags::READ) {
+        b |= rights::READ;
+    }
+    if r.contains(MapFlags::WRITE) {
+        b |= rights::WRITE;
+    }
+    if r.contains(MapFlags::EXEC) {
+        b |= rights::EXEC;
+    }
+    b as u64
+}
+
+fn view_errno(e: ViewError) -> Errno {
+    match e {
+        ViewError::NoMemory => Errno::NoMem,
+        ViewError::NoRegion | ViewError::NoView => Errno::Fault,
+        ViewError::BadRights(_) | ViewError::BadRange(_) => Errno::Inval,
+    }
+}
+
+fn region_create(len: u64, rights_bits: usize, flags: usize) -> SysResult {
+    if len == 0 || len > MAX_REGION || flags & !region_flags::LAZY != 0 {
+        return Err(Errno::Inval);
+    }
+    let rights = rights_from(rights_bits)?;
+    if rights.is_empty() {
+        return Err(Errno::Inval);
+    }
+    let me = me();
+    let domain = me.domain.clone().ok_or(Errno::Inval)?;
+    let pages = len.div_ceil(PAGE_SIZE);
+    let backing = if flags & region_flags::LAZY != 0 { Backing::ZeroOnTouch } else { Backing::Eager };
+    let (id, start) = views::with_space(|space, m| {
+        let start = space.allocate_range(pages * PAGE_SIZE, PAGE_SIZE).ok_or(Errno::NoMem)?;
+        match space.views.create_region(m, start, pages, RegionKind::Shared, backing) {
+            Ok(id) => {
+                space.place(id, start);
+                Ok((id, start))
+            }
+            Err(e) => {
+                space.abandon_range(start);
+                Err(view_errno(e))
+            }
+        }
+    })?;
+    if let Err(e) = change_rights(&me, id, rights) {
+        // Nobody holds it: drop it at once.
+        views::with(|s, m| s.release_region(m, id)).ok();
+        return Err(e);
+    }
+    domain.own_region(id);
+    Ok(start.as_u64() as usize)
+}
+
+/// Moves `t` to the view with `rights` on region `id`, making the CPU running it switch.
+fn change_rights(t: &Arc<Thread>, id: crate::mm::view::RegionId, rights: MapFlags) -> Result<(), Errno> {
+    let old = t.view().ok_or(Errno::Srch)?;
+    let (new, root) = views::with(|s, m| {
+        // Attach the new view for `t`; the old one stays attached (as stale) until the CPU
+        // that runs `t` has loaded the new root.
+        let mut set = s.set(old).ok_or(ViewError::NoView)?.to_vec();
+        set.retain(|(r, _)| *r != id);
+        set.push((id, rights));
+        let new = s.attach(m, &set)?;
+        Ok::<_, ViewError>((new, s.root(new).expect("attached").number()))
+    })
+    .map_err(view_errno)?;
+    t.set_view(new, root);
+    let me_id = scheduler::with_current(|c| c.map(|c| c.id));
+    if Some(t.id) == me_id {
+        scheduler::reload_current_root();
+    } else if t.state() == crate::thread::State::Running {
+        let cpu = t.last_cpu.load(Ordering::Relaxed);
+        scheduler::this_cpu().counters.bump(Counter::ShootdownsSent);
+        crate::smp::kick(cpu);
+    }
+    Ok(())
+}
+
+/// The region at `addr` and the caller's rights on it.
+fn my_region(addr: u64) -> Result<(crate::mm::view::RegionId, MapFlags), Errno> {
+    let view = my_view()?;
+    views::with(|s, _| {
+        let r = s.region_at(addr).ok_or(Errno::Fault)?;
+        let rights = s.rights(view, r);
+        if rights.is_empty() {
+            return Err(Errno::Fault);
+        }
+        Ok((r, rights))
+    })
+}
+
+fn region_grant(addr: u64, rights_bits: usize, tid: u64) -> SysResult {
+    let rights = rights_from(rights_bits)?;
+    let (region, mine) = my_region(addr)?;
+    if !mine.contains(rights) {
+        return Err(Errno::Perm);
+    }
+    let target = thread::find(tid).ok_or(Errno::Srch)?;
+    if target.domain.is_none() || target.state() == crate::thread::State::Dead {
+        return Err(Errno::Srch);
+    }
+    change_rights(&target, region, rights)?;
+    Ok(0)
+}
+
+fn region_revoke(addr: u64, tid: u64) -> SysResult {
+    let (region, _) = my_region(addr)?;
+    let target = thread::find(tid).ok_or(Errno::Srch)?;
+    if target.domain.is_none() || target.state() == crate::thread::State::Dead {
+        return Err(Errno::Srch);
+    }
+    change_rights(&target, region, MapFlags::empty())?;
+    Ok(0)
+}
+
+fn view_query(buf: u64, max: u64) -> SysResult {
+    let view = my_view()?;
+    let entries = views::with(|s, _| s.view_regions(view));
+    let n = entries.len().min(max as usize);
+    let bytes = (n as u64).checked_mul(VIEW_ENTRY_SIZE).ok_or(Errno::Inval)?;
+    check_user(buf, bytes, MapFlags::WRITE)?;
+    for (i, (info, r)) in entries.iter().take(n).enumerate() {
+        let e = ViewEntry { start: info.start.as_u64(), len: info.len, rights: rights_bits(*r), kind: info.kind as u64 };
+        let words = [e.start, e.len, e.rights, e.kind];
+        let mut raw = [0u8; VIEW_ENTRY_SIZE as usize];
+        for (j, w) in words.iter().enumerate() {
+            raw[j * 8..j * 8 + 8].copy_from_slice(&w.to_le_bytes());
+        }
+        copy_out(buf + i as u64 * VIEW_ENTRY_SIZE, &raw)?;
+    }
+    Ok(entries.len())
+}
+
+fn counters(which: usize, buf: u64, len: u64) -> SysResult {
+    let values: [u64; Counter::COUNT] = match which {
+        scope::ALL_CPUS => {
+            let mut sum = [0u64; Counter::COUNT];
+            for cpu in CPUS.iter() {
+                for (s, v) in sum.iter_mut().zip(cpu.counters.snapshot()) {
+                    *s += v;
+                }
+            }
+            sum
+        }
+        scope::DOMAIN => me().domain.as_ref().ok_or(Errno::Inval)?.counters.snapshot(),
+        cpu if cpu < CPUS.len() => CPUS[cpu].counters.snapshot(),
+        _ => return Err(Errno::Inval),
+    };
+    let n = (len as usize).min(Counter::COUNT);
+    let mut raw = [0u8; Counter::COUNT * 8];
+    for (i, v) in values.iter().take(n).enumerate() {
+        raw[i * 8..i * 8 + 8].copy_from_slice(&v.to_le_bytes());
+    }
+    copy_out(buf, &raw[..n * 8])?;
+    Ok(scheduler::online_cpus())
 }

@@ -1,133 +1,357 @@
-//! Kernel threads and the per-CPU record of what runs.
-//!
-//! Every user thread has a kernel thread: its own kernel stack (holding the user frame at the
-//! top while it is in the kernel) and a saved kernel context. This first version runs one
-//! program at a time on the boot CPU: the boot context switches to the program's thread and gets
-//! control back when the thread exits or is killed. The scheduler of a later step replaces the
-//! direct switch with run queues, without changing the thread's shape.
+//! Kernel threads (KThreads): what the scheduler runs. A user thread's KThread carries its
+//! kernel stack (with the user frame at the top while it is in the kernel), its view, and its
+//! life: state, exit value, joiners. Kernel threads (no domain) run kernel functions.
 
-use alloc::boxed::Box;
+use alloc::collections::BTreeMap;
 use alloc::string::String;
-use arch::context::{self, KernelContext};
+use alloc::sync::Arc;
+use alloc::vec::Vec;
+use arch::context::KernelContext;
 use arch::trap::TrapFrame;
 use core::cell::UnsafeCell;
 use core::mem::size_of;
+use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use spin::Mutex;
 
 use crate::domain::Domain;
 use crate::mm::kernel_stack::{KernelStack, NoStack};
+use crate::mm::view::ViewId;
+use crate::sched::scheduler::{self, Then};
 
-/// Most CPUs the kernel supports.
-pub const MAX_CPUS: usize = 8;
-
-/// How a thread ended.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Outcome {
-    /// It called `exit` with this status.
-    Exited(usize),
-    /// The kernel ended it for this reason.
-    Killed(String),
+/// A thread's view and the views it left that a CPU may still have loaded.
+struct ViewSlot {
+    current: Option<ViewId>,
+    /// Left behind by rights changes while the thread may still run on them; detached by the
+    /// CPU that next loads the thread's root (so no CPU ever runs on a freed table).
+    stale: Vec<ViewId>,
 }
 
-/// A kernel thread running one user thread.
+/// A thread's life-cycle state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum State {
+    /// Made, or in a run queue.
+    Ready,
+    /// On a CPU.
+    Running,
+    /// Waiting (join, sleep, a domain's end).
+    Blocked,
+    /// Ended.
+    Dead,
+}
+
+/// What a thread runs.
+#[derive(Clone, Copy, Debug)]
+pub enum Body {
+    /// User code: start at `ip` with stack `sp` and first argument `arg`.
+    User {
+        /// Entry point.
+        ip: u64,
+        /// Initial stack pointer.
+        sp: u64,
+        /// First argument.
+        arg: u64,
+    },
+    /// A kernel function.
+    Kernel(fn() -> !),
+}
+
+/// The parts of a thread others change, under one lock.
+struct Life {
+    state: State,
+    exit_value: Option<usize>,
+    joiners: Vec<Arc<Thread>>,
+}
+
+/// A kernel thread.
 pub struct Thread {
-    stack: KernelStack,
-    context: KernelContext,
-    domain: *const Domain,
-    outcome: Option<Outcome>,
+    /// Unique id (the `tid` of syscalls).
+    pub id: u64,
+    /// The program it belongs to (`None` for kernel threads).
+    pub domain: Option<Arc<Domain>>,
+    /// Opted in to thread-view-affinity scheduling.
+    pub affine: bool,
+    body: Body,
+    /// The saved kernel context; touched only by the CPU switching this thread.
+    pub(crate) context: UnsafeCell<KernelContext>,
+    /// Whether a CPU is still on this thread's stack (set while running and until the next
+    /// context has finished the switch).
+    pub(crate) on_cpu: AtomicBool,
+    /// Frame number of the view's root table (0 = the kernel's).
+    pub(crate) root: AtomicU64,
+    /// CPU that ran it last.
+    pub(crate) last_cpu: AtomicUsize,
+    /// The kernel asked it to end (its program was killed or exited).
+    pub killed: AtomicBool,
+    /// The view (guarded: grants and revokes by other threads change it).
+    view: Mutex<ViewSlot>,
+    /// Kernel stack, taken when the thread has ended and a CPU has left it.
+    stack: Mutex<Option<KernelStack>>,
+    /// Top of the kernel stack (cached: the stack never moves).
+    stack_top: u64,
+    life: Mutex<Life>,
 }
 
-/// What one CPU is doing. Only that CPU touches it, with interrupts disabled.
-struct CpuState {
-    /// Where the CPU's boot/scheduler loop is parked while a thread runs.
-    scheduler: KernelContext,
-    /// The running thread, or null.
-    current: *mut Thread,
-}
+// SAFETY: `context` is an UnsafeCell touched only by the CPU switching the thread (with
+// interrupts off, serialised by `on_cpu`); every other field is atomic or locked.
+unsafe impl Sync for Thread {}
+// SAFETY: as above.
+unsafe impl Send for Thread {}
 
-struct CpuCell(UnsafeCell<CpuState>);
+static NEXT_TID: AtomicU64 = AtomicU64::new(1);
+/// Threads by id, while their domain lives.
+static THREADS: Mutex<BTreeMap<u64, Arc<Thread>>> = Mutex::new(BTreeMap::new());
+/// Sleeping threads by (deadline in ticks, id).
+static SLEEPERS: Mutex<BTreeMap<(u64, u64), Arc<Thread>>> = Mutex::new(BTreeMap::new());
 
-// SAFETY: each CpuCell is used only by the CPU whose index it has, with interrupts disabled, so
-// there is never concurrent access.
-unsafe impl Sync for CpuCell {}
-
-#[allow(clippy::declare_interior_mutable_const)]
-const IDLE_CPU: CpuCell = CpuCell(UnsafeCell::new(CpuState { scheduler: KernelContext::EMPTY, current: core::ptr::null_mut() }));
-static CPUS: [CpuCell; MAX_CPUS] = [IDLE_CPU; MAX_CPUS];
-
-fn this_cpu() -> *mut CpuState {
-    CPUS[arch::cpu::cpu_index()].0.get()
-}
-
-/// Runs the first thread of `domain` until it ends; returns how it ended.
-pub fn run(domain: &Domain) -> Result<Outcome, NoStack> {
-    let stack = KernelStack::new()?;
-    let mut thread = Box::new(Thread { stack, context: KernelContext::EMPTY, domain, outcome: None });
-    let arg = &mut *thread as *mut Thread as usize;
-    // The top of the stack is reserved for the user frame (traps from user mode push theirs
-    // there too); the kernel side of the thread starts below it.
-    let below_frame = thread.stack.top().as_u64() - size_of::<TrapFrame>() as u64;
-    // SAFETY: the stack is new and ours; user_thread_start never returns.
-    thread.context = unsafe { KernelContext::new(below_frame, user_thread_start, arg) };
-    arch::cpu::disable_interrupts();
-    let cpu = this_cpu();
-    // SAFETY: interrupts are off and this CPU owns `cpu`; the thread outlives the switch (it is
-    // only dropped below, after it switched back for good). The domain's table shares the
-    // kernel half, so the code and stacks in use stay mapped.
-    unsafe {
-        (*cpu).current = &mut *thread;
-        arch::cpu::set_kernel_stack(thread.stack.top().as_u64());
-        arch::tlb::load_root(domain.space.root());
-        context::switch(&mut (*cpu).scheduler, &thread.context);
-        // The thread has ended: back on the boot stack.
-        arch::tlb::load_root(crate::mm::kernel_space::kernel_root());
-        (*cpu).current = core::ptr::null_mut();
+impl Thread {
+    /// Makes a thread (not yet runnable). `view` is the view it is attached to (the caller
+    /// attached it) and `root` that view's root.
+    pub fn new(domain: Option<Arc<Domain>>, body: Body, view: Option<(ViewId, u64)>, affine: bool) -> Result<Arc<Thread>, NoStack> {
+        let stack = KernelStack::new()?;
+        let stack_top = stack.top().as_u64();
+        let id = NEXT_TID.fetch_add(1, Ordering::Relaxed);
+        let thread = Arc::new(Thread {
+            id,
+            domain,
+            affine,
+            body,
+            context: UnsafeCell::new(KernelContext::EMPTY),
+            on_cpu: AtomicBool::new(false),
+            root: AtomicU64::new(view.map_or(0, |(_, r)| r)),
+            last_cpu: AtomicUsize::new(arch::cpu::cpu_index()),
+            killed: AtomicBool::new(false),
+            view: Mutex::new(ViewSlot { current: view.map(|(v, _)| v), stale: Vec::new() }),
+            stack: Mutex::new(Some(stack)),
+            stack_top,
+            life: Mutex::new(Life { state: State::Ready, exit_value: None, joiners: Vec::new() }),
+        });
+        // The top of the stack is reserved for the user frame (traps from user mode push
+        // theirs there too); the kernel side starts below it.
+        let below_frame = stack_top - size_of::<TrapFrame>() as u64;
+        // SAFETY: the stack is new and ours; thread_start never returns. The pointer passed
+        // as argument stays valid: the thread keeps itself alive while running (`current`).
+        unsafe {
+            *thread.context.get() = KernelContext::new(below_frame, thread_start, Arc::as_ptr(&thread) as usize);
+        }
+        THREADS.lock().insert(id, thread.clone());
+        Ok(thread)
     }
-    arch::cpu::enable_interrupts();
-    Ok(thread.outcome.take().expect("a thread only switches back when it has ended"))
-}
 
-/// First code of a new thread, on its own kernel stack: builds the user frame at the top of the
-/// stack and enters user mode.
-extern "C" fn user_thread_start(arg: usize) -> ! {
-    let thread = arg as *mut Thread;
-    // SAFETY: `arg` is the Box'ed thread `run` keeps alive until this thread ends.
-    let (domain, top) = unsafe { (&*(*thread).domain, (*thread).stack.top().as_u64()) };
-    let frame_addr = top - size_of::<TrapFrame>() as u64;
-    let frame = TrapFrame::new_user(domain.entry.as_u64(), domain.stack_top.as_u64(), 0);
-    // SAFETY: the frame lies at the top of this thread's own stack, where traps from user mode
-    // will put theirs; `enter` abandons the current stack frame, which holds nothing needed.
-    unsafe {
-        core::ptr::write(frame_addr as *mut TrapFrame, frame);
-        arch::trap::enter(frame_addr as *const TrapFrame)
+    /// Top of the kernel stack.
+    pub fn kernel_stack_top(&self) -> u64 {
+        self.stack_top
+    }
+
+    /// Frees the kernel stack of an ended thread (called once a CPU has left it).
+    pub(crate) fn release_stack(&self) {
+        drop(self.stack.lock().take());
+    }
+
+    /// Sets the life-cycle state.
+    pub(crate) fn set_state(&self, state: State) {
+        self.life.lock().state = state;
+    }
+
+    /// The life-cycle state.
+    pub fn state(&self) -> State {
+        self.life.lock().state
+    }
+
+    /// The thread's view (`None` for kernel threads).
+    pub fn view(&self) -> Option<ViewId> {
+        self.view.lock().current
+    }
+
+    /// Moves the thread to `view` (already attached for it) with root `root`. The old view is
+    /// kept as stale until a CPU that loads the new root detaches it ([`Thread::drop_stale_views`]).
+    pub fn set_view(&self, view: ViewId, root: u64) {
+        let mut slot = self.view.lock();
+        self.root.store(root, Ordering::Release);
+        if let Some(old) = slot.current.replace(view) {
+            slot.stale.push(old);
+        }
+    }
+
+    /// Detaches the views this thread left. Call only on a CPU that has loaded the thread's
+    /// current root (or the kernel's), so none of them is loaded here.
+    pub fn drop_stale_views(&self) {
+        let stale = core::mem::take(&mut self.view.lock().stale);
+        if !stale.is_empty() {
+            crate::mm::views::with(|s, m| {
+                for v in stale {
+                    s.detach(m, v).expect("a stale view is still attached for its thread");
+                }
+            });
+        }
+    }
+
+    /// Takes the view away (at exit), with the stale ones.
+    fn take_views(&self) -> Vec<ViewId> {
+        self.root.store(0, Ordering::Release);
+        let mut slot = self.view.lock();
+        let mut all = core::mem::take(&mut slot.stale);
+        all.extend(slot.current.take());
+        all
     }
 }
 
-/// Ends the running thread with `outcome` and returns to the CPU's scheduler context.
-pub fn exit_current(outcome: Outcome) -> ! {
-    arch::cpu::disable_interrupts();
-    let cpu = this_cpu();
-    // SAFETY: interrupts off; `current` is the live thread running this code. After the switch
-    // nothing resumes this context again (the thread is dropped by `run`).
-    unsafe {
-        let thread = (*cpu).current;
-        assert!(!thread.is_null(), "exit_current without a current thread");
-        (*thread).outcome = Some(outcome);
-        context::switch(&mut (*thread).context, &(*cpu).scheduler);
+/// A thread by id.
+pub fn find(id: u64) -> Option<Arc<Thread>> {
+    THREADS.lock().get(&id).cloned()
+}
+
+/// Forgets the threads of a finished domain.
+pub fn forget(ids: &[u64]) {
+    let mut table = THREADS.lock();
+    for id in ids {
+        table.remove(id);
     }
+}
+
+/// First code of every thread, on its own kernel stack.
+extern "C" fn thread_start(arg: usize) -> ! {
+    scheduler::finish_switch();
+    // SAFETY: `arg` is the thread itself, alive while it runs (the CPU's `current` holds it).
+    let thread = unsafe { &*(arg as *const Thread) };
+    match thread.body {
+        Body::Kernel(f) => f(),
+        Body::User { ip, sp, arg } => {
+            if thread.killed.load(Ordering::Acquire) {
+                exit_current(None);
+            }
+            let frame_addr = thread.stack_top - size_of::<TrapFrame>() as u64;
+            let frame = TrapFrame::new_user(ip, sp, arg);
+            // SAFETY: the frame goes to the top of this thread's own stack, where traps from
+            // user mode put theirs; `enter` abandons this stack frame, which holds nothing
+            // still needed.
+            unsafe {
+                core::ptr::write(frame_addr as *mut TrapFrame, frame);
+                arch::trap::enter(frame_addr as *const TrapFrame)
+            }
+        }
+    }
+}
+
+/// Makes a thread that was created (or is blocked) runnable.
+pub fn start(t: Arc<Thread>) {
+    t.set_state(State::Ready);
+    scheduler::make_ready(t);
+}
+
+/// Wakes `t` if it is blocked.
+pub fn wake(t: Arc<Thread>) {
+    {
+        let mut life = t.life.lock();
+        if life.state != State::Blocked {
+            return;
+        }
+        life.state = State::Ready;
+    }
+    scheduler::make_ready(t);
+}
+
+/// Ends the running thread. `value` is its exit value (`None` when it was killed). The last
+/// thread of a domain ends the domain.
+pub fn exit_current(value: Option<usize>) -> ! {
+    let me = scheduler::current().expect("exit_current on an idle CPU");
+    let joiners = {
+        let mut life = me.life.lock();
+        life.state = State::Dead;
+        life.exit_value = value;
+        core::mem::take(&mut life.joiners)
+    };
+    for j in joiners {
+        wake(j);
+    }
+    // Leave the views before they can be freed: run on the kernel's root from here on.
+    let views = me.take_views();
+    if !views.is_empty() {
+        scheduler::reload_current_root();
+        crate::mm::views::with(|s, m| {
+            for v in views {
+                s.detach(m, v).expect("a thread's view exists");
+            }
+        });
+    }
+    if let Some(domain) = &me.domain {
+        domain.thread_ended(value);
+    }
+    drop(me);
+    scheduler::schedule(Then::Exit);
     unreachable!("an ended thread was resumed");
 }
 
-/// The domain of the running thread, if a user thread runs on this CPU.
-pub fn current_domain() -> Option<&'static Domain> {
-    let cpu = this_cpu();
-    // SAFETY: read by the owning CPU; the domain outlives its running thread, and callers use
-    // the reference only while that thread is current (inside its own traps).
-    unsafe {
-        let thread = (*cpu).current;
-        if thread.is_null() {
-            None
-        } else {
-            Some(&*(*thread).domain)
+/// Ends the running thread if its program was killed; called before returning to user mode.
+pub fn exit_if_killed() {
+    let killed = scheduler::with_current(|t| t.is_some_and(|t| t.killed.load(Ordering::Acquire)));
+    if killed {
+        exit_current(None);
+    }
+}
+
+/// Blocks the running thread until `target` (of the same domain) ends; returns its value.
+pub fn join(target: &Arc<Thread>) -> Option<usize> {
+    let me = scheduler::current().expect("join from an idle CPU");
+    {
+        let mut life = target.life.lock();
+        if life.state == State::Dead {
+            return life.exit_value;
+        }
+        life.joiners.push(me.clone());
+        me.set_state(State::Blocked);
+    }
+    drop(me);
+    scheduler::schedule(Then::Block);
+    target.life.lock().exit_value
+}
+
+/// Blocks the running thread for at least `ticks` timer ticks.
+pub fn sleep_ticks(ticks: u64) {
+    let me = scheduler::current().expect("sleep from an idle CPU");
+    let deadline = scheduler::ticks() + ticks.max(1);
+    me.set_state(State::Blocked);
+    SLEEPERS.lock().insert((deadline, me.id), me);
+    scheduler::schedule(Then::Block);
+}
+
+/// Wakes sleepers whose deadline has passed (timer tick, CPU 0).
+pub fn wake_sleepers() {
+    let now = scheduler::ticks();
+    loop {
+        let next = {
+            let mut s = SLEEPERS.lock();
+            match s.first_key_value() {
+                Some((&(deadline, id), _)) if deadline <= now => s.remove(&(deadline, id)),
+                _ => None,
+            }
+        };
+        match next {
+            Some(t) => wake(t),
+            None => break,
         }
     }
+}
+
+/// Wakes `t` early if it sleeps (its program is being killed).
+pub fn interrupt_sleep(t: &Thread) {
+    let found = {
+        let mut s = SLEEPERS.lock();
+        let key = s.iter().find(|(_, v)| v.id == t.id).map(|(k, _)| *k);
+        key.and_then(|k| s.remove(&k))
+    };
+    if let Some(t) = found {
+        wake(t);
+    }
+}
+
+/// A kernel thread running `f`.
+pub fn spawn_kernel(f: fn() -> !) -> Result<Arc<Thread>, NoStack> {
+    let t = Thread::new(None, Body::Kernel(f), None, false)?;
+    start(t.clone());
+    Ok(t)
+}
+
+/// Description of the running thread for reports.
+pub fn describe_current() -> Option<(u64, Option<(u64, String)>)> {
+    scheduler::with_current(|t| t.map(|t| (t.id, t.domain.as_ref().map(|d| (d.id, d.name.clone())))))
 }

@@ -1,24 +1,27 @@
-//! The kernel's side of every trap: syscalls, timer ticks, and faults — a user fault ends the
-//! program with a report, a kernel fault is a panic report.
+//! The kernel's side of every trap: syscalls, timer ticks, inter-processor interrupts, and
+//! faults — a user fault in a zero-on-touch region is filled, any other ends the program with a
+//! report; a kernel fault is a panic report.
 
 use alloc::format;
 use alloc::string::String;
-use arch::trap::{Access, Trap, TrapFrame};
+use arch::mapping::MapFlags;
+use arch::trap::{Access, IpiKind, Trap, TrapFrame};
 use core::sync::atomic::{AtomicU64, Ordering};
 use tsumugi_abi::log::fault;
+use tsumugi_abi::stats::Counter;
 
-use crate::thread::{self, Outcome, MAX_CPUS};
+use crate::domain::Outcome;
+use crate::mm::view::Fault;
+use crate::mm::views;
+use crate::sched::scheduler::{self, Then};
+use crate::thread;
 
-#[allow(clippy::declare_interior_mutable_const)]
-const ZERO: AtomicU64 = AtomicU64::new(0);
-/// Timer interrupts taken, per CPU.
-static TICKS: [AtomicU64; MAX_CPUS] = [ZERO; MAX_CPUS];
 /// Spurious interrupts seen (all CPUs).
 static SPURIOUS: AtomicU64 = AtomicU64::new(0);
 
-/// Timer ticks this CPU has taken.
+/// Timer ticks of the clock CPU.
 pub fn ticks() -> u64 {
-    TICKS[arch::cpu::cpu_index()].load(Ordering::Relaxed)
+    scheduler::ticks()
 }
 
 /// Spurious interrupts seen so far.
@@ -31,48 +34,113 @@ pub fn handle(frame: &mut TrapFrame) {
     match frame.trap() {
         Trap::Syscall => crate::syscall::dispatch(frame),
         Trap::Timer => {
-            TICKS[arch::cpu::cpu_index()].fetch_add(1, Ordering::Relaxed);
             arch::interrupts::end_of_interrupt();
+            scheduler::tick(frame.from_user());
+        }
+        Trap::Ipi(kind) => {
+            arch::interrupts::end_of_interrupt();
+            match kind {
+                // The idle loop looks at its queue after any interrupt; a busy CPU gets to the
+                // woken thread at its next switch.
+                IpiKind::Reschedule => {}
+                IpiKind::Kick | IpiKind::Shootdown => {
+                    scheduler::this_cpu().counters.bump(Counter::ShootdownsReceived);
+                    scheduler::reload_current_root();
+                }
+            }
         }
         Trap::Spurious(_) => {
             SPURIOUS.fetch_add(1, Ordering::Relaxed);
         }
-        trap if frame.from_user() => thread::exit_current(Outcome::Killed(describe_user_fault(frame, trap))),
+        Trap::PageFault { address, access, .. } if frame.from_user() => user_page_fault(frame, address, access),
+        trap if frame.from_user() => kill_current(describe_exception(frame, trap)),
         trap => crate::panic::exception(frame, trap),
+    }
+    if frame.from_user() {
+        thread::exit_if_killed();
     }
 }
 
-/// The report for a fault in user mode (see `tsumugi_abi::log` for the wording tests match).
-fn describe_user_fault(frame: &TrapFrame, trap: Trap) -> String {
-    let region = |addr: u64| -> String {
-        thread::current_domain()
-            .and_then(|d| crate::mm::region::find(d.space.regions(), addr))
-            .map(|r| format!(" (region {} at {:#x})", r.kind.name(), r.start.as_u64()))
-            .unwrap_or_default()
-    };
-    match trap {
-        Trap::PageFault { address, access, present } => {
-            let verb = match access {
-                Access::Read => "read",
-                Access::Write => "write",
-                Access::Execute => "execute",
-            };
-            let why = if address >= arch::layout::KERNEL_HALF {
-                fault::KERNEL_MEMORY
-            } else if !present {
-                fault::UNMAPPED
-            } else {
-                match access {
-                    Access::Write => fault::READ_ONLY,
-                    Access::Execute => fault::NOT_EXECUTABLE,
-                    Access::Read => "of protected memory",
-                }
-            };
-            format!("page fault: {verb} {why} at {address:#x}{}; rip {:#x}", region(address), frame.ip())
-        }
-        Trap::Exception { vector, name } => {
-            format!("{name} (vector {vector}, error {:#x}) at rip {:#x}{}", frame.fault_code(), frame.ip(), region(frame.ip()))
-        }
-        other => format!("unexpected trap {other:?} at rip {:#x}", frame.ip()),
+fn need(access: Access) -> MapFlags {
+    match access {
+        Access::Read => MapFlags::READ,
+        Access::Write => MapFlags::WRITE,
+        Access::Execute => MapFlags::EXEC,
     }
+}
+
+/// Resolves a user page fault, or ends the program with a report.
+fn user_page_fault(frame: &TrapFrame, address: u64, access: Access) {
+    if address < arch::layout::KERNEL_HALF {
+        let view = scheduler::with_current(|t| t.and_then(|t| t.view()));
+        if let Some(view) = view {
+            match views::with(|s, m| s.fault(m, view, address, need(access))) {
+                Ok(Fault::Filled | Fault::Mapped) => return,
+                // The view changed under the thread (a grant by another thread): load it, retry.
+                Ok(_) if scheduler::reload_current_root() => return,
+                Ok(_) => {}
+                Err(_) => return kill_current(format!("page fault: out of memory filling {address:#x}; rip {:#x}", frame.ip())),
+            }
+        }
+    }
+    kill_current(describe_page_fault(frame, address, access))
+}
+
+/// Ends the running thread's whole program with `reason`, then the thread.
+fn kill_current(reason: String) {
+    let domain = scheduler::with_current(|t| t.and_then(|t| t.domain.clone()));
+    if let Some(d) = domain {
+        d.end(Outcome::Killed(reason));
+    }
+    thread::exit_current(None);
+}
+
+fn rights_text(r: MapFlags) -> String {
+    let bit = |f: MapFlags, c: char| if r.contains(f) { c } else { '-' };
+    format!("{}{}{}", bit(MapFlags::READ, 'r'), bit(MapFlags::WRITE, 'w'), bit(MapFlags::EXEC, 'x'))
+}
+
+/// The report for a page fault the view does not allow (wording in `tsumugi_abi::log`).
+fn describe_page_fault(frame: &TrapFrame, address: u64, access: Access) -> String {
+    let verb = match access {
+        Access::Read => "read",
+        Access::Write => "write",
+        Access::Execute => "execute",
+    };
+    let view = scheduler::with_current(|t| t.and_then(|t| t.view()));
+    let found = views::with(|s, _| {
+        let r = s.region_at(address)?;
+        let info = s.region_info(r)?;
+        Some((info, view.map_or(MapFlags::empty(), |v| s.rights(v, r))))
+    });
+    let why = if address >= arch::layout::KERNEL_HALF {
+        fault::KERNEL_MEMORY
+    } else {
+        match (&found, access) {
+            (None, _) => fault::UNMAPPED,
+            (Some((_, rights)), _) if rights.is_empty() => "of memory outside the view",
+            (Some(_), Access::Write) => fault::READ_ONLY,
+            (Some(_), Access::Execute) => fault::NOT_EXECUTABLE,
+            (Some(_), Access::Read) => "of unreadable memory",
+        }
+    };
+    let region = match found {
+        Some((info, rights)) => format!(" (region {} at {:#x}, view rights {})", info.kind.name(), info.start.as_u64(), rights_text(rights)),
+        None => String::new(),
+    };
+    format!("page fault: {verb} {why} at {address:#x}{region}; {} {:#x}", arch::trap::IP_REGISTER, frame.ip())
+}
+
+fn describe_exception(frame: &TrapFrame, trap: Trap) -> String {
+    match trap {
+        Trap::Exception { vector, name } => {
+            format!("{name} (vector {vector}, error {:#x}) at {} {:#x}", frame.fault_code(), arch::trap::IP_REGISTER, frame.ip())
+        }
+        other => format!("unexpected trap {other:?} at {} {:#x}", arch::trap::IP_REGISTER, frame.ip()),
+    }
+}
+
+/// Yields the CPU from a syscall.
+pub fn yield_now() {
+    scheduler::schedule(Then::Requeue);
 }

@@ -21,6 +21,39 @@ core::arch::global_asm!(
     start = sym start_rust,
 );
 
+// The same on aarch64: clear the frame pointer (x29) and link register (x30) so backtraces end
+// here, keep sp 16-byte aligned (the architecture faults on a misaligned sp when SCTLR_EL1.SA0
+// is set), and branch-and-link into Rust. `brk` catches a return that must never happen.
+#[cfg(target_arch = "aarch64")]
+core::arch::global_asm!(
+    ".global _start",
+    "_start:",
+    "mov x29, xzr",
+    "mov x30, xzr",
+    "mov x9, sp",
+    "and x9, x9, #-16",
+    "mov sp, x9",
+    "bl {start}",
+    "brk #0",
+    start = sym start_rust,
+);
+
+// The same on riscv64: clear the frame pointer (s0) and return address (ra) so backtraces end
+// here, keep sp 16-byte aligned as the psABI requires, and call into Rust (`call` is
+// PC-relative, so it works wherever the program was loaded). `unimp` catches a return that must
+// never happen.
+#[cfg(target_arch = "riscv64")]
+core::arch::global_asm!(
+    ".global _start",
+    "_start:",
+    "mv s0, zero",
+    "mv ra, zero",
+    "andi sp, sp, -16",
+    "call {start}",
+    "unimp",
+    start = sym start_rust,
+);
+
 extern "C" fn start_rust() -> ! {
     // SAFETY: `tsumugi_user_main` is defined exactly once by the program's `entry!`.
     let status = unsafe { tsumugi_user_main() };

@@ -11,6 +11,10 @@ pub mod paging;
 #[path = "../x86_64/layout.rs"]
 pub mod layout;
 
+/// The riscv64 Sv48 entry format, compiled on the host.
+#[path = "../riscv64/paging.rs"]
+pub mod riscv64_paging;
+
 /// Name of this stand-in.
 pub const NAME: &str = "hosted";
 

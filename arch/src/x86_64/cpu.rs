@@ -209,6 +209,11 @@ pub fn cpu_index() -> usize {
     unsafe { (*percpu()).cpu_index as usize }
 }
 
+/// This CPU's hardware id (its local APIC ID), used to address inter-processor interrupts.
+pub fn hw_id() -> u32 {
+    super::interrupts::local_apic_id()
+}
+
 /// Sets the stack the CPU switches to when user mode traps or calls the kernel. Called on every
 /// switch to a thread that runs in user mode.
 pub fn set_kernel_stack(top: u64) {

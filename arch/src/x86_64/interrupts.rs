@@ -140,3 +140,45 @@ pub fn end_of_interrupt() {
 pub fn local_apic_id() -> u32 {
     read(reg::ID) >> 24
 }
+
+/// ICR delivery-status bit (send pending).
+const ICR_PENDING: u32 = 1 << 12;
+/// ICR level "assert" bit.
+const ICR_ASSERT: u32 = 1 << 14;
+/// ICR delivery mode INIT.
+const ICR_INIT: u32 = 0b101 << 8;
+/// ICR delivery mode start-up.
+const ICR_STARTUP: u32 = 0b110 << 8;
+/// ICR trigger mode level (for INIT de-assert).
+const ICR_LEVEL: u32 = 1 << 15;
+
+fn wait_icr_idle() {
+    while read(reg::ICR_LOW) & ICR_PENDING != 0 {
+        core::hint::spin_loop();
+    }
+}
+
+fn send_icr(apic_id: u32, low: u32) {
+    wait_icr_idle();
+    write(reg::ICR_HIGH, apic_id << 24);
+    write(reg::ICR_LOW, low);
+    wait_icr_idle();
+}
+
+/// Sends a fixed interrupt with `vector` to the CPU whose local APIC ID is `apic_id`.
+pub fn send_ipi(apic_id: u32, vector: u8) {
+    send_icr(apic_id, ICR_ASSERT | u32::from(vector));
+}
+
+/// Sends INIT then two start-up IPIs to `apic_id`, starting it in real mode at physical
+/// `start_page * 4096` (Intel SDM vol. 3A §8.4.4.1). `delay_us` waits the given microseconds.
+pub fn start_cpu(apic_id: u32, start_page: u8, delay_us: &dyn Fn(u64)) {
+    send_icr(apic_id, ICR_INIT | ICR_ASSERT | ICR_LEVEL);
+    delay_us(200);
+    send_icr(apic_id, ICR_INIT | ICR_LEVEL);
+    delay_us(10_000);
+    for _ in 0..2 {
+        send_icr(apic_id, ICR_STARTUP | u32::from(start_page));
+        delay_us(200);
+    }
+}

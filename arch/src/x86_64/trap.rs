@@ -66,6 +66,13 @@ pub const SYSCALL_VECTOR: u64 = 0x100;
 pub const TIMER_VECTOR: u8 = 0x20;
 /// First vector the legacy PICs are remapped to (they stay masked; anything arriving is spurious).
 pub const PIC_BASE_VECTOR: u8 = 0xe0;
+/// Vector of the "look at your run queue" inter-processor interrupt.
+pub const RESCHEDULE_VECTOR: u8 = 0xf0;
+/// Vector of the "enter the kernel and check your thread" inter-processor interrupt.
+pub const KICK_VECTOR: u8 = 0xf1;
+/// Vector of the "TLB shoot-down" inter-processor interrupt.
+pub const SHOOTDOWN_VECTOR: u8 = 0xf2;
+
 /// Vector of the local APIC's spurious interrupt.
 pub const SPURIOUS_VECTOR: u8 = 0xff;
 
@@ -86,6 +93,17 @@ pub enum Access {
     Write,
     /// An instruction fetch.
     Execute,
+}
+
+/// Kinds of inter-processor interrupt the kernel sends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IpiKind {
+    /// Look at the run queue.
+    Reschedule,
+    /// Enter the kernel and check the running thread.
+    Kick,
+    /// Shoot down TLB entries.
+    Shootdown,
 }
 
 /// Why the kernel was entered, in words every port shares.
@@ -111,6 +129,8 @@ pub enum Trap {
         /// Its name in the Intel SDM.
         name: &'static str,
     },
+    /// An inter-processor interrupt.
+    Ipi(IpiKind),
     /// An interrupt nobody asked for (legacy PIC, APIC spurious, unknown vector).
     Spurious(u8),
 }
@@ -178,6 +198,9 @@ impl TrapFrame {
         let vector = self.vector as u8;
         match vector {
             TIMER_VECTOR => Trap::Timer,
+            RESCHEDULE_VECTOR => Trap::Ipi(IpiKind::Reschedule),
+            KICK_VECTOR => Trap::Ipi(IpiKind::Kick),
+            SHOOTDOWN_VECTOR => Trap::Ipi(IpiKind::Shootdown),
             14 => {
                 let e = self.error_code;
                 let access = if e & pf::INSTRUCTION != 0 {

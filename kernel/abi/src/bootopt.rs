@@ -9,6 +9,13 @@
 //! | `selftest` / `selftest=filter` | run the in-kernel self-tests (those whose name contains `filter`) first |
 //! | `crash=panic` / `crash=pagefault` / `crash=hang` | misbehave on purpose after boot, to test the report and timeout paths |
 //! | `quiet` | do not print the memory map banner |
+//! | `affinity=on\|off` | thread-view-affinity scheduling for threads that opt in (default on) |
+//! | `quantum=N` | timer ticks a thread runs before it is preempted (default 2; a tick is 10 ms) |
+//! | `groupbound=N` | most consecutive turns one view group gets while others wait (default 8) |
+//! | `tlbtag=off` | do not use PCIDs/ASIDs: every view switch flushes the TLB (the original Cubix setting) |
+//!
+//! In `run=`, programs joined with `+` start together: `run=a+b,c` runs `a` and `b` at the same
+//! time, waits for both, then runs `c`.
 
 /// Name of the option listing programs to run.
 pub const RUN: &str = "run";
@@ -18,6 +25,24 @@ pub const SELFTEST: &str = "selftest";
 pub const CRASH: &str = "crash";
 /// Name of the option that shortens the banner.
 pub const QUIET: &str = "quiet";
+
+/// Name of the affinity switch.
+pub const AFFINITY: &str = "affinity";
+/// Name of the quantum option.
+pub const QUANTUM: &str = "quantum";
+/// Name of the group-bound option.
+pub const GROUP_BOUND: &str = "groupbound";
+/// Name of the TLB-tag switch.
+pub const TLBTAG: &str = "tlbtag";
+
+/// Parses an `on`/`off` value.
+pub fn on_off(value: &str) -> Option<bool> {
+    match value {
+        "on" | "" => Some(true),
+        "off" => Some(false),
+        _ => None,
+    }
+}
 
 /// Program run when `run=` is not given.
 pub const DEFAULT_PROGRAM: &str = "init";

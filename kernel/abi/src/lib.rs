@@ -10,6 +10,7 @@
 pub mod bootopt;
 pub mod exit;
 pub mod log;
+pub mod stats;
 pub mod syscall;
 
 pub use syscall::{Errno, Syscall};

@@ -30,6 +30,9 @@ pub const DOMAIN: &str = "domain ";
 pub const EXITED: &str = ": exited with status ";
 /// Marker of a kill, followed by the reason.
 pub const KILLED: &str = ": killed: ";
+/// Prefix of the line that ends a group of programs started together:
+/// `group <names>: frames free before <n>, after <m>`.
+pub const GROUP: &str = "group ";
 /// Prefix of a kernel panic report.
 pub const PANIC: &str = "KERNEL PANIC";
 /// Prefix of the last line the kernel prints.

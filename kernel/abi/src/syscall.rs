@@ -17,11 +17,100 @@ pub enum Syscall {
     ConsoleWrite = 1,
     /// `clock(which: usize) -> u64`: read a clock (see [`Clock`]).
     Clock = 2,
+    /// `yield() -> 0`: let other threads run.
+    Yield = 3,
+    /// `sleep(nanos: u64) -> 0`: block the calling thread for at least `nanos`.
+    Sleep = 4,
+    /// `thread_create(entry, stack_top, arg, flags) -> tid`: a new thread of the caller's program
+    /// starting at `entry(arg)` with stack pointer `stack_top`, in the caller's view. `flags`:
+    /// [`thread_flags`].
+    ThreadCreate = 5,
+    /// `thread_exit(value) -> !`: end the calling thread; the last thread's value is the
+    /// program's exit status.
+    ThreadExit = 6,
+    /// `thread_join(tid) -> value`: wait for a thread of the same program to end.
+    ThreadJoin = 7,
+    /// `thread_self() -> tid`.
+    ThreadSelf = 8,
+    /// `region_create(len, rights, flags) -> addr`: a new region of the single address space,
+    /// in the caller's view with `rights` ([`rights`]); `flags`: [`region_flags`].
+    RegionCreate = 9,
+    /// `region_grant(addr, rights, tid) -> 0`: give thread `tid` (any program's) `rights` on
+    /// the region at `addr`; the caller must hold at least those rights.
+    RegionGrant = 10,
+    /// `region_revoke(addr, tid) -> 0`: take the region at `addr` out of thread `tid`'s view;
+    /// the caller must hold the region.
+    RegionRevoke = 11,
+    /// `view_query(buf: *mut ViewEntry, max) -> count`: the caller's view, in address order.
+    ViewQuery = 12,
+    /// `publish(key, value) -> 0`: set a kernel-wide name (how programs find each other).
+    Publish = 13,
+    /// `lookup(key) -> value`, or `EAGAIN` if nothing is published under `key` yet.
+    Lookup = 14,
+    /// `counters(scope, buf: *mut u64, len) -> cpus`: copy the event counters of `scope`
+    /// (see `stats::scope`); returns the number of CPUs online.
+    Counters = 15,
+    /// `cpu_id() -> index` of the CPU running the caller.
+    CpuId = 16,
+}
+
+/// Rights bits of region syscalls.
+pub mod rights {
+    /// Read.
+    pub const READ: usize = 1;
+    /// Write.
+    pub const WRITE: usize = 2;
+    /// Execute.
+    pub const EXEC: usize = 4;
+}
+
+/// Flags of `region_create`.
+pub mod region_flags {
+    /// Frames are taken on first touch (zero-filled) instead of at creation.
+    pub const LAZY: usize = 1;
+}
+
+/// Flags of `thread_create`.
+pub mod thread_flags {
+    /// Opt in to thread-view-affinity scheduling (run next to threads with the same view).
+    pub const AFFINE: usize = 1;
+}
+
+/// One entry of `view_query`'s output.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ViewEntry {
+    /// First byte of the region.
+    pub start: u64,
+    /// Length in bytes.
+    pub len: u64,
+    /// The caller's rights ([`rights`] bits).
+    pub rights: u64,
+    /// Region kind: 0 text, 1 rodata, 2 data, 3 heap, 4 stack, 5 thmb, 6 shared.
+    pub kind: u64,
 }
 
 impl Syscall {
     /// Every syscall, in number order.
-    pub const ALL: [Syscall; 3] = [Syscall::Exit, Syscall::ConsoleWrite, Syscall::Clock];
+    pub const ALL: [Syscall; 17] = [
+        Syscall::Exit,
+        Syscall::ConsoleWrite,
+        Syscall::Clock,
+        Syscall::Yield,
+        Syscall::Sleep,
+        Syscall::ThreadCreate,
+        Syscall::ThreadExit,
+        Syscall::ThreadJoin,
+        Syscall::ThreadSelf,
+        Syscall::RegionCreate,
+        Syscall::RegionGrant,
+        Syscall::RegionRevoke,
+        Syscall::ViewQuery,
+        Syscall::Publish,
+        Syscall::Lookup,
+        Syscall::Counters,
+        Syscall::CpuId,
+    ];
 
     /// Decodes a syscall number.
     pub fn from_number(number: usize) -> Option<Syscall> {
@@ -63,11 +152,17 @@ pub enum Errno {
     Inval = 3,
     /// The kernel ran out of memory (or another resource) for this request.
     NoMem = 4,
+    /// Not available yet; try again.
+    Again = 5,
+    /// The caller lacks the rights the request needs.
+    Perm = 6,
+    /// No such thread.
+    Srch = 7,
 }
 
 impl Errno {
     /// Every error code.
-    pub const ALL: [Errno; 4] = [Errno::NoSys, Errno::Fault, Errno::Inval, Errno::NoMem];
+    pub const ALL: [Errno; 7] = [Errno::NoSys, Errno::Fault, Errno::Inval, Errno::NoMem, Errno::Again, Errno::Perm, Errno::Srch];
 
     /// The code's short name, as a C programmer would spell it.
     pub fn name(self) -> &'static str {
@@ -76,6 +171,9 @@ impl Errno {
             Errno::Fault => "EFAULT",
             Errno::Inval => "EINVAL",
             Errno::NoMem => "ENOMEM",
+            Errno::Again => "EAGAIN",
+            Errno::Perm => "EPERM",
+            Errno::Srch => "ESRCH",
         }
     }
 }

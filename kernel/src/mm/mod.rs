@@ -2,8 +2,10 @@
 //! space, and (on the machine) the kernel's own address space and heap.
 
 pub mod frame_alloc;
+pub mod machine;
 pub mod page_table;
 pub mod region;
+pub mod view;
 pub mod user_range;
 
 #[cfg(target_os = "none")]
@@ -12,3 +14,5 @@ pub mod heap;
 pub mod kernel_space;
 #[cfg(target_os = "none")]
 pub mod kernel_stack;
+#[cfg(target_os = "none")]
+pub mod views;

@@ -266,74 +266,35 @@ fn zero(mem: &impl PhysMemory, frame: Frame) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::mm::machine::fake::FakeMachine;
+    use crate::mm::machine::{Machine, MachineTables};
     use arch::paging::X86_64;
-    use std::cell::RefCell;
-
-    /// Host stand-in: frames are boxes in a vector, numbered from 1.
-    struct FakeMemory {
-        tables: RefCell<Vec<Box<RawTable>>>,
-        free: Vec<Frame>,
-        live: usize,
-    }
-
-    impl FakeMemory {
-        fn new() -> Self {
-            FakeMemory { tables: RefCell::new(Vec::new()), free: Vec::new(), live: 0 }
-        }
-    }
-
-    impl PhysMemory for FakeMemory {
-        fn table(&self, frame: Frame) -> *mut RawTable {
-            let mut t = self.tables.borrow_mut();
-            &mut *t[frame.number() as usize - 1] as *mut RawTable
-        }
-    }
-
-    struct Frames<'a>(&'a RefCell<Vec<Box<RawTable>>>, &'a mut Vec<Frame>, &'a mut usize);
-
-    impl TableFrames for Frames<'_> {
-        fn allocate_table(&mut self) -> Option<Frame> {
-            *self.2 += 1;
-            if let Some(f) = self.1.pop() {
-                return Some(f);
-            }
-            let mut t = self.0.borrow_mut();
-            t.push(Box::new([0xdead; ENTRIES]));
-            Some(Frame::from_number(t.len() as u64))
-        }
-        fn free_table(&mut self, frame: Frame) {
-            *self.2 -= 1;
-            self.1.push(frame);
-        }
-    }
 
     #[test]
     fn map_translate_unmap() {
-        let mut mem = FakeMemory::new();
-        let tables = std::mem::take(&mut mem.tables);
-        let mem2 = FakeMemory { tables, free: Vec::new(), live: 0 };
-        let mut free = std::mem::take(&mut mem.free);
-        let mut live = mem.live;
-        let mut frames = Frames(&mem2.tables, &mut free, &mut live);
-        let mut pt = PageTable::<X86_64>::new(&mem2, &mut frames).unwrap();
+        let mut m = FakeMachine::new(64);
+        let mem = &m.memory();
+        let mut pt = PageTable::<X86_64>::new(mem, &mut MachineTables(&mut m)).unwrap();
         let va = VirtAddr::new(0x4000_1000);
         let frame = Frame::from_number(0x777);
         let flags = MapFlags::READ | MapFlags::WRITE | MapFlags::USER;
-        pt.map(&mem2, &mut frames, va, frame, flags, 0).unwrap().ignore();
-        assert_eq!(pt.translate(&mem2, VirtAddr::new(0x4000_1abc)), Some((PhysAddr::new(0x777abc), flags)));
-        assert_eq!(pt.map(&mem2, &mut frames, va, frame, flags, 0).unwrap_err(), MapError::AlreadyMapped(va));
-        assert_eq!(pt.map(&mem2, &mut frames, VirtAddr::new(0x4000_1001), frame, flags, 0).unwrap_err(), MapError::Misaligned(VirtAddr::new(0x4000_1001)));
+        pt.map(mem, &mut MachineTables(&mut m), va, frame, flags, 0).unwrap().ignore();
+        assert_eq!(pt.translate(mem, VirtAddr::new(0x4000_1abc)), Some((PhysAddr::new(0x777abc), flags)));
+        assert_eq!(pt.map(mem, &mut MachineTables(&mut m), va, frame, flags, 0).unwrap_err(), MapError::AlreadyMapped(va));
+        let odd = VirtAddr::new(0x4000_1001);
+        assert_eq!(pt.map(mem, &mut MachineTables(&mut m), odd, frame, flags, 0).unwrap_err(), MapError::Misaligned(odd));
         let huge = VirtAddr::new(0x8000_0000);
-        pt.map(&mem2, &mut frames, huge, Frame::from_number(0x200), MapFlags::READ, 1).unwrap().ignore();
-        assert_eq!(pt.translate(&mem2, VirtAddr::new(0x8000_5000)).unwrap().0, PhysAddr::new(0x205000));
-        assert_eq!(pt.unmap(&mem2, VirtAddr::new(0x8000_5000)).unwrap_err(), UnmapError::HugePageInTheWay(VirtAddr::new(0x8000_5000)));
-        let (f, flush) = pt.unmap(&mem2, va).unwrap();
+        pt.map(mem, &mut MachineTables(&mut m), huge, Frame::from_number(0x200), MapFlags::READ, 1).unwrap().ignore();
+        assert_eq!(pt.translate(mem, VirtAddr::new(0x8000_5000)).unwrap().0, PhysAddr::new(0x205000));
+        let inside = VirtAddr::new(0x8000_5000);
+        assert_eq!(pt.unmap(mem, inside).unwrap_err(), UnmapError::HugePageInTheWay(inside));
+        let (f, flush) = pt.unmap(mem, va).unwrap();
         assert_eq!(f, frame);
         assert_eq!(flush.address(), va);
         flush.ignore();
-        assert_eq!(pt.translate(&mem2, va), None);
-        assert_eq!(pt.unmap(&mem2, va).unwrap_err(), UnmapError::NotMapped(va));
-        pt.free_tables(&mem2, &mut frames, 0..ENTRIES);
-        assert_eq!(*frames.2, 0, "every table frame is returned");
+        assert_eq!(pt.translate(mem, va), None);
+        assert_eq!(pt.unmap(mem, va).unwrap_err(), UnmapError::NotMapped(va));
+        pt.free_tables(mem, &mut MachineTables(&mut m), 0..ENTRIES);
+        assert_eq!(m.live(), 0, "every table frame is returned");
     }
 }

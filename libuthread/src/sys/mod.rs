@@ -6,6 +6,12 @@ use tsumugi_abi::syscall::{decode_result, Clock, Errno, Syscall};
 #[cfg(target_arch = "x86_64")]
 #[path = "x86_64.rs"]
 mod imp;
+#[cfg(target_arch = "aarch64")]
+#[path = "aarch64.rs"]
+mod imp;
+#[cfg(target_arch = "riscv64")]
+#[path = "riscv64.rs"]
+mod imp;
 
 pub use imp::syscall6;
 

@@ -1,0 +1,304 @@
+//! Per-CPU state of aarch64: feature detection, the per-CPU block reached through
+//! `TPIDR_EL1`, interrupt masking (`DAIF`), and ending QEMU with a status through semihosting.
+//!
+//! Secondary CPUs are later work: they will be started with PSCI `CPU_ON` (the conduit is read
+//! from the device tree into `boot::Platform`), each running `init_cpu` on its own block.
+
+use core::arch::asm;
+use core::fmt::Write as _;
+use core::mem::offset_of;
+
+/// Size of the emergency stack each CPU switches to when the kernel overflows its stack.
+const EMERGENCY_STACK_SIZE: usize = 16 * 1024;
+
+/// `SCTLR_EL1.SPAN`: leave `PSTATE.PAN` alone on exceptions (clear: set PAN on every entry).
+const SCTLR_SPAN: u64 = 1 << 23;
+/// `MSR PAN, #1` (FEAT_PAN); spelled as a word because the base target's assembler does not
+/// know the v8.1 instruction.
+const MSR_PAN_1: &str = ".inst 0xd500419f";
+
+/// CPU features the kernel cares about, read once from the ID registers.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Features {
+    /// Privileged access never (the kernel cannot touch user pages by accident).
+    pub pan: bool,
+    /// 16-bit ASIDs (TLB tags); otherwise 8-bit.
+    pub asid16: bool,
+    /// Physical address size in bits.
+    pub pa_bits: u8,
+    /// Hardware update of the access flag.
+    pub hw_access_flag: bool,
+    /// The GIC system-register CPU interface (GICv3 or later).
+    pub gic_sysregs: bool,
+    /// Scalable vector extension.
+    pub sve: bool,
+    /// Large system extensions (atomic instructions).
+    pub lse: bool,
+}
+
+/// Reads a system register by name.
+macro_rules! read_sysreg {
+    ($name:literal) => {{
+        let v: u64;
+        // SAFETY: reading an ID or status register has no side effects.
+        unsafe { asm!(concat!("mrs {}, ", $name), out(reg) v, options(nomem, nostack, preserves_flags)) };
+        v
+    }};
+}
+pub(crate) use read_sysreg;
+
+/// Detects the features of the running CPU.
+pub fn detect_features() -> Features {
+    let mmfr0 = read_sysreg!("id_aa64mmfr0_el1");
+    let mmfr1 = read_sysreg!("id_aa64mmfr1_el1");
+    let pfr0 = read_sysreg!("id_aa64pfr0_el1");
+    let isar0 = read_sysreg!("id_aa64isar0_el1");
+    let field = |reg: u64, shift: u32| (reg >> shift) & 0xf;
+    const PA_BITS: [u8; 7] = [32, 36, 40, 42, 44, 48, 52];
+    Features {
+        pan: field(mmfr1, 20) != 0,
+        asid16: field(mmfr0, 4) == 2,
+        pa_bits: PA_BITS.get(field(mmfr0, 0) as usize).copied().unwrap_or(48),
+        hw_access_flag: field(mmfr1, 0) != 0,
+        gic_sysregs: field(pfr0, 24) != 0,
+        sve: field(pfr0, 32) != 0,
+        lse: field(isar0, 20) >= 2,
+    }
+}
+
+/// Writes into a byte buffer, dropping what does not fit.
+struct BufWriter<'a> {
+    buf: &'a mut [u8],
+    len: usize,
+}
+
+impl core::fmt::Write for BufWriter<'_> {
+    fn write_str(&mut self, s: &str) -> core::fmt::Result {
+        let n = s.len().min(self.buf.len() - self.len);
+        self.buf[self.len..self.len + n].copy_from_slice(&s.as_bytes()[..n]);
+        self.len += n;
+        Ok(())
+    }
+}
+
+/// The CPU's implementer, part and revision from `MIDR_EL1`, for the banner.
+pub fn brand(buf: &mut [u8; 48]) -> &str {
+    let midr = read_sysreg!("midr_el1");
+    let implementer = (midr >> 24) & 0xff;
+    let variant = (midr >> 20) & 0xf;
+    let part = (midr >> 4) & 0xfff;
+    let revision = midr & 0xf;
+    let name = match (implementer, part) {
+        // QEMU's `max` CPU uses the implementer code reserved for software.
+        (0x00, _) => "QEMU max",
+        (0x41, 0xd03) => "Arm Cortex-A53",
+        (0x41, 0xd07) => "Arm Cortex-A57",
+        (0x41, 0xd08) => "Arm Cortex-A72",
+        (0x41, 0xd0b) => "Arm Cortex-A76",
+        (0x41, 0xd0c) => "Arm Neoverse-N1",
+        (0x41, 0xd40) => "Arm Neoverse-V1",
+        (0x41, 0xd49) => "Arm Neoverse-N2",
+        (0x41, _) => "Arm",
+        _ => "aarch64",
+    };
+    let mut w = BufWriter { buf: &mut buf[..], len: 0 };
+    let _ = write!(w, "{name} r{variant}p{revision} (MIDR {midr:#x})");
+    let len = w.len;
+    core::str::from_utf8(&buf[..len]).unwrap_or("aarch64")
+}
+
+/// The per-CPU block, reached through `TPIDR_EL1` (which user mode cannot read). The first
+/// fields are read by the vector code in `trap.rs` at fixed offsets (checked below).
+#[repr(C, align(64))]
+pub struct PerCpu {
+    /// Points to this block.
+    self_ptr: *mut PerCpu,
+    /// Where the vector code builds its frame when the kernel overflowed its stack: the
+    /// `TrapFrame`-sized slot at the top of `emergency_stack`.
+    emergency_frame: u64,
+    /// Top of the running thread's kernel stack (where a trap from EL0 puts its frame).
+    kernel_stack_top: u64,
+    /// This CPU's index (0 is the boot CPU).
+    cpu_index: u64,
+    /// The interrupt acknowledged from the GIC and not yet ended (`interrupts::NO_INTERRUPT`
+    /// when none).
+    pub(crate) active_interrupt: u32,
+    /// Stack for reporting a kernel stack overflow.
+    emergency_stack: [u8; EMERGENCY_STACK_SIZE],
+}
+
+/// Offset of `emergency_frame` in [`PerCpu`], used by assembly.
+pub const PERCPU_EMERGENCY_FRAME: usize = 8;
+const _: () = assert!(offset_of!(PerCpu, self_ptr) == 0);
+const _: () = assert!(offset_of!(PerCpu, emergency_frame) == PERCPU_EMERGENCY_FRAME);
+
+/// The boot CPU's block (secondary CPUs will get theirs from the heap).
+static mut BSP_PERCPU: PerCpu = PerCpu {
+    self_ptr: core::ptr::null_mut(),
+    emergency_frame: 0,
+    kernel_stack_top: 0,
+    cpu_index: 0,
+    active_interrupt: super::interrupts::NO_INTERRUPT,
+    emergency_stack: [0; EMERGENCY_STACK_SIZE],
+};
+
+/// Sets up the boot CPU: per-CPU block, PAN when present. Returns the features found.
+pub fn init_boot_cpu() -> Features {
+    let features = detect_features();
+    // SAFETY: BSP_PERCPU is used only by the boot CPU, and only through this one reference that
+    // lives for the rest of the run.
+    let percpu: &'static mut PerCpu = unsafe { &mut *core::ptr::addr_of_mut!(BSP_PERCPU) };
+    init_cpu(percpu, 0, features);
+    features
+}
+
+/// Prepares `percpu` for CPU `index` and makes it this CPU's block.
+fn init_cpu(percpu: &'static mut PerCpu, index: u64, features: Features) {
+    percpu.self_ptr = percpu as *mut PerCpu;
+    percpu.cpu_index = index;
+    let top = percpu.emergency_stack.as_ptr() as u64 + EMERGENCY_STACK_SIZE as u64;
+    percpu.emergency_frame = (top - core::mem::size_of::<super::trap::TrapFrame>() as u64) & !15;
+    percpu.active_interrupt = super::interrupts::NO_INTERRUPT;
+    // SAFETY: TPIDR_EL1 is ours (EL1-only); from here on it names this 'static block.
+    unsafe { asm!("msr tpidr_el1, {}", in(reg) percpu as *mut PerCpu as u64, options(nomem, nostack, preserves_flags)) };
+    if features.pan {
+        // SAFETY: with SCTLR_EL1.SPAN clear every exception to EL1 sets PSTATE.PAN, and we set
+        // it now: the kernel then faults on any plain access to user pages. User copies use
+        // ldtr/sttr, which PAN does not restrict (usercopy.rs).
+        unsafe {
+            let sctlr = read_sysreg!("sctlr_el1") & !SCTLR_SPAN;
+            asm!("msr sctlr_el1, {}", "isb", MSR_PAN_1, in(reg) sctlr, options(nostack, preserves_flags));
+        }
+    }
+}
+
+/// This CPU's per-CPU block (null before `init_boot_cpu`).
+pub(crate) fn percpu() -> *mut PerCpu {
+    read_sysreg!("tpidr_el1") as *mut PerCpu
+}
+
+/// Index of the CPU this runs on (0 = boot CPU, and before the per-CPU block exists).
+pub fn cpu_index() -> usize {
+    let p = percpu();
+    if p.is_null() {
+        return 0;
+    }
+    // SAFETY: a non-null TPIDR_EL1 names this CPU's 'static block; cpu_index never changes.
+    unsafe { (*p).cpu_index as usize }
+}
+
+/// Records the stack the CPU uses when user mode traps or calls the kernel. On aarch64 the
+/// hardware takes EL0 exceptions on `SP_EL1`, which `trap::enter` leaves at exactly this top
+/// when it returns to user mode, so this is bookkeeping (reports, and later SMP checks).
+pub fn set_kernel_stack(top: u64) {
+    let p = percpu();
+    if !p.is_null() {
+        // SAFETY: this CPU's block, touched only by this CPU with interrupts off.
+        unsafe { (*p).kernel_stack_top = top };
+    }
+}
+
+/// `DAIF.I`: IRQs masked.
+const DAIF_IRQ: u64 = 1 << 7;
+
+/// Whether interrupts are enabled on this CPU.
+pub fn interrupts_enabled() -> bool {
+    read_sysreg!("daif") & DAIF_IRQ == 0
+}
+
+/// Runs `f` with interrupts disabled, restoring the previous state afterwards.
+pub fn without_interrupts<R>(f: impl FnOnce() -> R) -> R {
+    let enabled = interrupts_enabled();
+    if enabled {
+        disable_interrupts();
+    }
+    let r = f();
+    if enabled {
+        enable_interrupts();
+    }
+    r
+}
+
+/// Enables interrupts (IRQs; FIQs stay masked: nothing is routed to them).
+pub fn enable_interrupts() {
+    // SAFETY: unmasking IRQs; the vector table is installed before the kernel enables them.
+    unsafe { asm!("msr daifclr, #2", options(nomem, nostack, preserves_flags)) };
+}
+
+/// Disables interrupts.
+pub fn disable_interrupts() {
+    // SAFETY: masking IRQs is always safe.
+    unsafe { asm!("msr daifset, #2", options(nomem, nostack, preserves_flags)) };
+}
+
+/// Enables interrupts and waits for one, atomically: `wfi` wakes on a pending interrupt even
+/// while IRQs are masked, and the interrupt is taken as soon as they are unmasked after it, so
+/// none arriving after the caller's last check is missed.
+pub fn wait_for_interrupt() {
+    // SAFETY: waits, then unmasks IRQs (see enable_interrupts).
+    unsafe { asm!("wfi", "msr daifclr, #2", options(nomem, nostack, preserves_flags)) };
+}
+
+/// Spins politely.
+pub fn spin_hint() {
+    core::hint::spin_loop();
+}
+
+/// What the manuals call the register holding the faulting address (for reports).
+pub const FAULT_ADDRESS_REGISTER: &str = "far";
+
+/// The faulting address of the last abort (`FAR_EL1`).
+pub fn fault_address() -> u64 {
+    read_sysreg!("far_el1")
+}
+
+/// Semihosting operation numbers and values (Arm "Semihosting for AArch32 and AArch64").
+mod semihosting {
+    /// `SYS_EXIT`: on AArch64 it takes a two-word block (reason, subcode).
+    pub const SYS_EXIT: u64 = 0x18;
+    /// `SYS_EXIT_EXTENDED`: the same block on every architecture; the subcode is the status.
+    pub const SYS_EXIT_EXTENDED: u64 = 0x20;
+    /// `ADP_Stopped_ApplicationExit`: the program ended normally with the subcode as status.
+    pub const ADP_STOPPED_APPLICATION_EXIT: u64 = 0x20026;
+}
+
+extern "C" {
+    /// `hlt #0xf000` with the operation in x0 and the parameter in x1 (see `trap.rs`, which
+    /// skips it when semihosting is off and the instruction is undefined).
+    fn semihosting_call(op: u64, param: u64) -> u64;
+}
+
+/// Ends the machine with `status` (0..=127): semihosting `SYS_EXIT_EXTENDED` with
+/// `ADP_Stopped_ApplicationExit`, which makes QEMU exit with `status`. If semihosting is off,
+/// powers off through PSCI `SYSTEM_OFF` (status lost), or halts forever.
+pub fn shutdown(status: u8) -> ! {
+    disable_interrupts();
+    let block: [u64; 2] = [semihosting::ADP_STOPPED_APPLICATION_EXIT, u64::from(status)];
+    for op in [semihosting::SYS_EXIT_EXTENDED, semihosting::SYS_EXIT] {
+        // SAFETY: the block is a valid parameter block for both calls; QEMU reads it through
+        // the current translation and ends. A host without semihosting makes the call fail
+        // and return (trap.rs skips the undefined `hlt`), and we try the next way.
+        unsafe { semihosting_call(op, block.as_ptr() as u64) };
+    }
+    super::boot::psci_system_off();
+    halt_forever()
+}
+
+/// Stops this CPU for good.
+pub fn halt_forever() -> ! {
+    loop {
+        disable_interrupts();
+        // SAFETY: waits for an interrupt that, masked, only wakes us to wait again.
+        unsafe { asm!("wfi", options(nomem, nostack, preserves_flags)) };
+    }
+}
+
+/// Reads the frame pointer of the caller, to start a backtrace (x29 points at the
+/// {previous x29, return address} record, as rbp does on x86_64).
+#[inline(always)]
+pub fn frame_pointer() -> u64 {
+    let fp: u64;
+    // SAFETY: reads a register.
+    unsafe { asm!("mov {}, x29", out(reg) fp, options(nomem, nostack, preserves_flags)) };
+    fp
+}

@@ -1,0 +1,147 @@
+//! aarch64 translation-table roots and TLB maintenance.
+//!
+//! The kernel half is translated through `TTBR1_EL1`, loaded once at boot with the kernel's
+//! table; a view's user table goes into `TTBR0_EL1`. Everything runs with ASID 0 for now: user
+//! mappings are not global, so a `TTBR0_EL1` switch flushes ASID 0 (the analogue of an x86 CR3
+//! load without PCIDs). `TCR_EL1.AS` is already set when the CPU has 16-bit ASIDs, so tagged
+//! views only need an allocator and the ASID field written here.
+
+use core::arch::asm;
+use core::sync::atomic::{AtomicU64, Ordering};
+
+use crate::addr::{Frame, PhysAddr, VirtAddr};
+
+/// `TCR_EL1.EPD0`: no walks through `TTBR0_EL1` (low addresses fault at once).
+pub(crate) const TCR_EPD0: u64 = 1 << 7;
+/// The ASID every translation uses until tagged views exist.
+const ASID: u64 = 0;
+/// Where the ASID sits in `TTBR0_EL1` and in TLBI operands.
+const ASID_SHIFT: u32 = 48;
+
+/// Physical address of the kernel's root table, once [`load_kernel_root`] ran (0 before).
+static KERNEL_ROOT: AtomicU64 = AtomicU64::new(0);
+
+extern "C" {
+    /// Physical-address alias of `switch_ttbr1` (see `boot.rs`).
+    fn switch_ttbr1(root: u64, empty: u64);
+}
+
+/// Makes `root` the active user table (`TTBR0_EL1`, ASID 0) and flushes ASID 0. Loading the
+/// kernel's own root means "no user half": walks through `TTBR0_EL1` are then turned off, so a
+/// stray low address faults instead of reaching the kernel table's slots through the wrong
+/// register.
+///
+/// # Safety
+/// `root` must be a valid level-0 table of user mappings, or the kernel root.
+pub unsafe fn load_root(root: Frame) {
+    let pa = root.start().as_u64();
+    let disable = pa == KERNEL_ROOT.load(Ordering::Relaxed);
+    // SAFETY: the kernel half lives in TTBR1 and is untouched, so the running code and stack
+    // stay mapped. Order: new TTBR0 (or EPD0), isb so later walks use it, then flush what the
+    // old table left under ASID 0 and wait for the flush.
+    unsafe {
+        let mut tcr: u64;
+        asm!("mrs {}, tcr_el1", out(reg) tcr, options(nomem, nostack, preserves_flags));
+        if disable {
+            tcr |= TCR_EPD0;
+            asm!("msr tcr_el1, {tcr}", "msr ttbr0_el1, xzr", tcr = in(reg) tcr, options(nostack, preserves_flags));
+        } else {
+            tcr &= !TCR_EPD0;
+            asm!("msr ttbr0_el1, {ttbr}", "msr tcr_el1, {tcr}", ttbr = in(reg) pa | (ASID << ASID_SHIFT), tcr = in(reg) tcr, options(nostack, preserves_flags));
+        }
+        asm!(
+            "isb",
+            "tlbi aside1, {asid}",
+            "dsb nsh",
+            "isb",
+            // The loader wrote the program through the direct map; make sure no stale
+            // instructions are fetched for the new user half.
+            "ic iallu",
+            "dsb nsh",
+            "isb",
+            asid = in(reg) ASID << ASID_SHIFT,
+            options(nostack, preserves_flags)
+        );
+    }
+}
+
+/// Installs the kernel's own table in `TTBR1_EL1` at boot. `TTBR0_EL1` keeps only the boot
+/// device window (the first GiB, device memory, EL1 only) so the console keeps working until
+/// `interrupts::init` moves it into the kernel's device window; the first [`load_root`]
+/// replaces it.
+///
+/// # Safety
+/// `root` must map the running kernel image, its stack and data exactly where the boot tables
+/// do; interrupts must be off.
+pub unsafe fn load_kernel_root(root: Frame) {
+    let pa = root.start().as_u64();
+    KERNEL_ROOT.store(pa, Ordering::Relaxed);
+    let (device_window, empty) = super::boot::boot_tables_for_switch();
+    // SAFETY: `switch_ttbr1` runs from the boot identity map (TTBR0), so changing TTBR1 under
+    // it is safe, and goes through an empty table so no TLB ever holds the boot block and the
+    // new page for one address at once (break-before-make). Its physical alias is identity
+    // mapped and executable at EL1 by the boot tables; it touches no memory.
+    unsafe {
+        let alias: unsafe extern "C" fn(u64, u64) = core::mem::transmute(super::boot::physical_alias(switch_ttbr1 as *const () as u64));
+        alias(pa, empty);
+        asm!(
+            "msr ttbr0_el1, {window}",
+            "isb",
+            "tlbi vmalle1",
+            "dsb nsh",
+            "isb",
+            window = in(reg) device_window,
+            options(nostack, preserves_flags)
+        );
+    }
+}
+
+/// The active top-level table: the user table in `TTBR0_EL1`, or the kernel's when no user
+/// half is loaded.
+pub fn current_root() -> Frame {
+    let (ttbr0, ttbr1, tcr): (u64, u64, u64);
+    // SAFETY: reads system registers.
+    unsafe {
+        asm!("mrs {}, ttbr0_el1", "mrs {}, ttbr1_el1", "mrs {}, tcr_el1", out(reg) ttbr0, out(reg) ttbr1, out(reg) tcr, options(nomem, nostack, preserves_flags));
+    }
+    let address = |ttbr: u64| Frame::containing(PhysAddr::new(ttbr & super::paging::bits::ADDRESS));
+    let user = ttbr0 & super::paging::bits::ADDRESS;
+    if tcr & TCR_EPD0 != 0 || user == 0 || user == super::boot::boot_tables_for_switch().0 {
+        address(ttbr1)
+    } else {
+        address(ttbr0)
+    }
+}
+
+/// Invalidates the translation of the page holding `va` on this CPU (every ASID, every level,
+/// so a changed table entry is covered too).
+pub fn flush_page(va: VirtAddr) {
+    // SAFETY: TLB maintenance only drops cached translations. The store to the table must be
+    // visible to the walker first (dsb ishst), and the invalidation complete before the next
+    // access (dsb nsh; isb).
+    unsafe {
+        asm!(
+            "dsb ishst",
+            "tlbi vaae1, {page}",
+            "dsb nsh",
+            "isb",
+            page = in(reg) (va.as_u64() >> crate::addr::PAGE_SHIFT) & ((1 << 44) - 1),
+            options(nostack, preserves_flags)
+        );
+    }
+}
+
+/// Invalidates every non-global translation on this CPU (all of ASID 0).
+pub fn flush_all() {
+    // SAFETY: as in `flush_page`.
+    unsafe {
+        asm!(
+            "dsb ishst",
+            "tlbi aside1, {asid}",
+            "dsb nsh",
+            "isb",
+            asid = in(reg) ASID << ASID_SHIFT,
+            options(nostack, preserves_flags)
+        );
+    }
+}

@@ -1,0 +1,109 @@
+//! Time on riscv64: the `cycle` CSR as cycle counter, the `time` CSR (whose frequency the
+//! device tree gives) as clock, and the SBI TIME extension as the periodic tick. The cycle
+//! counter's rate is not given anywhere (under QEMU TCG it follows the host's TSC, under
+//! `-icount shift=0` one per guest instruction), so it is measured against `time`.
+
+use core::sync::atomic::{AtomicU64, Ordering};
+use riscv::register::{cycle, sie, time};
+
+/// Calibration interval, ms.
+const CALIBRATION_MS: u64 = 10;
+
+static TIMEBASE_HZ: AtomicU64 = AtomicU64::new(0);
+static TIME_AT_BOOT: AtomicU64 = AtomicU64::new(0);
+static CYCLES_HZ: AtomicU64 = AtomicU64::new(0);
+/// `time` ticks between two timer interrupts.
+static PERIOD: AtomicU64 = AtomicU64::new(0);
+/// When the next timer interrupt is due, in `time` ticks. (Per hart once SMP comes.)
+static NEXT_DEADLINE: AtomicU64 = AtomicU64::new(0);
+
+/// What calibration measured.
+#[derive(Clone, Copy, Debug)]
+pub struct Calibration {
+    /// Cycle-counter ticks per second.
+    pub cycles_hz: u64,
+    /// `time` ticks per second (the device tree's `timebase-frequency`), which the tick timer
+    /// counts in.
+    pub timer_hz: u64,
+}
+
+/// The cycle counter (`cycle` CSR). Under QEMU with `-icount shift=0` it advances by one per
+/// guest instruction.
+#[inline]
+pub fn cycles() -> u64 {
+    cycle::read64()
+}
+
+/// The `time` CSR.
+fn now() -> u64 {
+    time::read64()
+}
+
+/// Nanoseconds since [`calibrate`] ran (0 before).
+pub fn nanos() -> u64 {
+    let hz = TIMEBASE_HZ.load(Ordering::Relaxed);
+    if hz == 0 {
+        return 0;
+    }
+    let elapsed = now().wrapping_sub(TIME_AT_BOOT.load(Ordering::Relaxed));
+    (u128::from(elapsed) * 1_000_000_000 / u128::from(hz)) as u64
+}
+
+/// Cycle-counter frequency in Hz (0 before calibration).
+pub fn cycles_hz() -> u64 {
+    CYCLES_HZ.load(Ordering::Relaxed)
+}
+
+/// Takes the `time` frequency from the device tree and measures the cycle counter against it.
+pub fn calibrate() -> Calibration {
+    let timebase_hz = super::boot::platform().timebase_hz.max(1);
+    let interval = timebase_hz * CALIBRATION_MS / 1000;
+    let time_start = now();
+    let cycles_start = cycles();
+    while now().wrapping_sub(time_start) < interval {
+        core::hint::spin_loop();
+    }
+    let cycles_end = cycles();
+    let cycles_hz = cycles_end.wrapping_sub(cycles_start) * 1000 / CALIBRATION_MS;
+    TIMEBASE_HZ.store(timebase_hz, Ordering::Relaxed);
+    TIME_AT_BOOT.store(time_start, Ordering::Relaxed);
+    CYCLES_HZ.store(cycles_hz.max(1), Ordering::Relaxed);
+    Calibration { cycles_hz, timer_hz: timebase_hz }
+}
+
+/// Calibrates the clocks and starts the boot hart's periodic tick at `hz`.
+pub fn init(hz: u64) -> Calibration {
+    let cal = calibrate();
+    start_periodic(hz);
+    cal
+}
+
+/// Starts this hart's periodic tick at `hz` interrupts per second (supervisor timer interrupt).
+pub fn start_periodic(hz: u64) {
+    let period = (TIMEBASE_HZ.load(Ordering::Relaxed) / hz.max(1)).max(1);
+    PERIOD.store(period, Ordering::Relaxed);
+    NEXT_DEADLINE.store(now() + period, Ordering::Relaxed);
+    program(NEXT_DEADLINE.load(Ordering::Relaxed));
+    // SAFETY: the trap entry is installed and handles the timer interrupt; it is taken only
+    // once the kernel sets sstatus.SIE.
+    unsafe { sie::set_stimer() };
+}
+
+/// Programs the tick after the one being handled; ticks missed meanwhile (a long stretch with
+/// interrupts off) are dropped rather than delivered in a burst.
+pub fn next_tick() {
+    let period = PERIOD.load(Ordering::Relaxed);
+    let mut deadline = NEXT_DEADLINE.load(Ordering::Relaxed) + period;
+    let t = now();
+    if deadline <= t {
+        deadline = t + period;
+    }
+    NEXT_DEADLINE.store(deadline, Ordering::Relaxed);
+    program(deadline);
+}
+
+/// Asks SBI for a timer interrupt at `deadline` (in `time` ticks); this also clears the pending
+/// one.
+fn program(deadline: u64) {
+    let _ = sbi_rt::set_timer(deadline);
+}

@@ -1,0 +1,76 @@
+//! Kernel counters a user program can read (`schedstat`), by index.
+//!
+//! `Syscall::Counters` copies `[u64; Counter::COUNT]` for one CPU (or the sum over all CPUs, or
+//! the calling domain) into the caller's buffer.
+
+/// The counters, in the order they are copied.
+#[repr(usize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Counter {
+    /// Switches from one thread to another.
+    ContextSwitches = 0,
+    /// Loads of a different page-table root (view switches).
+    ViewSwitches = 1,
+    /// Whole-TLB flushes (untagged root loads and explicit full flushes).
+    TlbFlushes = 2,
+    /// Single-page TLB invalidations.
+    TlbPageFlushes = 3,
+    /// Shoot-down requests sent to other CPUs.
+    ShootdownsSent = 4,
+    /// Shoot-down requests received from other CPUs.
+    ShootdownsReceived = 5,
+    /// Threads taken from another CPU's run queue.
+    Steals = 6,
+    /// Timer ticks.
+    Ticks = 7,
+    /// Threads preempted at the end of their quantum.
+    Preemptions = 8,
+    /// Inter-processor interrupts sent (all kinds).
+    IpisSent = 9,
+}
+
+impl Counter {
+    /// Number of counters.
+    pub const COUNT: usize = 10;
+    /// Every counter in copy order.
+    pub const ALL: [Counter; Counter::COUNT] = [
+        Counter::ContextSwitches,
+        Counter::ViewSwitches,
+        Counter::TlbFlushes,
+        Counter::TlbPageFlushes,
+        Counter::ShootdownsSent,
+        Counter::ShootdownsReceived,
+        Counter::Steals,
+        Counter::Ticks,
+        Counter::Preemptions,
+        Counter::IpisSent,
+    ];
+
+    /// Short name for tables.
+    pub fn name(self) -> &'static str {
+        match self {
+            Counter::ContextSwitches => "switches",
+            Counter::ViewSwitches => "view-switches",
+            Counter::TlbFlushes => "tlb-flushes",
+            Counter::TlbPageFlushes => "tlb-page-flushes",
+            Counter::ShootdownsSent => "shootdowns-sent",
+            Counter::ShootdownsReceived => "shootdowns-recv",
+            Counter::Steals => "steals",
+            Counter::Ticks => "ticks",
+            Counter::Preemptions => "preemptions",
+            Counter::IpisSent => "ipis",
+        }
+    }
+}
+
+/// Which set of counters `Syscall::Counters` reads (its first argument).
+pub mod scope {
+    /// Sum over all CPUs.
+    pub const ALL_CPUS: usize = usize::MAX;
+    /// The calling domain (only context and view switches are kept per domain).
+    pub const DOMAIN: usize = usize::MAX - 1;
+    /// Number of CPUs online (returned by the syscall as its value for any scope).
+    pub const fn cpu(index: usize) -> usize {
+        index
+    }
+}

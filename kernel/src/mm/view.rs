@@ -1,0 +1,725 @@
+//! Regions and views of the single address space (Cubix's "thread views").
+//!
+//! A **region** names a range of the single address space and the frames behind it (taken at
+//! creation, or zero-filled on first touch). A **view** is a set of (region, rights); it is what a
+//! thread may touch, and it is materialised as a page table. Views are *interned* (hash-consed):
+//! the canonical set — regions sorted by id with their rights — is the key of an index, so two
+//! threads with identical rights share one view and one page table. Views never change once made:
+//! changing a thread's rights moves the thread to another (existing or new) view. So a live page
+//! table only ever gains mappings (lazy fills) and nothing cached in a TLB goes stale while the
+//! view lives; a thread that lost rights simply runs on another table.
+//!
+//! Reference counts: a view lives while threads are attached to it; a region lives while its
+//! owner holds it or any view contains it, and its frames are freed when the last of those goes.
+//!
+//! Everything here is generic over the page-table format and the [`Machine`], and is
+//! property-tested on the host against a model.
+
+use alloc::collections::BTreeMap;
+use alloc::vec::Vec;
+use arch::addr::{Frame, PhysAddr, VirtAddr, PAGE_SIZE};
+use arch::mapping::{MapFlags, PageTableFormat};
+
+use super::machine::{Machine, MachineTables};
+use super::page_table::{MapError, PageTable};
+use super::region::{RangeError, RegionKind};
+
+/// Names a region.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct RegionId(pub u64);
+
+/// Names a view.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ViewId(pub u64);
+
+/// How a region gets its frames.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backing {
+    /// All frames are taken (zeroed) when the region is created.
+    Eager,
+    /// Each page gets a zeroed frame when first touched through a view that may touch it.
+    ZeroOnTouch,
+}
+
+/// The rights a view can hold on a region (the user bit is implied).
+pub const RIGHTS: MapFlags = MapFlags::READ.union(MapFlags::WRITE).union(MapFlags::EXEC);
+
+/// Errors of view and region operations.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ViewError {
+    /// Frames or table memory ran out.
+    NoMemory,
+    /// No such region (or it is not in the view).
+    NoRegion,
+    /// No such view.
+    NoView,
+    /// Rights asked for include both write and execute, or bits that are not rights.
+    BadRights(MapFlags),
+    /// The region's range overlaps another region or is not page-aligned/inside the user half.
+    BadRange(u64),
+}
+
+impl From<MapError> for ViewError {
+    fn from(_: MapError) -> Self {
+        ViewError::NoMemory
+    }
+}
+
+/// What a page fault in a view turns out to be.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fault {
+    /// A zero-on-touch page was filled and mapped: retry the access.
+    Filled,
+    /// The page was already mapped in another view; now mapped here too: retry.
+    Mapped,
+    /// The address is in a region the view does not hold, or holds without the needed right.
+    Denied {
+        /// The region at the address.
+        region: RegionId,
+        /// The view's rights on it (empty when the view does not hold it).
+        rights: MapFlags,
+    },
+    /// No region covers the address.
+    Unmapped,
+}
+
+struct RegionObj {
+    start: VirtAddr,
+    kind: RegionKind,
+    backing: Backing,
+    frames: Vec<Option<Frame>>,
+    /// Views that contain the region.
+    view_refs: usize,
+    /// Owners (the creating domain) still holding it.
+    owner_refs: usize,
+}
+
+impl RegionObj {
+    fn end(&self) -> u64 {
+        self.start.as_u64() + self.frames.len() as u64 * PAGE_SIZE
+    }
+}
+
+struct ViewObj<F: PageTableFormat> {
+    /// The canonical set: sorted by region id, rights non-empty.
+    set: Vec<(RegionId, MapFlags)>,
+    table: PageTable<F>,
+    /// Threads attached.
+    threads: usize,
+}
+
+/// Summary of a region, for queries and reports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RegionInfo {
+    /// The region.
+    pub id: RegionId,
+    /// First byte.
+    pub start: VirtAddr,
+    /// Length in bytes.
+    pub len: u64,
+    /// What it holds.
+    pub kind: RegionKind,
+    /// Pages that have a frame.
+    pub resident_pages: u64,
+}
+
+/// All regions and views of the single address space.
+pub struct ViewSpace<F: PageTableFormat> {
+    regions: BTreeMap<RegionId, RegionObj>,
+    /// Regions by start address, for lookups by pointer.
+    by_start: BTreeMap<u64, RegionId>,
+    views: BTreeMap<ViewId, ViewObj<F>>,
+    /// The interning index: canonical set -> view.
+    index: BTreeMap<Vec<(RegionId, MapFlags)>, ViewId>,
+    next_region: u64,
+    next_view: u64,
+    /// The kernel table whose shared root entries every view copies, and which entries.
+    kernel: Option<(PageTable<F>, core::ops::Range<usize>)>,
+    /// Views created so far (for statistics).
+    views_built: u64,
+    /// Regions freed since the last [`ViewSpace::take_freed`] (their ranges can be reused).
+    freed: Vec<RegionId>,
+}
+
+fn check_rights(rights: MapFlags) -> Result<MapFlags, ViewError> {
+    if !RIGHTS.contains(rights) || rights.contains(MapFlags::WRITE | MapFlags::EXEC) {
+        return Err(ViewError::BadRights(rights));
+    }
+    Ok(rights)
+}
+
+impl<F: PageTableFormat> ViewSpace<F> {
+    /// An empty space. `kernel` names the kernel table and the root entries views share with it.
+    pub fn new(kernel: Option<(PageTable<F>, core::ops::Range<usize>)>) -> Self {
+        ViewSpace {
+            regions: BTreeMap::new(),
+            by_start: BTreeMap::new(),
+            views: BTreeMap::new(),
+            index: BTreeMap::new(),
+            next_region: 1,
+            next_view: 1,
+            kernel,
+            views_built: 0,
+            freed: Vec::new(),
+        }
+    }
+
+    /// Makes a region of `pages` pages at `start` (page-aligned, in the user half, not
+    /// overlapping another region), held once by its owner.
+    pub fn create_region<M: Machine>(
+        &mut self,
+        m: &mut M,
+        start: VirtAddr,
+        pages: u64,
+        kind: RegionKind,
+        backing: Backing,
+    ) -> Result<RegionId, ViewError> {
+        let len = pages.checked_mul(PAGE_SIZE).ok_or(ViewError::BadRange(start.as_u64()))?;
+        let end = start.as_u64().checked_add(len).ok_or(ViewError::BadRange(start.as_u64()))?;
+        if pages == 0 || !start.is_aligned(PAGE_SIZE) || end > F::USER_HALF_END {
+            return Err(ViewError::BadRange(start.as_u64()));
+        }
+        if self.region_overlapping(start.as_u64(), end).is_some() {
+            return Err(ViewError::BadRange(start.as_u64()));
+        }
+        let mut frames = Vec::new();
+        frames.try_reserve_exact(pages as usize).map_err(|_| ViewError::NoMemory)?;
+        for _ in 0..pages {
+            frames.push(None);
+        }
+        if backing == Backing::Eager {
+            for i in 0..frames.len() {
+                match m.allocate_zeroed() {
+                    Some(f) => frames[i] = Some(f),
+                    None => {
+                        for f in frames.iter().flatten() {
+                            m.free_frame(*f);
+                        }
+                        return Err(ViewError::NoMemory);
+                    }
+                }
+            }
+        }
+        let id = RegionId(self.next_region);
+        self.next_region += 1;
+        self.regions.insert(id, RegionObj { start, kind, backing, frames, view_refs: 0, owner_refs: 1 });
+        self.by_start.insert(start.as_u64(), id);
+        Ok(id)
+    }
+
+    fn region_overlapping(&self, start: u64, end: u64) -> Option<RegionId> {
+        // The only candidates are the last region starting before `end`.
+        let (_, id) = self.by_start.range(..end).next_back()?;
+        let r = &self.regions[id];
+        (r.end() > start).then_some(*id)
+    }
+
+    /// The region covering `addr`.
+    pub fn region_at(&self, addr: u64) -> Option<RegionId> {
+        let (_, id) = self.by_start.range(..=addr).next_back()?;
+        (self.regions[id].end() > addr).then_some(*id)
+    }
+
+    /// A region's summary.
+    pub fn region_info(&self, id: RegionId) -> Option<RegionInfo> {
+        let r = self.regions.get(&id)?;
+        Some(RegionInfo {
+            id,
+            start: r.start,
+            len: r.frames.len() as u64 * PAGE_SIZE,
+            kind: r.kind,
+            resident_pages: r.frames.iter().flatten().count() as u64,
+        })
+    }
+
+    /// Writes bytes into a region's frames (for the loader), filling zero-on-touch pages.
+    pub fn write<M: Machine>(&mut self, m: &mut M, id: RegionId, offset: u64, bytes: &[u8], to_virt: impl Fn(PhysAddr) -> *mut u8) -> Result<(), ViewError> {
+        let r = self.regions.get_mut(&id).ok_or(ViewError::NoRegion)?;
+        let len = r.frames.len() as u64 * PAGE_SIZE;
+        if offset.checked_add(bytes.len() as u64).is_none_or(|e| e > len) {
+            return Err(ViewError::BadRange(offset));
+        }
+        let mut done = 0usize;
+        while done < bytes.len() {
+            let at = offset + done as u64;
+            let page = (at / PAGE_SIZE) as usize;
+            let frame = match r.frames[page] {
+                Some(f) => f,
+                None => {
+                    let f = m.allocate_zeroed().ok_or(ViewError::NoMemory)?;
+                    r.frames[page] = Some(f);
+                    f
+                }
+            };
+            let in_page = (at % PAGE_SIZE) as usize;
+            let n = (PAGE_SIZE as usize - in_page).min(bytes.len() - done);
+            let dst = to_virt(PhysAddr::new(frame.start().as_u64() + in_page as u64));
+            // SAFETY: `to_virt` maps the region's own frame; n bytes stay inside the page.
+            unsafe { core::ptr::copy_nonoverlapping(bytes[done..].as_ptr(), dst, n) };
+            done += n;
+        }
+        Ok(())
+    }
+
+    /// The owner lets go of a region; it is freed once no view holds it either.
+    pub fn release_region<M: Machine>(&mut self, m: &mut M, id: RegionId) -> Result<(), ViewError> {
+        let r = self.regions.get_mut(&id).ok_or(ViewError::NoRegion)?;
+        if r.owner_refs == 0 {
+            return Err(ViewError::NoRegion);
+        }
+        r.owner_refs -= 1;
+        self.maybe_free_region(m, id);
+        Ok(())
+    }
+
+    fn maybe_free_region<M: Machine>(&mut self, m: &mut M, id: RegionId) {
+        let Some(r) = self.regions.get(&id) else { return };
+        if r.owner_refs > 0 || r.view_refs > 0 {
+            return;
+        }
+        let r = self.regions.remove(&id).expect("present");
+        self.by_start.remove(&r.start.as_u64());
+        self.freed.push(id);
+        for f in r.frames.into_iter().flatten() {
+            m.free_frame(f);
+        }
+    }
+
+    /// The view for exactly `set` (rights per region), made if needed, with one more thread
+    /// attached. Regions listed twice keep the last rights; empty rights drop the region.
+    pub fn attach<M: Machine>(&mut self, m: &mut M, set: &[(RegionId, MapFlags)]) -> Result<ViewId, ViewError> {
+        let mut canon: Vec<(RegionId, MapFlags)> = Vec::new();
+        canon.try_reserve(set.len()).map_err(|_| ViewError::NoMemory)?;
+        for &(r, rights) in set {
+            check_rights(rights)?;
+            if !self.regions.contains_key(&r) {
+                return Err(ViewError::NoRegion);
+            }
+            canon.retain(|(id, _)| *id != r);
+            if !rights.is_empty() {
+                canon.push((r, rights));
+            }
+        }
+        canon.sort_by_key(|(id, _)| *id);
+        if let Some(&v) = self.index.get(&canon) {
+            self.views.get_mut(&v).expect("indexed view exists").threads += 1;
+            return Ok(v);
+        }
+        let table = self.build_table(m, &canon)?;
+        for (r, _) in &canon {
+            self.regions.get_mut(r).expect("checked").view_refs += 1;
+        }
+        let v = ViewId(self.next_view);
+        self.next_view += 1;
+        self.views_built += 1;
+        self.index.insert(canon.clone(), v);
+        self.views.insert(v, ViewObj { set: canon, table, threads: 1 });
+        Ok(v)
+    }
+
+    fn build_table<M: Machine>(&self, m: &mut M, set: &[(RegionId, MapFlags)]) -> Result<PageTable<F>, ViewError> {
+        let mem = m.memory();
+        let mut table = PageTable::new(&mem, &mut MachineTables(m))?;
+        if let Some((kernel, shared)) = &self.kernel {
+            table.share_root_entries(&mem, kernel, shared.clone());
+        }
+        for (id, rights) in set {
+            let r = &self.regions[id];
+            for (i, frame) in r.frames.iter().enumerate() {
+                let Some(frame) = frame else { continue };
+                let va = VirtAddr::new(r.start.as_u64() + i as u64 * PAGE_SIZE);
+                if let Err(e) = table.map(&mem, &mut MachineTables(m), va, *frame, *rights | MapFlags::USER, 0) {
+                    self.free_table(m, table);
+                    return Err(e.into());
+                }
+                // A new table is not active anywhere: nothing to invalidate.
+            }
+        }
+        Ok(table)
+    }
+
+    fn free_table<M: Machine>(&self, m: &mut M, table: PageTable<F>) {
+        let mem = m.memory();
+        let shared = self.kernel.as_ref().map(|(_, r)| r.clone()).unwrap_or(0..0);
+        let owned: Vec<usize> = (0..F::ENTRIES).filter(|i| !shared.contains(i)).collect();
+        // Free everything below the entries this view owns (the shared ones are the kernel's).
+        let (first, last) = (owned.first().copied().unwrap_or(0), owned.last().map_or(0, |l| l + 1));
+        table.free_tables(&mem, &mut MachineTables(m), first..last);
+    }
+
+    /// One thread leaves view `v`; the view (and its table) is freed with its last thread.
+    pub fn detach<M: Machine>(&mut self, m: &mut M, v: ViewId) -> Result<(), ViewError> {
+        let view = self.views.get_mut(&v).ok_or(ViewError::NoView)?;
+        view.threads -= 1;
+        if view.threads > 0 {
+            return Ok(());
+        }
+        let view = self.views.remove(&v).expect("present");
+        self.index.remove(&view.set);
+        self.free_table(m, view.table);
+        for (r, _) in view.set {
+            self.regions.get_mut(&r).expect("a view's regions live").view_refs -= 1;
+            self.maybe_free_region(m, r);
+        }
+        Ok(())
+    }
+
+    /// Moves one thread from view `v` to the view equal to `v` except that region `r` has
+    /// `rights` (empty = revoked). Returns the new view (possibly `v` itself).
+    pub fn change_rights<M: Machine>(&mut self, m: &mut M, v: ViewId, r: RegionId, rights: MapFlags) -> Result<ViewId, ViewError> {
+        check_rights(rights)?;
+        let mut set = self.views.get(&v).ok_or(ViewError::NoView)?.set.clone();
+        set.retain(|(id, _)| *id != r);
+        set.push((r, rights));
+        let new = self.attach(m, &set)?;
+        self.detach(m, v)?;
+        Ok(new)
+    }
+
+    /// The rights view `v` holds on region `r` (empty if none).
+    pub fn rights(&self, v: ViewId, r: RegionId) -> MapFlags {
+        self.views
+            .get(&v)
+            .and_then(|view| view.set.binary_search_by_key(&r, |(id, _)| *id).ok().map(|i| view.set[i].1))
+            .unwrap_or(MapFlags::empty())
+    }
+
+    /// The canonical set of view `v`.
+    pub fn set(&self, v: ViewId) -> Option<&[(RegionId, MapFlags)]> {
+        self.views.get(&v).map(|view| view.set.as_slice())
+    }
+
+    /// The root frame of view `v`'s page table.
+    pub fn root(&self, v: ViewId) -> Option<Frame> {
+        self.views.get(&v).map(|view| view.table.root())
+    }
+
+    /// Threads attached to view `v`.
+    pub fn threads(&self, v: ViewId) -> usize {
+        self.views.get(&v).map_or(0, |view| view.threads)
+    }
+
+    /// Number of live views, live regions, and views ever built.
+    pub fn counts(&self) -> (usize, usize, u64) {
+        (self.views.len(), self.regions.len(), self.views_built)
+    }
+
+    /// Checks that view `v` may touch `[addr, addr+len)` with `need` rights.
+    pub fn check(&self, v: ViewId, addr: u64, len: u64, need: MapFlags) -> Result<(), RangeError> {
+        if len == 0 {
+            return Ok(());
+        }
+        let end = addr.checked_add(len).ok_or(RangeError::Overflow)?;
+        let mut at = addr;
+        while at < end {
+            let r = self.region_at(at).ok_or(RangeError::Unmapped(at))?;
+            if !self.rights(v, r).contains(need) {
+                return Err(RangeError::Denied(at));
+            }
+            at = self.regions[&r].end();
+        }
+        Ok(())
+    }
+
+    /// Makes sure every page of `[addr, addr+len)` that view `v` may touch is backed and mapped
+    /// (so the kernel can copy there without faulting). Call after [`check`](Self::check).
+    pub fn populate<M: Machine>(&mut self, m: &mut M, v: ViewId, addr: u64, len: u64) -> Result<(), ViewError> {
+        let mut page = addr / PAGE_SIZE * PAGE_SIZE;
+        while page < addr.saturating_add(len) {
+            match self.fault(m, v, page, MapFlags::READ)? {
+                Fault::Filled | Fault::Mapped | Fault::Denied { .. } | Fault::Unmapped => {}
+            }
+            page += PAGE_SIZE;
+        }
+        Ok(())
+    }
+
+    /// Resolves a page fault of view `v` at `addr` for an access needing `need`: fills and maps
+    /// a zero-on-touch page, or maps a page another view already filled, or says why not.
+    pub fn fault<M: Machine>(&mut self, m: &mut M, v: ViewId, addr: u64, need: MapFlags) -> Result<Fault, ViewError> {
+        let Some(r) = self.region_at(addr) else { return Ok(Fault::Unmapped) };
+        let rights = self.rights(v, r);
+        if rights.is_empty() || !rights.contains(need) {
+            return Ok(Fault::Denied { region: r, rights });
+        }
+        let region = self.regions.get_mut(&r).expect("found");
+        let page = ((addr - region.start.as_u64()) / PAGE_SIZE) as usize;
+        let va = VirtAddr::new(region.start.as_u64() + page as u64 * PAGE_SIZE);
+        let (frame, filled) = match region.frames[page] {
+            Some(f) => (f, false),
+            None => {
+                let f = m.allocate_zeroed().ok_or(ViewError::NoMemory)?;
+                region.frames[page] = Some(f);
+                (f, true)
+            }
+        };
+        let view = self.views.get_mut(&v).ok_or(ViewError::NoView)?;
+        let mem = m.memory();
+        match view.table.map(&mem, &mut MachineTables(m), va, frame, rights | MapFlags::USER, 0) {
+            // Not-present to present: no stale translation can exist, nothing to invalidate.
+            Ok(flush) => flush.ignore(),
+            Err(MapError::AlreadyMapped(_)) => {}
+            Err(e) => return Err(e.into()),
+        }
+        Ok(if filled { Fault::Filled } else { Fault::Mapped })
+    }
+
+    /// Regions of view `v` with their rights, in address order.
+    pub fn view_regions(&self, v: ViewId) -> Vec<(RegionInfo, MapFlags)> {
+        let mut out: Vec<(RegionInfo, MapFlags)> = self
+            .set(v)
+            .unwrap_or(&[])
+            .iter()
+            .filter_map(|(r, rights)| self.region_info(*r).map(|i| (i, *rights)))
+            .collect();
+        out.sort_by_key(|(i, _)| i.start);
+        out
+    }
+
+    /// The translation of `va` in view `v`'s table (tests and self-tests).
+    pub fn translate<M: Machine>(&self, m: &M, v: ViewId, va: VirtAddr) -> Option<(PhysAddr, MapFlags)> {
+        self.views.get(&v)?.table.translate(&m.memory(), va)
+    }
+
+    /// Regions freed since the last call (so their address ranges can be handed out again).
+    pub fn take_freed(&mut self) -> Vec<RegionId> {
+        core::mem::take(&mut self.freed)
+    }
+
+    /// Whether region `id` still exists.
+    pub fn region_exists(&self, id: RegionId) -> bool {
+        self.regions.contains_key(&id)
+    }
+
+    /// The backing of a region.
+    pub fn backing(&self, id: RegionId) -> Option<Backing> {
+        self.regions.get(&id).map(|r| r.backing)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mm::machine::fake::FakeMachine;
+    use arch::paging::X86_64;
+    use proptest::prelude::*;
+    use std::collections::BTreeMap as Map;
+
+    const R: MapFlags = MapFlags::READ;
+    const RW: MapFlags = MapFlags::READ.union(MapFlags::WRITE);
+    const RX: MapFlags = MapFlags::READ.union(MapFlags::EXEC);
+
+    fn space() -> ViewSpace<X86_64> {
+        ViewSpace::new(None)
+    }
+
+    #[test]
+    fn identical_views_share_a_table() {
+        let mut m = FakeMachine::new(1000);
+        let mut s = space();
+        let a = s.create_region(&mut m, VirtAddr::new(0x40_0000), 4, RegionKind::Data, Backing::Eager).unwrap();
+        let b = s.create_region(&mut m, VirtAddr::new(0x80_0000), 2, RegionKind::Text, Backing::Eager).unwrap();
+        let v1 = s.attach(&mut m, &[(a, RW), (b, RX)]).unwrap();
+        let v2 = s.attach(&mut m, &[(b, RX), (a, RW)]).unwrap();
+        assert_eq!(v1, v2);
+        assert_eq!(s.threads(v1), 2);
+        let v3 = s.change_rights(&mut m, v2, a, R).unwrap();
+        assert_ne!(v3, v1);
+        assert_eq!(s.threads(v1), 1);
+        assert_eq!(s.translate(&m, v3, VirtAddr::new(0x40_0000)).unwrap().1, R | MapFlags::USER);
+        assert_eq!(s.translate(&m, v1, VirtAddr::new(0x40_0000)).unwrap().1, RW | MapFlags::USER);
+        // Revoking a again lands on a view without it.
+        let v4 = s.change_rights(&mut m, v3, a, MapFlags::empty()).unwrap();
+        assert_eq!(s.translate(&m, v4, VirtAddr::new(0x40_0000)), None);
+        assert_eq!(s.check(v4, 0x40_0000, 1, R), Err(RangeError::Denied(0x40_0000)));
+        assert!(s.check(v4, 0x80_0000, 8, R).is_ok());
+    }
+
+    #[test]
+    fn frames_freed_with_the_last_reference() {
+        let mut m = FakeMachine::new(1000);
+        let mut s = space();
+        let a = s.create_region(&mut m, VirtAddr::new(0x40_0000), 4, RegionKind::Shared, Backing::Eager).unwrap();
+        let v = s.attach(&mut m, &[(a, RW)]).unwrap();
+        s.release_region(&mut m, a).unwrap();
+        assert!(s.region_exists(a), "still in a view");
+        s.detach(&mut m, v).unwrap();
+        assert!(!s.region_exists(a));
+        assert_eq!(m.live(), 0);
+    }
+
+    #[test]
+    fn zero_on_touch_fills_once_and_maps_per_view() {
+        let mut m = FakeMachine::new(1000);
+        let mut s = space();
+        let a = s.create_region(&mut m, VirtAddr::new(0x40_0000), 4, RegionKind::Heap, Backing::ZeroOnTouch).unwrap();
+        let v1 = s.attach(&mut m, &[(a, RW)]).unwrap();
+        let v2 = s.attach(&mut m, &[(a, R)]).unwrap();
+        assert_eq!(s.fault(&mut m, v1, 0x40_1234, MapFlags::WRITE).unwrap(), Fault::Filled);
+        assert_eq!(s.fault(&mut m, v2, 0x40_1000, MapFlags::WRITE).unwrap(), Fault::Denied { region: a, rights: R });
+        assert_eq!(s.fault(&mut m, v2, 0x40_1000, R).unwrap(), Fault::Mapped);
+        assert_eq!(s.translate(&m, v1, VirtAddr::new(0x40_1000)).unwrap().0, s.translate(&m, v2, VirtAddr::new(0x40_1000)).unwrap().0);
+        assert_eq!(s.fault(&mut m, v1, 0x90_0000, R).unwrap(), Fault::Unmapped);
+        assert_eq!(s.region_info(a).unwrap().resident_pages, 1);
+    }
+
+    #[test]
+    fn exhaustion_is_an_error_and_leaks_nothing() {
+        let mut m = FakeMachine::new(10);
+        let mut s = space();
+        assert_eq!(s.create_region(&mut m, VirtAddr::new(0x40_0000), 20, RegionKind::Heap, Backing::Eager), Err(ViewError::NoMemory));
+        assert_eq!(m.live(), 0);
+        let a = s.create_region(&mut m, VirtAddr::new(0x40_0000), 9, RegionKind::Heap, Backing::Eager).unwrap();
+        // A view needs table frames too: 9 + 4 > 10.
+        assert_eq!(s.attach(&mut m, &[(a, RW)]), Err(ViewError::NoMemory));
+        assert_eq!(m.live(), 9);
+        s.release_region(&mut m, a).unwrap();
+        assert_eq!(m.live(), 0);
+    }
+
+    #[test]
+    fn rejects_bad_requests() {
+        let mut m = FakeMachine::new(100);
+        let mut s = space();
+        let a = s.create_region(&mut m, VirtAddr::new(0x40_0000), 2, RegionKind::Data, Backing::Eager).unwrap();
+        assert_eq!(s.create_region(&mut m, VirtAddr::new(0x40_1000), 2, RegionKind::Data, Backing::Eager), Err(ViewError::BadRange(0x40_1000)));
+        assert_eq!(s.create_region(&mut m, VirtAddr::new(0x40_0001), 1, RegionKind::Data, Backing::Eager), Err(ViewError::BadRange(0x40_0001)));
+        assert_eq!(s.create_region(&mut m, VirtAddr::new(0x7fff_ffff_f000), 2, RegionKind::Data, Backing::Eager), Err(ViewError::BadRange(0x7fff_ffff_f000)));
+        assert_eq!(s.attach(&mut m, &[(a, RW | MapFlags::EXEC)]), Err(ViewError::BadRights(RW | MapFlags::EXEC)));
+        assert_eq!(s.attach(&mut m, &[(RegionId(99), R)]), Err(ViewError::NoRegion));
+    }
+
+    /// Operations of the model test.
+    #[derive(Clone, Debug)]
+    enum Op {
+        Create { slot: u64, pages: u64, lazy: bool },
+        Release(usize),
+        Attach(Vec<(usize, u8)>),
+        Detach(usize),
+        Change { thread: usize, region: usize, rights: u8 },
+        Touch { thread: usize, region: usize, page: u64, write: bool },
+    }
+
+    fn rights_of(code: u8) -> MapFlags {
+        [MapFlags::empty(), R, RW, RX][code as usize % 4]
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            (0u64..8, 1u64..4, any::<bool>()).prop_map(|(slot, pages, lazy)| Op::Create { slot, pages, lazy }),
+            (0usize..8).prop_map(Op::Release),
+            proptest::collection::vec((0usize..8, 0u8..4), 0..4).prop_map(Op::Attach),
+            (0usize..8).prop_map(Op::Detach),
+            (0usize..8, 0usize..8, 0u8..4).prop_map(|(thread, region, rights)| Op::Change { thread, region, rights }),
+            (0usize..8, 0usize..8, 0u64..4, any::<bool>()).prop_map(|(thread, region, page, write)| Op::Touch { thread, region, page, write }),
+        ]
+    }
+
+    proptest! {
+        /// After any sequence of operations: every view's table maps exactly its regions'
+        /// resident pages with exactly its rights; identical views share a root; every live
+        /// frame is owned by a region or a table; nothing mapped is freed.
+        #[test]
+        fn views_match_their_sets(ops in proptest::collection::vec(op(), 1..60), budget in 20usize..200) {
+            let mut m = FakeMachine::new(budget);
+            let mut s = space();
+            // Model: regions owned (by slot), threads -> view.
+            let mut owned: Vec<Option<RegionId>> = vec![None; 8];
+            let mut known: Vec<RegionId> = Vec::new();
+            let mut threads: Vec<ViewId> = Vec::new();
+            for op in ops {
+                match op {
+                    Op::Create { slot, pages, lazy } => {
+                        let start = VirtAddr::new(0x100_0000 + slot * 0x10_0000);
+                        let backing = if lazy { Backing::ZeroOnTouch } else { Backing::Eager };
+                        if let Ok(id) = s.create_region(&mut m, start, pages, RegionKind::Shared, backing) {
+                            owned[slot as usize] = Some(id);
+                            known.push(id);
+                        }
+                    }
+                    Op::Release(slot) => {
+                        if let Some(id) = owned[slot].take() {
+                            s.release_region(&mut m, id).unwrap();
+                        }
+                    }
+                    Op::Attach(set) => {
+                        let live: Vec<RegionId> = known.iter().copied().filter(|r| s.region_exists(*r)).collect();
+                        if live.is_empty() { continue; }
+                        let set: Vec<(RegionId, MapFlags)> = set.iter().map(|(i, c)| (live[i % live.len()], rights_of(*c))).collect();
+                        if let Ok(v) = s.attach(&mut m, &set) { threads.push(v); }
+                    }
+                    Op::Detach(t) => {
+                        if threads.is_empty() { continue; }
+                        let v = threads.remove(t % threads.len());
+                        s.detach(&mut m, v).unwrap();
+                    }
+                    Op::Change { thread, region, rights } => {
+                        let live: Vec<RegionId> = known.iter().copied().filter(|r| s.region_exists(*r)).collect();
+                        if threads.is_empty() || live.is_empty() { continue; }
+                        let t = thread % threads.len();
+                        if let Ok(v) = s.change_rights(&mut m, threads[t], live[region % live.len()], rights_of(rights)) {
+                            threads[t] = v;
+                        }
+                    }
+                    Op::Touch { thread, region, page, write } => {
+                        let live: Vec<RegionId> = known.iter().copied().filter(|r| s.region_exists(*r)).collect();
+                        if threads.is_empty() || live.is_empty() { continue; }
+                        let info = s.region_info(live[region % live.len()]).unwrap();
+                        let addr = info.start.as_u64() + (page % (info.len / PAGE_SIZE)) * PAGE_SIZE;
+                        let need = if write { MapFlags::WRITE } else { R };
+                        let _ = s.fault(&mut m, threads[thread % threads.len()], addr, need);
+                    }
+                }
+                // Invariants.
+                let mut roots: Map<Frame, Vec<(RegionId, MapFlags)>> = Map::new();
+                let mut region_frames = 0usize;
+                for id in known.iter().filter(|r| s.region_exists(**r)) {
+                    region_frames += s.region_info(*id).unwrap().resident_pages as usize;
+                }
+                for v in threads.iter() {
+                    let set = s.set(*v).unwrap().to_vec();
+                    let root = s.root(*v).unwrap();
+                    if let Some(prev) = roots.insert(root, set.clone()) {
+                        prop_assert_eq!(&prev, &set, "one root, two different views");
+                    }
+                    for id in known.iter().filter(|r| s.region_exists(**r)) {
+                        let info = s.region_info(*id).unwrap();
+                        let rights = s.rights(*v, *id);
+                        for p in 0..info.len / PAGE_SIZE {
+                            let va = VirtAddr::new(info.start.as_u64() + p * PAGE_SIZE);
+                            match s.translate(&m, *v, va) {
+                                Some((pa, flags)) => {
+                                    prop_assert!(!rights.is_empty(), "view maps a region it does not hold");
+                                    prop_assert_eq!(flags, rights | MapFlags::USER);
+                                    prop_assert!(m.is_live(Frame::containing(pa)), "mapped frame was freed");
+                                }
+                                None => {
+                                    // Unmapped is fine only for regions not held or pages not yet
+                                    // resident / not yet faulted into this view (zero-on-touch).
+                                    if !rights.is_empty() && s.backing(*id) == Some(Backing::Eager) {
+                                        prop_assert!(false, "eager region page missing from a view that holds it");
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+                // Identical sets share one view.
+                let mut by_set: Map<Vec<(RegionId, MapFlags)>, ViewId> = Map::new();
+                for v in threads.iter() {
+                    let set = s.set(*v).unwrap().to_vec();
+                    if let Some(prev) = by_set.insert(set, *v) {
+                        prop_assert_eq!(prev, *v);
+                    }
+                }
+                prop_assert!(m.live() >= region_frames);
+            }
+            // Tear down: everything is returned.
+            for v in threads.drain(..) { s.detach(&mut m, v).unwrap(); }
+            for slot in owned.iter_mut() { if let Some(id) = slot.take() { s.release_region(&mut m, id).unwrap(); } }
+            prop_assert_eq!(m.live(), 0, "frames leaked");
+            prop_assert_eq!(s.counts().0, 0);
+            prop_assert_eq!(s.counts().1, 0);
+        }
+    }
+}

@@ -1,0 +1,117 @@
+//! The kernel's single [`ViewSpace`] (every region and view of the single address space, over
+//! the real frame allocator and direct map) and the allocator of its user ranges.
+//!
+//! A range of the user half is handed out for a group of regions that must keep their relative
+//! places (a program image) or for one region; it is given back when the last region inside it
+//! is freed, so addresses are never reused while a region that had them lives.
+//!
+//! Lock order: `SPACE` before the frame allocator (which `KernelMachine` takes); nothing that
+//! holds the frame allocator or a run-queue lock takes `SPACE`.
+
+use alloc::collections::BTreeMap;
+use arch::addr::{Frame, VirtAddr};
+use arch::PageFormat;
+use spin::Mutex;
+
+use super::kernel_space::{allocate_zeroed_frame, kernel_root, with_frames, DirectMap, SHARED_KERNEL_ROOT_ENTRIES};
+use super::machine::Machine;
+use super::page_table::PageTable;
+use super::user_range::UserRangeAllocator;
+use super::view::{RegionId, ViewSpace};
+
+/// The machine as the view code sees it.
+pub struct KernelMachine;
+
+impl Machine for KernelMachine {
+    type Memory = DirectMap;
+
+    fn memory(&self) -> DirectMap {
+        DirectMap
+    }
+
+    fn allocate_zeroed(&mut self) -> Option<Frame> {
+        allocate_zeroed_frame()
+    }
+
+    fn free_frame(&mut self, frame: Frame) {
+        with_frames(|f| f.free(frame)).expect("a frame the view code owned");
+    }
+}
+
+/// The view space and the range bookkeeping, under one lock.
+pub struct Space {
+    /// Regions and views.
+    pub views: ViewSpace<PageFormat>,
+    ranges: UserRangeAllocator,
+    /// Live ranges: start -> (length asked for, regions inside still alive).
+    range_users: BTreeMap<u64, (u64, usize)>,
+    /// Region -> start of the range holding it.
+    region_range: BTreeMap<RegionId, u64>,
+}
+
+static SPACE: Mutex<Option<Space>> = Mutex::new(None);
+
+/// Creates the view space once the kernel table exists.
+pub fn init() {
+    // SAFETY: the kernel table is only read through this handle (its shared root entries are
+    // copied into each view); its owner, kernel_space, never frees it.
+    let kernel = unsafe { PageTable::from_root(kernel_root()) };
+    *SPACE.lock() = Some(Space {
+        views: ViewSpace::new(Some((kernel, SHARED_KERNEL_ROOT_ENTRIES))),
+        ranges: UserRangeAllocator::new(arch::layout::USER_START, arch::layout::USER_END),
+        range_users: BTreeMap::new(),
+        region_range: BTreeMap::new(),
+    });
+}
+
+impl Space {
+    /// A fresh range of `len` bytes aligned to `align`.
+    pub fn allocate_range(&mut self, len: u64, align: u64) -> Option<VirtAddr> {
+        let at = self.ranges.allocate(len, align).ok()?;
+        self.range_users.insert(at.as_u64(), (len, 0));
+        Some(at)
+    }
+
+    /// Records that `region` lives inside the range starting at `range`.
+    pub fn place(&mut self, region: RegionId, range: VirtAddr) {
+        if let Some(users) = self.range_users.get_mut(&range.as_u64()) {
+            users.1 += 1;
+            self.region_range.insert(region, range.as_u64());
+        }
+    }
+
+    /// Gives back a range no region was placed in (a failed load).
+    pub fn abandon_range(&mut self, range: VirtAddr) {
+        if let Some((len, 0)) = self.range_users.get(&range.as_u64()).copied() {
+            self.range_users.remove(&range.as_u64());
+            let _ = self.ranges.release(range, len);
+        }
+    }
+
+    /// Gives back the ranges whose last region was freed.
+    fn reclaim(&mut self) {
+        for region in self.views.take_freed() {
+            let Some(start) = self.region_range.remove(&region) else { continue };
+            let users = self.range_users.get_mut(&start).expect("placed regions have ranges");
+            users.1 -= 1;
+            if users.1 == 0 {
+                let (len, _) = self.range_users.remove(&start).expect("present");
+                self.ranges.release(VirtAddr::new(start), len).expect("a range handed out");
+            }
+        }
+    }
+}
+
+/// Runs `f` with the view space.
+pub fn with<R>(f: impl FnOnce(&mut ViewSpace<PageFormat>, &mut KernelMachine) -> R) -> R {
+    with_space(|s, m| f(&mut s.views, m))
+}
+
+/// Runs `f` with the whole space (views and ranges).
+pub fn with_space<R>(f: impl FnOnce(&mut Space, &mut KernelMachine) -> R) -> R {
+    let mut guard = SPACE.lock();
+    let space = guard.as_mut().expect("views used before mm::views::init");
+    let r = f(space, &mut KernelMachine);
+    space.reclaim();
+    r
+}

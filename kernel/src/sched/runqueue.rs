@@ -1,0 +1,907 @@
+//! A per-CPU run queue with thread-view affinity (Cubix): threads whose views are the same share
+//! one page table, so running them back to back saves page-table switches and TLB flushes.
+//!
+//! # Rules
+//!
+//! With affinity **off** the queue is plain FIFO (round robin in push order) and views are ignored.
+//!
+//! With affinity **on** the queue is a sequence of *groups*:
+//! - an affine thread joins the group of its view, at the back of that group; if its view has no
+//!   group yet, a new group goes at the back of the queue;
+//! - a non-affine thread forms a singleton group of its own at the back of the queue (affine
+//!   threads of the same view never join it);
+//! - `pop` takes from the head group while it has threads and has had fewer than `group_bound`
+//!   consecutive picks ("turns"); when its turns are used up *and another group waits*, it moves
+//!   to the back with its remaining threads in order and the next group starts with fresh turns;
+//!   a group that runs alone keeps running;
+//! - a group that empties disappears (a later push of its view starts a new group at the back);
+//! - a thread pushed to the head group (for example preempted and re-queued) goes to the back of
+//!   that group and may run again within the same turns.
+//!
+//! So a view's threads run back to back, but never more than `group_bound` picks in a row while
+//! another group waits.
+//!
+//! # Starvation bound
+//!
+//! Let thread X be queued from some moment on, let `N` be the largest number of queued threads
+//! (X included) at any moment from then until X is popped, and `B` the group bound. Pushes,
+//! removals and steals may happen in between; the policy stays the same. Then X is popped by at
+//! most the `W(N, B)`-th pop, with
+//!
+//! ```text
+//! affinity off:  W(N, B) = N
+//! affinity on:   W(N, B) = N + B·(q+1)·(N−1) − B²·q·(q+1)/2,   q = ⌊(N−1)/B⌋
+//!                        ≤ N + (2N − 2 + B)² / 8
+//! ```
+//!
+//! ([`Policy::wait_bound`] computes it.) With `B = 1` it is `N·(N+1)/2` and it is reached (the
+//! test `bound_is_reached_with_bound_one` builds the worst case); for larger `B` it is an upper
+//! bound. It grows with `N²` where FIFO grows with `N`: that is the price of keeping groups
+//! together, and `B` trades it against fewer view switches.
+//!
+//! *Proof (affinity on).* Call X's group `G` and `k₀ ≤ N−1` the threads ahead of X in `G` at
+//! the start. Threads joining `G` later go behind X, so every pop from `G` before X takes one of
+//! the `k₀`: at most `N−1` pops. All other pops come from other groups, in *rounds*: the stretch
+//! before `G` first reaches the head, and each stretch after `G` went to the back. New groups
+//! always go to the back, behind `G`, and a group that had its stint goes to the back or
+//! disappears, so within one round each other group has at most one stint of at most `B` pops.
+//! When a round starts, the queue (at most `N` threads) holds X and the `k` threads ahead of it
+//! in `G`, and every other group holds at least one thread: at most `N−1−k` groups, at most
+//! `B·(N−1−k)` pops. Number the rounds from the last one (`j = 0`) backwards. After round `j`,
+//! `G` has `j` stints that ended in a rotation, and a stint ends in a rotation only after `B`
+//! pops, all of threads ahead of X; so at the start of round `j`, `k ≥ j·B`, hence round `j` has
+//! at most `B·(N−1−j·B)` pops and `j ≤ q`. Summing:
+//! `W ≤ (N−1) + 1 + Σ_{j=0..q} B·(N−1−j·B)`, the formula above. With affinity off the threads
+//! ahead of X only leave, so X is popped within `N` pops.
+
+use alloc::collections::{BTreeMap, VecDeque};
+use alloc::vec::Vec;
+use core::fmt::Debug;
+
+/// Identifies a view (the page table threads run on): threads with equal keys share one table.
+pub type ViewKey = u64;
+
+/// The smallest group bound; a [`Policy`] with a smaller `group_bound` behaves as this.
+pub const MIN_GROUP_BOUND: u32 = 1;
+
+/// How a run queue orders its threads (switchable at run time, for experiments).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Policy {
+    /// Keep affine threads of one view together (on) or run everything in push order (off).
+    pub affinity: bool,
+    /// Most consecutive picks one view group may get while other groups wait (at least
+    /// [`MIN_GROUP_BOUND`]; smaller values act as it).
+    pub group_bound: u32,
+}
+
+impl Policy {
+    /// The group bound in force: `group_bound`, raised to [`MIN_GROUP_BOUND`].
+    pub const fn effective_group_bound(self) -> u32 {
+        if self.group_bound < MIN_GROUP_BOUND {
+            MIN_GROUP_BOUND
+        } else {
+            self.group_bound
+        }
+    }
+
+    /// The starvation bound of the module documentation: a queued thread is popped within this
+    /// many pops, where `max_queued` is the most threads queued at once while it waits.
+    pub fn wait_bound(self, max_queued: u64) -> u64 {
+        if !self.affinity || max_queued == 0 {
+            return max_queued;
+        }
+        let n = u128::from(max_queued);
+        let b = u128::from(self.effective_group_bound());
+        let q = (n - 1) / b;
+        // b·q ≤ n−1 keeps the subtraction non-negative; q·(q+1) is even.
+        let bound = n + b * (q + 1) * (n - 1) - b * b * q * (q + 1) / 2;
+        u64::try_from(bound).unwrap_or(u64::MAX)
+    }
+}
+
+/// How the head of an affinity queue changed hands (for the scheduler's counters and tests).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GroupStats {
+    /// Times a head group used up its turns and went to the back while others waited.
+    pub rotations: u64,
+    /// Times the head group changed for any reason: rotated, or emptied by a pop, a removal or
+    /// a steal. Consecutive pops can return different views only across a handover.
+    pub handovers: u64,
+}
+
+/// A thread waiting in affinity-off order, with what it was pushed with.
+#[derive(Clone, Copy, Debug)]
+struct Queued<T> {
+    thread: T,
+    view: ViewKey,
+    affine: bool,
+}
+
+/// A view group: the affine threads of one view, or one non-affine thread.
+#[derive(Debug)]
+struct Group<T> {
+    view: ViewKey,
+    /// Whether this is its view's shared group (affine threads) rather than a singleton.
+    shared: bool,
+    /// Never empty while the group is in the queue's order.
+    threads: VecDeque<T>,
+}
+
+/// A per-CPU run queue of threads `T` (handles: copied in and out, compared for removal).
+pub struct RunQueue<T> {
+    policy: Policy,
+    /// Queued threads in all.
+    len: usize,
+
+    // Affinity off: the threads in push order.
+    fifo: VecDeque<Queued<T>>,
+
+    // Affinity on: groups live in `slots` (a freed slot keeps its buffer for the next group);
+    // `order` is the queue of group slots, head first; `shared_groups` finds a view's shared
+    // group; `head_turns` counts the head group's consecutive picks.
+    slots: Vec<Group<T>>,
+    free_slots: Vec<usize>,
+    order: VecDeque<usize>,
+    shared_groups: BTreeMap<ViewKey, usize>,
+    head_turns: u32,
+    stats: GroupStats,
+}
+
+impl<T: Copy + Eq + Debug> RunQueue<T> {
+    /// An empty queue with `policy` (const: per-CPU queues live in statics).
+    pub const fn new(policy: Policy) -> Self {
+        RunQueue {
+            policy,
+            len: 0,
+            fifo: VecDeque::new(),
+            slots: Vec::new(),
+            free_slots: Vec::new(),
+            order: VecDeque::new(),
+            shared_groups: BTreeMap::new(),
+            head_turns: 0,
+            stats: GroupStats { rotations: 0, handovers: 0 },
+        }
+    }
+
+    /// The policy in force.
+    pub fn policy(&self) -> Policy {
+        self.policy
+    }
+
+    /// Changes the policy, keeping every queued thread. Switching affinity off lines the threads
+    /// up in the order they would have run; switching it on groups them as if pushed in the
+    /// current order. Changing only the bound keeps the groups and the head's used turns.
+    pub fn set_policy(&mut self, policy: Policy) {
+        if policy.affinity == self.policy.affinity {
+            self.policy = policy;
+            return;
+        }
+        let queued = self.take_all();
+        self.policy = policy;
+        for (thread, view, affine) in queued {
+            self.insert(thread, view, affine);
+        }
+    }
+
+    /// A runnable thread enters (new, woken, or preempted). `affine` is the thread's opt-in flag
+    /// for grouping with its view. Pushing a thread that is already queued is a caller bug
+    /// (debug builds check it).
+    pub fn push(&mut self, thread: T, view: ViewKey, affine: bool) {
+        debug_assert!(!self.contains(thread), "{thread:?} is already queued");
+        self.len += 1;
+        self.insert(thread, view, affine);
+    }
+
+    /// The next thread to run and its view.
+    pub fn pop(&mut self) -> Option<(T, ViewKey)> {
+        if !self.policy.affinity {
+            let next = self.fifo.pop_front()?;
+            self.len -= 1;
+            return Some((next.thread, next.view));
+        }
+        if self.order.len() > 1 && self.head_turns >= self.policy.effective_group_bound() {
+            self.order.rotate_left(1);
+            self.head_turns = 0;
+            self.stats.rotations += 1;
+            self.stats.handovers += 1;
+        }
+        let slot = *self.order.front()?;
+        let group = &mut self.slots[slot];
+        let thread = group.threads.pop_front().expect("queued groups are never empty");
+        let view = group.view;
+        self.len -= 1;
+        self.head_turns = self.head_turns.saturating_add(1);
+        if group.threads.is_empty() {
+            self.order.pop_front();
+            self.free_group(slot);
+            self.head_changed();
+        }
+        Some((thread, view))
+    }
+
+    /// Takes a queued thread out (it was killed); whether it was queued.
+    pub fn remove(&mut self, thread: T) -> bool {
+        if !self.policy.affinity {
+            let Some(at) = self.fifo.iter().position(|q| q.thread == thread) else {
+                return false;
+            };
+            self.fifo.remove(at);
+            self.len -= 1;
+            return true;
+        }
+        let found = self.order.iter().enumerate().find_map(|(place, &slot)| {
+            let at = self.slots[slot].threads.iter().position(|&t| t == thread)?;
+            Some((place, slot, at))
+        });
+        let Some((place, slot, at)) = found else {
+            return false;
+        };
+        self.slots[slot].threads.remove(at);
+        self.len -= 1;
+        if self.slots[slot].threads.is_empty() {
+            self.order.remove(place);
+            self.free_group(slot);
+            if place == 0 {
+                self.head_changed();
+            }
+        }
+        true
+    }
+
+    /// Queued threads.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether no thread is queued.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// For an idle CPU stealing work: returns `(thread, view, affine)` in run order, to be
+    /// pushed on the thief's queue in that order. With affinity on it takes the whole group that
+    /// would run last (its view's page table is the least likely to be warm here); if there is
+    /// only one group, it takes the back half of it (rounded up), so a queue with one busy
+    /// view is shared rather than moved. With affinity off it takes the back half of the queue
+    /// (rounded up).
+    pub fn steal(&mut self) -> Vec<(T, ViewKey, bool)> {
+        if !self.policy.affinity {
+            let keep = self.fifo.len() - self.fifo.len().div_ceil(2);
+            let stolen: Vec<_> = self
+                .fifo
+                .drain(keep..)
+                .map(|q| (q.thread, q.view, q.affine))
+                .collect();
+            self.len -= stolen.len();
+            return stolen;
+        }
+        let Some(&slot) = self.order.back() else {
+            return Vec::new();
+        };
+        let group = &mut self.slots[slot];
+        let (view, shared) = (group.view, group.shared);
+        let keep = if self.order.len() == 1 {
+            group.threads.len() - group.threads.len().div_ceil(2)
+        } else {
+            0
+        };
+        let stolen: Vec<_> = group
+            .threads
+            .drain(keep..)
+            .map(|thread| (thread, view, shared))
+            .collect();
+        self.len -= stolen.len();
+        if self.slots[slot].threads.is_empty() {
+            self.order.pop_back();
+            self.free_group(slot);
+            if self.order.is_empty() {
+                self.head_changed();
+            }
+        }
+        stolen
+    }
+
+    /// Whether `thread` is queued.
+    pub fn contains(&self, thread: T) -> bool {
+        if self.policy.affinity {
+            self.order.iter().any(|&slot| self.slots[slot].threads.contains(&thread))
+        } else {
+            self.fifo.iter().any(|q| q.thread == thread)
+        }
+    }
+
+    /// How the head group has changed hands so far (affinity on; counts survive policy changes).
+    pub fn group_stats(&self) -> GroupStats {
+        self.stats
+    }
+
+    /// Puts a thread in its place without counting it (`len` is the caller's business).
+    fn insert(&mut self, thread: T, view: ViewKey, affine: bool) {
+        if !self.policy.affinity {
+            self.fifo.push_back(Queued { thread, view, affine });
+            return;
+        }
+        if affine {
+            if let Some(&slot) = self.shared_groups.get(&view) {
+                self.slots[slot].threads.push_back(thread);
+                return;
+            }
+        }
+        let slot = self.new_group(view, affine);
+        self.slots[slot].threads.push_back(thread);
+        self.order.push_back(slot);
+        if affine {
+            self.shared_groups.insert(view, slot);
+        }
+    }
+
+    /// Every queued thread in run order, leaving the queue empty (`len` untouched).
+    fn take_all(&mut self) -> Vec<(T, ViewKey, bool)> {
+        let mut queued = Vec::with_capacity(self.len);
+        if self.policy.affinity {
+            for slot in self.order.drain(..) {
+                let group = &mut self.slots[slot];
+                let (view, shared) = (group.view, group.shared);
+                queued.extend(group.threads.drain(..).map(|thread| (thread, view, shared)));
+            }
+            self.slots.clear();
+            self.free_slots.clear();
+            self.shared_groups.clear();
+            self.head_turns = 0;
+        } else {
+            queued.extend(self.fifo.drain(..).map(|q| (q.thread, q.view, q.affine)));
+        }
+        queued
+    }
+
+    /// A slot for a new, empty group.
+    fn new_group(&mut self, view: ViewKey, shared: bool) -> usize {
+        match self.free_slots.pop() {
+            Some(slot) => {
+                let group = &mut self.slots[slot];
+                group.view = view;
+                group.shared = shared;
+                slot
+            }
+            None => {
+                self.slots.push(Group { view, shared, threads: VecDeque::new() });
+                self.slots.len() - 1
+            }
+        }
+    }
+
+    /// Forgets an emptied group that has left the order.
+    fn free_group(&mut self, slot: usize) {
+        let group = &self.slots[slot];
+        debug_assert!(group.threads.is_empty());
+        if group.shared {
+            self.shared_groups.remove(&group.view);
+        }
+        self.free_slots.push(slot);
+    }
+
+    /// The head group left without a rotation: the next one starts with fresh turns.
+    fn head_changed(&mut self) {
+        self.head_turns = 0;
+        self.stats.handovers += 1;
+    }
+
+    /// Every queued thread in run order (for tests and reports).
+    #[cfg(test)]
+    fn run_order(&self) -> Vec<(T, ViewKey, bool)> {
+        if self.policy.affinity {
+            self.order
+                .iter()
+                .flat_map(|&slot| {
+                    let group = &self.slots[slot];
+                    group.threads.iter().map(move |&t| (t, group.view, group.shared))
+                })
+                .collect()
+        } else {
+            self.fifo.iter().map(|q| (q.thread, q.view, q.affine)).collect()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use alloc::collections::BTreeMap;
+    use alloc::vec;
+    use proptest::prelude::*;
+    use std::println;
+
+    const ON: Policy = Policy { affinity: true, group_bound: 4 };
+    const OFF: Policy = Policy { affinity: false, group_bound: 4 };
+
+    /// Pops everything, returning the threads in order.
+    fn drain(q: &mut RunQueue<u32>) -> Vec<u32> {
+        core::iter::from_fn(|| q.pop().map(|(t, _)| t)).collect()
+    }
+
+    fn with_bound(group_bound: u32) -> Policy {
+        Policy { affinity: true, group_bound }
+    }
+
+    #[test]
+    fn new_is_const() {
+        static QUEUE: RunQueue<u32> = RunQueue::new(ON);
+        assert!(QUEUE.is_empty());
+        assert_eq!(QUEUE.policy(), ON);
+    }
+
+    #[test]
+    fn affinity_off_is_fifo() {
+        let mut q = RunQueue::new(OFF);
+        for t in 0..8u32 {
+            q.push(t, u64::from(t % 3), t % 2 == 0);
+        }
+        assert_eq!(q.len(), 8);
+        assert_eq!(drain(&mut q), (0..8).collect::<Vec<_>>());
+        assert!(q.is_empty());
+        assert_eq!(q.pop(), None);
+    }
+
+    #[test]
+    fn pop_returns_the_view() {
+        let mut q = RunQueue::new(ON);
+        q.push(1u32, 7, true);
+        q.push(2, 9, false);
+        assert_eq!(q.pop(), Some((1, 7)));
+        assert_eq!(q.pop(), Some((2, 9)));
+    }
+
+    #[test]
+    fn affine_threads_join_their_view_group() {
+        let mut q = RunQueue::new(ON);
+        q.push(1u32, 10, true);
+        q.push(2, 20, true);
+        q.push(3, 10, true);
+        q.push(4, 20, true);
+        assert_eq!(drain(&mut q), vec![1, 3, 2, 4]);
+    }
+
+    #[test]
+    fn non_affine_threads_stay_alone() {
+        let mut q = RunQueue::new(ON);
+        q.push(1u32, 10, true);
+        q.push(2, 10, false);
+        q.push(3, 10, true);
+        q.push(4, 10, false);
+        assert_eq!(drain(&mut q), vec![1, 3, 2, 4]);
+    }
+
+    #[test]
+    fn head_group_rotates_after_its_turns() {
+        let mut q = RunQueue::new(with_bound(2));
+        for t in 1..=3u32 {
+            q.push(t, 10, true);
+        }
+        q.push(4, 20, true);
+        assert_eq!(drain(&mut q), vec![1, 2, 4, 3]);
+        assert_eq!(q.group_stats().rotations, 1);
+    }
+
+    #[test]
+    fn a_group_alone_keeps_running() {
+        let mut q = RunQueue::new(with_bound(1));
+        for t in 1..=3u32 {
+            q.push(t, 10, true);
+        }
+        assert_eq!(q.pop(), Some((1, 10)));
+        assert_eq!(q.pop(), Some((2, 10)));
+        // Its turns are long used up: the newcomer is next.
+        q.push(4, 20, true);
+        assert_eq!(drain(&mut q), vec![4, 3]);
+        assert_eq!(q.group_stats().rotations, 1);
+    }
+
+    #[test]
+    fn requeued_head_thread_runs_within_the_same_turns() {
+        let mut q = RunQueue::new(with_bound(3));
+        q.push(1u32, 10, true);
+        q.push(2, 10, true);
+        q.push(3, 20, true);
+        assert_eq!(q.pop(), Some((1, 10)));
+        q.push(1, 10, true);
+        assert_eq!(q.pop(), Some((2, 10)));
+        q.push(2, 10, true);
+        assert_eq!(q.pop(), Some((1, 10)));
+        q.push(1, 10, true);
+        // Three turns used: view 20 gets the CPU, then view 10 with its order kept.
+        assert_eq!(drain(&mut q), vec![3, 2, 1]);
+    }
+
+    #[test]
+    fn emptied_group_disappears() {
+        let mut q = RunQueue::new(ON);
+        q.push(1u32, 10, true);
+        q.push(2, 20, true);
+        assert_eq!(q.pop(), Some((1, 10)));
+        // View 10's group is gone: 1 starts a new group behind 20.
+        q.push(1, 10, true);
+        q.push(3, 20, true);
+        assert_eq!(drain(&mut q), vec![2, 3, 1]);
+    }
+
+    #[test]
+    fn zero_bound_acts_as_one() {
+        let mut q = RunQueue::new(with_bound(0));
+        q.push(1u32, 10, true);
+        q.push(2, 10, true);
+        q.push(3, 20, true);
+        assert_eq!(drain(&mut q), vec![1, 3, 2]);
+        assert_eq!(with_bound(0).effective_group_bound(), MIN_GROUP_BOUND);
+    }
+
+    #[test]
+    fn remove_takes_a_thread_out() {
+        for policy in [ON, OFF] {
+            let mut q = RunQueue::new(policy);
+            q.push(1u32, 10, true);
+            q.push(2, 20, true);
+            q.push(3, 10, true);
+            assert!(q.remove(3));
+            assert!(!q.remove(3));
+            assert!(!q.contains(3));
+            assert_eq!(q.len(), 2);
+            assert_eq!(drain(&mut q), vec![1, 2]);
+        }
+    }
+
+    #[test]
+    fn removing_the_head_group_gives_the_next_fresh_turns() {
+        let mut q = RunQueue::new(with_bound(2));
+        q.push(1u32, 10, true);
+        q.push(2, 10, true);
+        q.push(3, 20, true);
+        q.push(4, 20, true);
+        q.push(5, 20, true);
+        assert_eq!(q.pop(), Some((1, 10)));
+        assert!(q.remove(2));
+        assert_eq!(drain(&mut q), vec![3, 4, 5]);
+    }
+
+    #[test]
+    fn steal_takes_the_group_that_would_run_last() {
+        let mut q = RunQueue::new(ON);
+        q.push(1u32, 10, true);
+        q.push(2, 20, true);
+        q.push(3, 10, true);
+        q.push(4, 20, true);
+        q.push(5, 30, false);
+        assert_eq!(q.steal(), vec![(5, 30, false)]);
+        assert_eq!(q.steal(), vec![(2, 20, true), (4, 20, true)]);
+        assert_eq!(q.len(), 2);
+        assert_eq!(drain(&mut q), vec![1, 3]);
+    }
+
+    #[test]
+    fn steal_shares_a_lone_group() {
+        let mut q = RunQueue::new(ON);
+        for t in 1..=5u32 {
+            q.push(t, 10, true);
+        }
+        assert_eq!(q.steal(), vec![(3, 10, true), (4, 10, true), (5, 10, true)]);
+        assert_eq!(q.steal(), vec![(2, 10, true)]);
+        assert_eq!(q.steal(), vec![(1, 10, true)]);
+        assert!(q.steal().is_empty());
+        assert!(q.is_empty());
+    }
+
+    #[test]
+    fn steal_without_affinity_takes_the_back_half() {
+        let mut q = RunQueue::new(OFF);
+        for t in 1..=5u32 {
+            q.push(t, u64::from(t), t % 2 == 0);
+        }
+        assert_eq!(q.steal(), vec![(3, 3, false), (4, 4, true), (5, 5, false)]);
+        assert_eq!(drain(&mut q), vec![1, 2]);
+        assert!(q.steal().is_empty());
+    }
+
+    #[test]
+    fn set_policy_keeps_every_thread() {
+        let mut q = RunQueue::new(ON);
+        q.push(1u32, 10, true);
+        q.push(2, 20, true);
+        q.push(3, 10, true);
+        q.push(4, 10, false);
+        // Off: the run order as it was (1, 3 of view 10, then 2, then 4).
+        q.set_policy(OFF);
+        assert_eq!(q.policy(), OFF);
+        assert_eq!(q.len(), 4);
+        q.push(5, 20, true);
+        // On again: grouped as if pushed in that order.
+        q.set_policy(ON);
+        assert_eq!(drain(&mut q), vec![1, 3, 2, 5, 4]);
+    }
+
+    #[test]
+    fn changing_the_bound_keeps_the_groups() {
+        let mut q = RunQueue::new(with_bound(4));
+        q.push(1u32, 10, true);
+        q.push(2, 10, true);
+        q.push(3, 10, true);
+        q.push(4, 20, true);
+        assert_eq!(q.pop(), Some((1, 10)));
+        q.set_policy(with_bound(1));
+        assert_eq!(drain(&mut q), vec![4, 2, 3]);
+    }
+
+    #[test]
+    fn wait_bound_values() {
+        assert_eq!(OFF.wait_bound(7), 7);
+        assert_eq!(ON.wait_bound(0), 0);
+        assert_eq!(ON.wait_bound(1), 1);
+        // B = 1: N(N+1)/2.
+        for n in 1..20u64 {
+            assert_eq!(with_bound(1).wait_bound(n), n * (n + 1) / 2);
+        }
+        // B ≥ N: N + B(N−1).
+        assert_eq!(with_bound(8).wait_bound(5), 5 + 8 * 4);
+        // B divides N−1: N + (N−1)(N−1+B)/2.
+        assert_eq!(with_bound(3).wait_bound(7), 7 + 6 * 9 / 2);
+        // The closed-form ceiling.
+        for n in 1..64u64 {
+            for b in 1..10u32 {
+                let ceiling = n + (2 * n - 2 + u64::from(b)).pow(2) / 8;
+                assert!(with_bound(b).wait_bound(n) <= ceiling, "n={n} b={b}");
+            }
+        }
+        assert_eq!(ON.wait_bound(u64::MAX), u64::MAX);
+    }
+
+    /// The worst case for `B = 1`: X sits behind `N−1` threads of its own view; each time one of
+    /// them runs (and blocks), as many newcomers of other views arrive as fit under `N`.
+    #[test]
+    fn bound_is_reached_with_bound_one() {
+        const N: u32 = 6;
+        const X: u32 = 0;
+        const OWN_VIEW: ViewKey = 1;
+        const FIRST_NEWCOMER: u32 = 100;
+        let policy = with_bound(1);
+        let mut q = RunQueue::new(policy);
+        for t in 1..N {
+            q.push(t, OWN_VIEW, true);
+        }
+        q.push(X, OWN_VIEW, true);
+        let (mut pops, mut max_len, mut next) = (0u64, q.len(), FIRST_NEWCOMER);
+        loop {
+            let (t, _) = q.pop().unwrap();
+            pops += 1;
+            if t == X {
+                break;
+            }
+            // Fill up to N with newcomers, each in its own view.
+            while q.len() < N as usize && t < FIRST_NEWCOMER {
+                q.push(next, ViewKey::from(next), true);
+                next += 1;
+            }
+            max_len = max_len.max(q.len());
+        }
+        assert_eq!(max_len, N as usize);
+        assert_eq!(pops, policy.wait_bound(u64::from(N)));
+    }
+
+    /// Cubix's point: interleaved views switch on every pop without affinity, once per group
+    /// turn with it.
+    #[test]
+    fn affinity_switches_views_less_than_fifo() {
+        const THREADS: u32 = 64;
+        const VIEWS: u32 = 4;
+        const RUNS_EACH: u32 = 10;
+        const GROUP_BOUND: u32 = 16;
+        let count = |affinity| {
+            let mut q = RunQueue::new(Policy { affinity, group_bound: GROUP_BOUND });
+            for t in 0..THREADS {
+                q.push(t, ViewKey::from(t % VIEWS), true);
+            }
+            let mut runs = BTreeMap::new();
+            let (mut changes, mut last) = (0u32, None);
+            for _ in 0..THREADS * RUNS_EACH {
+                let (t, view) = q.pop().unwrap();
+                *runs.entry(t).or_insert(0) += 1;
+                if last.is_some_and(|l| l != view) {
+                    changes += 1;
+                }
+                last = Some(view);
+                q.push(t, view, true);
+            }
+            assert!(runs.values().all(|&r| r == RUNS_EACH), "{runs:?}");
+            changes
+        };
+        let (on, off) = (count(true), count(false));
+        println!("view changes over {} pops: affinity on {on}, off {off}", THREADS * RUNS_EACH);
+        assert!(on < off);
+        assert_eq!(off, THREADS * RUNS_EACH - 1);
+        assert_eq!(on, THREADS * RUNS_EACH / GROUP_BOUND - 1);
+    }
+
+    const POOL: u32 = 12;
+    const VIEWS: std::ops::Range<u64> = 1..4;
+
+    #[derive(Clone, Debug)]
+    enum Op {
+        Push(u32, ViewKey, bool),
+        Pop,
+        Remove(u32),
+        Steal,
+        SetPolicy(Policy),
+    }
+
+    fn policy() -> impl Strategy<Value = Policy> {
+        (any::<bool>(), 0u32..5).prop_map(|(affinity, group_bound)| Policy { affinity, group_bound })
+    }
+
+    fn ops(set_policy: bool, all_affine: bool) -> impl Strategy<Value = Vec<Op>> {
+        let policy_weight = if set_policy { 1 } else { 0 };
+        let op = prop_oneof![
+            6 => (0..POOL, VIEWS, any::<bool>())
+                .prop_map(move |(t, v, a)| Op::Push(t, v, a || all_affine)),
+            6 => Just(Op::Pop),
+            1 => (0..POOL).prop_map(Op::Remove),
+            1 => Just(Op::Steal),
+            policy_weight => policy().prop_map(Op::SetPolicy),
+        ];
+        proptest::collection::vec(op, 0..300)
+    }
+
+    /// What the model knows of a queued thread.
+    #[derive(Clone, Copy, Debug)]
+    struct Waiting {
+        view: ViewKey,
+        affine: bool,
+        /// Pops done when it was queued (or the policy last changed).
+        since_pop: u64,
+        /// Most threads queued at once since then.
+        max_queued: usize,
+    }
+
+    /// Runs `ops` against the queue and a model; checks (a) no thread lost or duplicated,
+    /// (b) FIFO order with affinity off, (c) the wait bound.
+    fn check_against_model(start: Policy, ops: Vec<Op>) -> Result<(), TestCaseError> {
+        let mut q = RunQueue::new(start);
+        let mut waiting: BTreeMap<u32, Waiting> = BTreeMap::new();
+        // Affinity off: the exact order the queue must pop in.
+        let mut fifo: VecDeque<u32> = VecDeque::new();
+        let mut pops = 0u64;
+        for op in ops {
+            match op {
+                Op::Push(t, view, affine) => {
+                    if waiting.contains_key(&t) {
+                        continue;
+                    }
+                    q.push(t, view, affine);
+                    waiting.insert(t, Waiting { view, affine, since_pop: pops, max_queued: 0 });
+                    fifo.push_back(t);
+                }
+                Op::Pop => {
+                    let popped = q.pop();
+                    if waiting.is_empty() {
+                        prop_assert_eq!(popped, None);
+                        continue;
+                    }
+                    let (t, view) = popped.expect("model has threads");
+                    pops += 1;
+                    let w = waiting.remove(&t).expect("popped thread was queued");
+                    prop_assert_eq!(view, w.view);
+                    if !q.policy().affinity {
+                        prop_assert_eq!(Some(t), fifo.pop_front(), "FIFO order");
+                    } else {
+                        fifo.retain(|&x| x != t);
+                    }
+                    let waited = pops - w.since_pop;
+                    let bound = q.policy().wait_bound(w.max_queued as u64);
+                    prop_assert!(waited <= bound, "{t} waited {waited} > {bound} ({w:?})");
+                }
+                Op::Remove(t) => {
+                    prop_assert_eq!(q.remove(t), waiting.remove(&t).is_some());
+                    fifo.retain(|&x| x != t);
+                }
+                Op::Steal => {
+                    let before = q.len();
+                    let stolen = q.steal();
+                    prop_assert_eq!(stolen.is_empty(), before == 0);
+                    for &(t, view, affine) in &stolen {
+                        let w = waiting.remove(&t).expect("stolen thread was queued");
+                        prop_assert_eq!((view, affine), (w.view, w.affine));
+                    }
+                    if q.policy().affinity {
+                        // One group: one view; more than one thread only from a shared group.
+                        prop_assert!(stolen.iter().all(|s| s.1 == stolen[0].1));
+                        prop_assert!(stolen.len() == 1 || stolen.iter().all(|s| s.2));
+                        fifo.retain(|x| stolen.iter().all(|s| s.0 != *x));
+                    } else {
+                        let tail = fifo.split_off(before - before.div_ceil(2));
+                        let got: Vec<u32> = stolen.iter().map(|s| s.0).collect();
+                        prop_assert_eq!(got, Vec::from(tail));
+                    }
+                }
+                Op::SetPolicy(policy) => {
+                    let order: Vec<u32> = q.run_order().iter().map(|s| s.0).collect();
+                    q.set_policy(policy);
+                    prop_assert_eq!(q.policy(), policy);
+                    // The order to expect from now on is the order the threads would have run.
+                    fifo = order.into_iter().collect();
+                    for w in waiting.values_mut() {
+                        (w.since_pop, w.max_queued) = (pops, 0);
+                    }
+                }
+            }
+            // (a) exactly the model's threads are queued.
+            let mut queued: Vec<u32> = q.run_order().iter().map(|s| s.0).collect();
+            queued.sort_unstable();
+            prop_assert_eq!(&queued, &waiting.keys().copied().collect::<Vec<_>>());
+            prop_assert_eq!(q.len(), waiting.len());
+            prop_assert_eq!(q.is_empty(), waiting.is_empty());
+            for t in 0..POOL {
+                prop_assert_eq!(q.contains(t), waiting.contains_key(&t));
+            }
+            for w in waiting.values_mut() {
+                w.max_queued = w.max_queued.max(q.len());
+            }
+        }
+        // Drain, so every thread's wait is checked.
+        while !waiting.is_empty() {
+            let (t, _) = q.pop().expect("model has threads");
+            pops += 1;
+            let w = waiting.remove(&t).expect("popped thread was queued");
+            let (waited, bound) = (pops - w.since_pop, q.policy().wait_bound(w.max_queued as u64));
+            prop_assert!(waited <= bound, "{t} waited {waited} > {bound} ({w:?})");
+        }
+        prop_assert_eq!(q.pop(), None);
+        Ok(())
+    }
+
+    proptest! {
+        /// (a), (b), (c) under every operation, including policy changes.
+        #[test]
+        fn matches_model(start in policy(), ops in ops(true, false)) {
+            check_against_model(start, ops)?;
+        }
+
+        /// (c) with affinity on throughout, where the bound matters.
+        #[test]
+        fn waits_stay_within_the_bound(bound in 1u32..4, ops in ops(false, false)) {
+            check_against_model(with_bound(bound), ops)?;
+        }
+
+        /// (d) with every thread affine, consecutive pops change view only across a handover of
+        /// the head group, and a rotation needs `B` pops of the rotated group.
+        #[test]
+        fn view_changes_need_handovers(bound in 1u32..5, ops in ops(false, true)) {
+            let policy = with_bound(bound);
+            let mut q = RunQueue::new(policy);
+            let (mut pops, mut changes, mut last) = (0u64, 0u64, None);
+            for op in ops {
+                match op {
+                    Op::Push(t, view, affine) => {
+                        if !q.contains(t) {
+                            q.push(t, view, affine);
+                        }
+                    }
+                    Op::Pop => {
+                        if let Some((_, view)) = q.pop() {
+                            pops += 1;
+                            if last.is_some_and(|l| l != view) {
+                                changes += 1;
+                            }
+                            last = Some(view);
+                        }
+                    }
+                    Op::Remove(t) => {
+                        q.remove(t);
+                    }
+                    Op::Steal => {
+                        q.steal();
+                    }
+                    Op::SetPolicy(_) => unreachable!("no policy changes here"),
+                }
+                let stats = q.group_stats();
+                prop_assert!(changes <= stats.handovers, "{changes} > {stats:?}");
+                prop_assert!(stats.rotations * u64::from(bound) <= pops, "{stats:?} {pops}");
+            }
+        }
+    }
+}

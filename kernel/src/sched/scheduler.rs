@@ -1,0 +1,394 @@
+//! The scheduler on the machine: per-CPU state, the switch protocol, idle loops, wake-ups,
+//! preemption and work stealing. Policy (which thread next) is the host-tested [`RunQueue`].
+//!
+//! Invariants:
+//! - kernel code runs with interrupts disabled; they are enabled only in user mode and while an
+//!   idle CPU halts, so no lock is ever held by code an interrupt handler interrupted;
+//! - a thread is in at most one run queue, and only when its state is `Ready`;
+//! - a CPU switching away from a thread leaves it in `Cpu::prev` and the *next* context finishes
+//!   the job (requeue or drop) after the switch, so no other CPU can run a thread whose stack
+//!   is still in use; `on_cpu` is cleared at that point and a CPU taking a thread waits for it;
+//! - a CPU's loaded root is that of its current thread's view (or the kernel's while idle or
+//!   running a kernel thread); no root is freed while a CPU has it loaded.
+
+use alloc::sync::Arc;
+use alloc::vec::Vec;
+use arch::addr::Frame;
+use arch::context::{self, KernelContext};
+use core::cell::UnsafeCell;
+use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+use spin::Mutex;
+use tsumugi_abi::stats::Counter;
+
+use super::runqueue::{Policy, RunQueue};
+use crate::stats::Counters;
+use crate::thread::{State, Thread};
+
+/// Most CPUs the kernel supports.
+pub const MAX_CPUS: usize = 8;
+
+/// What the CPU does with the thread it switches away from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Then {
+    /// Still runnable: back into this CPU's run queue.
+    Requeue,
+    /// Blocked: someone will wake it.
+    Block,
+    /// Ended: drop the CPU's reference (its stack is freed).
+    Exit,
+}
+
+/// A reference to a thread held by a run queue (one strong count of the `Arc`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ThreadRef(*const Thread);
+
+impl ThreadRef {
+    fn new(t: Arc<Thread>) -> Self {
+        ThreadRef(Arc::into_raw(t))
+    }
+
+    fn take(self) -> Arc<Thread> {
+        // SAFETY: made by `new` from an Arc whose count the queue kept.
+        unsafe { Arc::from_raw(self.0) }
+    }
+}
+
+// SAFETY: a ThreadRef is an owned Arc<Thread> in disguise; Thread is Sync.
+unsafe impl Send for ThreadRef {}
+
+/// One CPU's scheduler state.
+pub struct Cpu {
+    /// The run queue.
+    pub runqueue: Mutex<RunQueue<ThreadRef>>,
+    /// The running thread (an `Arc` leaked into this pointer), or null when idle.
+    current: AtomicPtr<Thread>,
+    /// The idle loop's context (the CPU's boot stack).
+    idle: UnsafeCell<KernelContext>,
+    /// Work left for the next context: the previous thread and what to do with it.
+    prev: UnsafeCell<Option<(Arc<Thread>, Then)>>,
+    /// Frame number of the loaded root.
+    loaded_root: AtomicU64,
+    /// Tick at which the current thread's quantum began.
+    slice_start: AtomicU64,
+    /// Whether the CPU is halted in its idle loop (a wake-up for it needs an IPI).
+    idle_now: AtomicBool,
+    /// Whether this CPU is up.
+    pub online: AtomicBool,
+    /// Event counters.
+    pub counters: Counters,
+}
+
+// SAFETY: the UnsafeCell fields are touched only by the CPU owning this record, with interrupts
+// disabled (see the module invariants); the rest are atomics or locks.
+unsafe impl Sync for Cpu {}
+
+const DEFAULT_POLICY: Policy = Policy { affinity: true, group_bound: 8 };
+
+#[allow(clippy::declare_interior_mutable_const)]
+const CPU_INIT: Cpu = Cpu {
+    runqueue: Mutex::new(RunQueue::new(DEFAULT_POLICY)),
+    current: AtomicPtr::new(core::ptr::null_mut()),
+    idle: UnsafeCell::new(KernelContext::EMPTY),
+    prev: UnsafeCell::new(None),
+    loaded_root: AtomicU64::new(0),
+    slice_start: AtomicU64::new(0),
+    idle_now: AtomicBool::new(false),
+    online: AtomicBool::new(false),
+    counters: Counters::new(),
+};
+
+/// Every CPU's record, by index.
+pub static CPUS: [Cpu; MAX_CPUS] = [CPU_INIT; MAX_CPUS];
+
+/// Ticks a thread runs before preemption.
+static QUANTUM: AtomicU64 = AtomicU64::new(2);
+/// Timer ticks on CPU 0 (the clock of quanta and sleeps).
+static TICKS: AtomicU64 = AtomicU64::new(0);
+/// The kernel's root frame number (loaded while idle or in kernel threads).
+static KERNEL_ROOT: AtomicU64 = AtomicU64::new(0);
+/// How many CPUs are online.
+static ONLINE: AtomicUsize = AtomicUsize::new(0);
+
+/// The record of the CPU running this code.
+pub fn this_cpu() -> &'static Cpu {
+    &CPUS[arch::cpu::cpu_index()]
+}
+
+/// Number of CPUs online.
+pub fn online_cpus() -> usize {
+    ONLINE.load(Ordering::Acquire)
+}
+
+/// Sets the policy on every CPU and the quantum. Called at boot before threads exist.
+pub fn configure(policy: Policy, quantum_ticks: u64) {
+    for cpu in &CPUS {
+        cpu.runqueue.lock().set_policy(policy);
+    }
+    QUANTUM.store(quantum_ticks.max(1), Ordering::Relaxed);
+}
+
+/// The current policy.
+pub fn policy() -> Policy {
+    CPUS[0].runqueue.lock().policy()
+}
+
+/// Marks the calling CPU online. Its idle context is filled at its first switch.
+pub fn cpu_online(kernel_root: Frame) {
+    KERNEL_ROOT.store(kernel_root.number(), Ordering::Relaxed);
+    let cpu = this_cpu();
+    cpu.loaded_root.store(kernel_root.number(), Ordering::Relaxed);
+    cpu.online.store(true, Ordering::Release);
+    ONLINE.fetch_add(1, Ordering::AcqRel);
+}
+
+/// The running thread, if any.
+pub fn current() -> Option<Arc<Thread>> {
+    let p = this_cpu().current.load(Ordering::Relaxed);
+    if p.is_null() {
+        return None;
+    }
+    // SAFETY: `current` holds a leaked Arc while the thread runs here; take another count.
+    unsafe {
+        Arc::increment_strong_count(p);
+        Some(Arc::from_raw(p))
+    }
+}
+
+/// The running thread, borrowed (no reference-count traffic on hot paths).
+pub fn with_current<R>(f: impl FnOnce(Option<&Thread>) -> R) -> R {
+    let p = this_cpu().current.load(Ordering::Relaxed);
+    // SAFETY: the current thread lives at least until this CPU switches away from it, which
+    // cannot happen inside `f` (no scheduling from inside this borrow by convention).
+    f(unsafe { p.as_ref() })
+}
+
+/// Timer ticks counted on CPU 0.
+pub fn ticks() -> u64 {
+    TICKS.load(Ordering::Relaxed)
+}
+
+/// Makes `t` runnable: puts it on its last CPU's queue and wakes that CPU if it idles.
+pub fn make_ready(t: Arc<Thread>) {
+    let target = t.last_cpu.load(Ordering::Relaxed).min(MAX_CPUS - 1);
+    let target = if CPUS[target].online.load(Ordering::Acquire) { target } else { arch::cpu::cpu_index() };
+    let (view, affine) = (t.root.load(Ordering::Relaxed), t.affine);
+    CPUS[target].runqueue.lock().push(ThreadRef::new(t), view, affine);
+    if target != arch::cpu::cpu_index() && CPUS[target].idle_now.load(Ordering::Acquire) {
+        send_reschedule(target);
+    }
+}
+
+fn send_reschedule(cpu: usize) {
+    this_cpu().counters.bump(Counter::IpisSent);
+    crate::smp::send_ipi(cpu, crate::smp::Ipi::Reschedule);
+}
+
+/// Takes the next thread for this CPU: its own queue first, then a steal.
+fn pick_next(cpu_index: usize) -> Option<Arc<Thread>> {
+    if let Some((r, _)) = CPUS[cpu_index].runqueue.lock().pop() {
+        return Some(r.take());
+    }
+    steal(cpu_index)
+}
+
+/// Takes a view group (or half a queue) from the busiest other CPU.
+fn steal(thief: usize) -> Option<Arc<Thread>> {
+    let victim = (0..MAX_CPUS)
+        .filter(|&i| i != thief && CPUS[i].online.load(Ordering::Acquire))
+        .max_by_key(|&i| CPUS[i].runqueue.lock().len())?;
+    let loot = {
+        let mut q = CPUS[victim].runqueue.lock();
+        if q.len() < 2 && q.len() == 0 {
+            return None;
+        }
+        q.steal()
+    };
+    if loot.is_empty() {
+        return None;
+    }
+    let cpu = &CPUS[thief];
+    cpu.counters.bump(Counter::Steals);
+    let mut it = loot.into_iter();
+    let (first, _, _) = it.next().expect("non-empty");
+    let mut q = cpu.runqueue.lock();
+    for (r, view, affine) in it {
+        q.push(r, view, affine);
+    }
+    Some(first.take())
+}
+
+/// Switches away from the running thread (or the idle loop) to the next runnable thread.
+/// `then` says what becomes of the thread switching away. Interrupts must be disabled.
+/// Returns when this thread is switched back to (never for `Then::Exit`).
+pub fn schedule(then: Then) {
+    debug_assert!(!arch::cpu::interrupts_enabled());
+    let index = arch::cpu::cpu_index();
+    let cpu = &CPUS[index];
+    let prev_ptr = cpu.current.load(Ordering::Relaxed);
+    let next = pick_next(index);
+    let next = match next {
+        Some(n) => n,
+        None if then == Then::Requeue && !prev_ptr.is_null() => return, // nothing else to run
+        None => {
+            // Nothing runnable: park this thread's context and run the idle loop.
+            // SAFETY: prev is current (a leaked Arc); the idle context was saved when the idle
+            // loop last switched to a thread, or this is a thread that never ran from idle
+            // (impossible: every thread is first run by a switch from some context).
+            unsafe {
+                let prev = Arc::from_raw(prev_ptr);
+                let prev_ctx = prev.context.get();
+                *cpu.prev.get() = Some((prev, then));
+                cpu.current.store(core::ptr::null_mut(), Ordering::Relaxed);
+                load_root(cpu, KERNEL_ROOT.load(Ordering::Relaxed));
+                context::switch(prev_ctx, cpu.idle.get());
+            }
+            finish_switch();
+            return;
+        }
+    };
+    switch_to(cpu, prev_ptr, next, then);
+}
+
+/// Switches from the current context (thread `prev_ptr`, or the idle loop if null) to `next`.
+fn switch_to(cpu: &Cpu, prev_ptr: *mut Thread, next: Arc<Thread>, then: Then) {
+    // Wait until the CPU that last ran `next` has left its stack.
+    while next.on_cpu.load(Ordering::Acquire) {
+        arch::cpu::spin_hint();
+    }
+    next.on_cpu.store(true, Ordering::Relaxed);
+    next.set_state(State::Running);
+    next.last_cpu.store(arch::cpu::cpu_index(), Ordering::Relaxed);
+    cpu.counters.bump(Counter::ContextSwitches);
+    if let Some(d) = &next.domain {
+        d.counters.bump(Counter::ContextSwitches);
+    }
+    let root = match next.root.load(Ordering::Relaxed) {
+        0 => KERNEL_ROOT.load(Ordering::Relaxed),
+        r => r,
+    };
+    if load_root(cpu, root) {
+        if let Some(d) = &next.domain {
+            d.counters.bump(Counter::ViewSwitches);
+        }
+    }
+    next.drop_stale_views();
+    arch::cpu::set_kernel_stack(next.kernel_stack_top());
+    cpu.slice_start.store(TICKS.load(Ordering::Relaxed), Ordering::Relaxed);
+    let next_ctx = next.context.get();
+    cpu.current.store(Arc::into_raw(next) as *mut Thread, Ordering::Relaxed);
+    // SAFETY: interrupts are off and this CPU owns its record; `prev`'s context stays valid
+    // (its Arc is kept in cpu.prev until the next context takes it); `next`'s context was
+    // saved by a switch away from it or made by KernelContext::new, and nobody else runs it
+    // (on_cpu).
+    unsafe {
+        let from = if prev_ptr.is_null() {
+            cpu.idle.get()
+        } else {
+            let prev = Arc::from_raw(prev_ptr);
+            let ctx = prev.context.get();
+            *cpu.prev.get() = Some((prev, then));
+            ctx
+        };
+        context::switch(from, next_ctx);
+    }
+    finish_switch();
+}
+
+/// Loads `root` (a frame number) on this CPU if it is not loaded already; counts view switches
+/// and the TLB flush an untagged load implies. Returns whether a load happened.
+fn load_root(cpu: &Cpu, root: u64) -> bool {
+    if cpu.loaded_root.load(Ordering::Relaxed) == root {
+        return false;
+    }
+    cpu.loaded_root.store(root, Ordering::Release);
+    // SAFETY: every root is a view table or the kernel table, all sharing the kernel half.
+    unsafe { arch::tlb::load_root(Frame::from_number(root)) };
+    cpu.counters.bump(Counter::ViewSwitches);
+    cpu.counters.bump(Counter::TlbFlushes);
+    true
+}
+
+/// Reloads the current thread's root if its view changed under it (after a grant or revoke by
+/// another thread) and detaches the views it left. Returns whether a new root was loaded.
+pub fn reload_current_root() -> bool {
+    let cpu = this_cpu();
+    let root = with_current(|t| t.map_or(0, |t| t.root.load(Ordering::Acquire)));
+    let root = if root == 0 { KERNEL_ROOT.load(Ordering::Relaxed) } else { root };
+    let loaded = load_root(cpu, root);
+    with_current(|t| {
+        if let Some(t) = t {
+            t.drop_stale_views();
+        }
+    });
+    loaded
+}
+
+/// CPUs (other than this one) whose loaded root is `root`.
+pub fn cpus_with_root(root: u64) -> impl Iterator<Item = usize> {
+    let me = arch::cpu::cpu_index();
+    (0..MAX_CPUS).filter(move |&i| i != me && CPUS[i].online.load(Ordering::Acquire) && CPUS[i].loaded_root.load(Ordering::Acquire) == root)
+}
+
+/// Completes a switch on the new context: requeues, forgets or frees the previous thread.
+pub fn finish_switch() {
+    let cpu = this_cpu();
+    // SAFETY: only this CPU touches its `prev`, with interrupts off.
+    let prev = unsafe { (*cpu.prev.get()).take() };
+    let Some((prev, then)) = prev else { return };
+    prev.on_cpu.store(false, Ordering::Release);
+    match then {
+        Then::Requeue => {
+            prev.set_state(State::Ready);
+            let (view, affine) = (prev.root.load(Ordering::Relaxed), prev.affine);
+            cpu.runqueue.lock().push(ThreadRef::new(prev), view, affine);
+        }
+        Then::Block => drop(prev),
+        Then::Exit => prev.release_stack(),
+    }
+}
+
+/// The idle loop of a CPU: runs threads as they become runnable and halts in between.
+pub fn idle_loop() -> ! {
+    let index = arch::cpu::cpu_index();
+    let cpu = &CPUS[index];
+    loop {
+        arch::cpu::disable_interrupts();
+        match pick_next(index) {
+            Some(next) => switch_to(cpu, core::ptr::null_mut(), next, Then::Block),
+            None => {
+                cpu.idle_now.store(true, Ordering::Release);
+                // A wake-up between the check above and the halt sends an IPI, which ends
+                // the halt (interrupts are enabled atomically with hlt).
+                if cpu.runqueue.lock().is_empty() {
+                    arch::cpu::wait_for_interrupt();
+                }
+                cpu.idle_now.store(false, Ordering::Release);
+            }
+        }
+    }
+}
+
+/// Timer tick on this CPU (interrupt context, interrupts off). `from_user` says whether user
+/// code was interrupted: only then may the thread be preempted here.
+pub fn tick(from_user: bool) {
+    let cpu = this_cpu();
+    cpu.counters.bump(Counter::Ticks);
+    if arch::cpu::cpu_index() == 0 {
+        TICKS.fetch_add(1, Ordering::Relaxed);
+        crate::thread::wake_sleepers();
+    }
+    if !from_user || cpu.current.load(Ordering::Relaxed).is_null() {
+        return;
+    }
+    let now = TICKS.load(Ordering::Relaxed);
+    if now.wrapping_sub(cpu.slice_start.load(Ordering::Relaxed)) >= QUANTUM.load(Ordering::Relaxed) {
+        cpu.counters.bump(Counter::Preemptions);
+        schedule(Then::Requeue);
+        cpu.slice_start.store(TICKS.load(Ordering::Relaxed), Ordering::Relaxed);
+    }
+}
+
+/// Threads queued on every CPU (for reports).
+pub fn queued() -> Vec<usize> {
+    CPUS.iter().map(|c| c.runqueue.lock().len()).collect()
+}

@@ -1,0 +1,29 @@
+//! The aarch64 syscall instruction: `svc #0` with the number in `x8`, arguments in `x0..x5`,
+//! result in `x0`. The kernel preserves every other register (it saves and restores the whole
+//! frame), so only `x0` changes.
+
+/// Enters the kernel with syscall `number` and six arguments; returns the raw result register.
+///
+/// # Safety
+/// Pointer arguments are read or written by the kernel as the syscall documents; the caller
+/// must make sure writes land where Rust allows them.
+#[inline(always)]
+pub unsafe fn syscall6(number: usize, args: [usize; 6]) -> usize {
+    let ret: usize;
+    // SAFETY: `svc #0` only transfers to the kernel, which restores every register except x0
+    // (the result) before returning to the next instruction.
+    unsafe {
+        core::arch::asm!(
+            "svc #0",
+            inlateout("x0") args[0] => ret,
+            in("x1") args[1],
+            in("x2") args[2],
+            in("x3") args[3],
+            in("x4") args[4],
+            in("x5") args[5],
+            in("x8") number,
+            options(nostack),
+        );
+    }
+    ret
+}

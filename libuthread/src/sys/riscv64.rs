@@ -1,0 +1,28 @@
+//! The riscv64 syscall instruction: `ecall` from U-mode, number in `a7`, arguments in `a0..a5`,
+//! result in `a0`. The kernel preserves every other register.
+
+/// Enters the kernel with syscall `number` and six arguments; returns the raw result register.
+///
+/// # Safety
+/// Pointer arguments are read or written by the kernel as the syscall documents; the caller
+/// must make sure writes land where Rust allows them.
+#[inline(always)]
+pub unsafe fn syscall6(number: usize, args: [usize; 6]) -> usize {
+    let ret: usize;
+    // SAFETY: `ecall` only transfers to the kernel, which resumes after it with every register
+    // preserved except a0 (the result).
+    unsafe {
+        core::arch::asm!(
+            "ecall",
+            inlateout("a0") args[0] => ret,
+            in("a1") args[1],
+            in("a2") args[2],
+            in("a3") args[3],
+            in("a4") args[4],
+            in("a5") args[5],
+            in("a7") number,
+            options(nostack),
+        );
+    }
+    ret
+}
