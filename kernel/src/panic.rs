@@ -39,8 +39,10 @@ pub fn exception(frame: &TrapFrame, trap: Trap) -> ! {
     let _ = match trap {
         Trap::PageFault { address, access, present } => writeln!(
             out,
-            "\n{PANIC} on cpu {}: unhandled exception vector 14 (page fault) in the kernel: {:?} of {:#x}, {}",
+            "\n{PANIC} on cpu {}: unhandled exception vector {} ({}) in the kernel: {:?} of {:#x}, {}",
             arch::cpu::cpu_index(),
+            frame.vector(),
+            arch::trap::exception_name(frame.vector()),
             access,
             address,
             if present { "protection violation" } else { "not mapped" }
@@ -79,16 +81,19 @@ fn context(out: &mut PanicConsole) {
     }
 }
 
-/// Walks the frame-pointer chain from `rbp`, printing return addresses. Stops at a null,
-/// misaligned or unmapped frame pointer, so a corrupt chain cannot fault here.
+/// Walks the frame-pointer chain from `rbp`, printing return addresses. Each frame's record
+/// (the caller's frame pointer, then the return address) lies where the port says
+/// (`arch::cpu::frame_record`). Stops at a null, misaligned or unmapped record, so a corrupt
+/// chain cannot fault here.
 fn backtrace(out: &mut PanicConsole, mut rbp: u64) {
     let _ = writeln!(out, "  backtrace:");
     for depth in 0..MAX_FRAMES {
-        if rbp == 0 || rbp % 8 != 0 || rbp < arch::layout::KERNEL_HALF || !mapped(rbp) || !mapped(rbp + 8) {
+        let record = arch::cpu::frame_record(rbp);
+        if rbp == 0 || record % 8 != 0 || record < arch::layout::KERNEL_HALF || !mapped(record) || !mapped(record + 8) {
             break;
         }
         // SAFETY: both words were checked to be mapped in the kernel half.
-        let (next, ret) = unsafe { (*(rbp as *const u64), *((rbp + 8) as *const u64)) };
+        let (next, ret) = unsafe { (*(record as *const u64), *((record + 8) as *const u64)) };
         if ret == 0 {
             break;
         }

@@ -60,6 +60,7 @@ pub fn dispatch(frame: &mut TrapFrame) {
             Syscall::Lookup => NAMES.lock().get(&(a[0] as u64)).map(|v| *v as usize).ok_or(Errno::Again),
             Syscall::Counters => counters(a[0], a[1] as u64, a[2] as u64),
             Syscall::CpuId => Ok(arch::cpu::cpu_index()),
+            Syscall::SchedAffinity => sched_affinity(a[0]),
         },
     };
     frame.set_syscall_result(encode_result(result));
@@ -334,4 +335,18 @@ fn counters(which: usize, buf: u64, len: u64) -> SysResult {
     }
     copy_out(buf, &raw[..n * 8])?;
     Ok(scheduler::online_cpus())
+}
+
+fn sched_affinity(arg: usize) -> SysResult {
+    let mut policy = scheduler::policy();
+    let previous = policy.affinity;
+    match arg {
+        0 | 1 => {
+            policy.affinity = arg == 1;
+            scheduler::set_policy(policy);
+        }
+        usize::MAX => {}
+        _ => return Err(Errno::Inval),
+    }
+    Ok(usize::from(previous))
 }

@@ -63,6 +63,9 @@ pub fn evaluate(suite: &Suite, outcome: &Outcome, log: &str) -> Vec<CheckResult>
                 ));
             }
             Check::Halting(status) => results.push(check_halting(&parsed, *status)),
+            Check::GroupFramesBalanced(group) => results.push(check_group_balanced(&parsed, group)),
+            Check::ConcurrentDistinct(program) => results.push(check_concurrent_distinct(&parsed, program)),
+            Check::FirstBelowSecond { prefix } => results.push(check_first_below_second(&parsed, prefix)),
         }
     }
     results
@@ -407,5 +410,88 @@ tsumugi: halting with status 0\r
         );
         assert_eq!(failures(&results), ["guest status 0 (success)"]);
         assert_eq!(results[0].detail, "timed out after 120 s");
+    }
+}
+
+/// The numbers (decimal, or hex with 0x) in `text`, in order.
+fn numbers(text: &str) -> Vec<u64> {
+    text.split(|c: char| !c.is_ascii_alphanumeric())
+        .filter_map(|w| match w.strip_prefix("0x") {
+            Some(hex) => u64::from_str_radix(hex, 16).ok(),
+            None => w.parse().ok(),
+        })
+        .collect()
+}
+
+fn check_group_balanced(parsed: &ParsedLog, group: &str) -> CheckResult {
+    let description = format!("group {group} gave back every frame");
+    let prefix = format!("{}{group}:", log::GROUP);
+    let Some(line) = parsed.lines.iter().find(|l| l.trim_start().starts_with(&prefix)) else {
+        return CheckResult::new(description, false, format!("no `{prefix}` line"));
+    };
+    let n = numbers(&line.trim_start()[prefix.len()..]);
+    let passed = n.len() >= 2 && n[0] == n[1];
+    CheckResult::new(description, passed, line.trim().to_string())
+}
+
+fn check_concurrent_distinct(parsed: &ParsedLog, program: &str) -> CheckResult {
+    let description = format!("concurrent runs of {program} live at distinct addresses");
+    let started = format!("{program}: started at ");
+    let mut live: Vec<(u64, u64)> = Vec::new();
+    let mut overlaps = 0;
+    for line in &parsed.lines {
+        let l = line.trim_start();
+        let Some(rest) = l.strip_prefix(log::DOMAIN) else { continue };
+        let Some((id, tail)) = rest.split_once(' ') else { continue };
+        let Ok(id) = id.parse::<u64>() else { continue };
+        if let Some(addr) = tail.strip_prefix(&started) {
+            let addr = numbers(addr).first().copied().unwrap_or(0);
+            if let Some((other, _)) = live.iter().find(|(_, a)| *a == addr) {
+                return CheckResult::new(description, false, format!("domains {other} and {id} both at {addr:#x}"));
+            }
+            overlaps += usize::from(!live.is_empty());
+            live.push((id, addr));
+        } else if tail.starts_with(program) && (tail.contains(log::EXITED) || tail.contains(log::KILLED)) {
+            live.retain(|(d, _)| *d != id);
+        }
+    }
+    CheckResult::new(description, overlaps > 0, format!("{overlaps} overlapping starts"))
+}
+
+fn check_first_below_second(parsed: &ParsedLog, prefix: &str) -> CheckResult {
+    let description = format!("`{prefix}` first number below second");
+    let Some(line) = parsed.lines.iter().find(|l| l.trim_start().starts_with(prefix)) else {
+        return CheckResult::new(description, false, "no such line");
+    };
+    let n = numbers(&line.trim_start()[prefix.len()..]);
+    let passed = n.len() >= 2 && n[0] < n[1];
+    CheckResult::new(description, passed, line.trim().to_string())
+}
+
+#[cfg(test)]
+mod more_tests {
+    use super::*;
+
+    #[test]
+    fn numbers_are_found() {
+        assert_eq!(numbers("before 12, after 0x1f"), vec![12, 31]);
+    }
+
+    #[test]
+    fn concurrent_distinct_catches_a_shared_address() {
+        let good = "domain 1 twin: started at 0x4000\ndomain 2 twin: started at 0x5000\ndomain 1 twin: exited with status 0\ndomain 2 twin: exited with status 0\n";
+        assert!(check_concurrent_distinct(&logparse::parse(good), "twin").passed);
+        let bad = "domain 1 twin: started at 0x4000\ndomain 2 twin: started at 0x4000\n";
+        assert!(!check_concurrent_distinct(&logparse::parse(bad), "twin").passed);
+        let sequential = "domain 1 twin: started at 0x4000\ndomain 1 twin: exited with status 0\ndomain 2 twin: started at 0x4000\n";
+        assert!(!check_concurrent_distinct(&logparse::parse(sequential), "twin").passed, "no overlap: vacuous");
+    }
+
+    #[test]
+    fn group_balance_is_read() {
+        let ok = logparse::parse("group a+b: frames free before 10, after 10\n");
+        assert!(check_group_balanced(&ok, "a+b").passed);
+        let leak = logparse::parse("group a+b: frames free before 10, after 9\n");
+        assert!(!check_group_balanced(&leak, "a+b").passed);
     }
 }

@@ -45,6 +45,15 @@ pub const X86_64_CR2: &str = "cr2 0x";
 /// How the x86_64 exception report names the instruction pointer.
 pub const X86_64_RIP: &str = "rip 0x";
 
+/// riscv64 exception code (`scause`) of a load page fault, which `crash=pagefault` causes.
+pub const RISCV64_LOAD_PAGE_FAULT_CAUSE: u8 = 13;
+/// Its name in the privileged specification, as the riscv64 report prints it.
+pub const RISCV64_LOAD_PAGE_FAULT: &str = "load page fault";
+/// How the riscv64 exception report names the faulting address register.
+pub const RISCV64_STVAL: &str = "stval 0x";
+/// How the riscv64 exception report names the instruction pointer.
+pub const RISCV64_SEPC: &str = "sepc 0x";
+
 /// Time limit of the suites that run the self-tests and the test programs.
 pub const KERNEL_SUITE_TIMEOUT: Duration = Duration::from_secs(120);
 /// Time limit of the suites that crash the kernel on purpose.
@@ -90,6 +99,18 @@ pub enum Check {
     LogContains(String),
     /// The kernel's last line says it halts with this status.
     Halting(u64),
+    /// The `group <group>: frames free before A, after B` line shows A == B: everything the
+    /// programs of that group took was given back.
+    GroupFramesBalanced(String),
+    /// Runs of `program` that were alive at the same time started at different addresses, and
+    /// at least two did overlap.
+    ConcurrentDistinct(String),
+    /// The log has a line starting with `prefix` followed by two numbers `a` and `b` (the first two
+    /// numbers after the prefix) with `a < b`; used to assert a measured direction.
+    FirstBelowSecond {
+        /// Text before the numbers.
+        prefix: String,
+    },
 }
 
 /// One QEMU boot and what it must show.
@@ -113,6 +134,7 @@ pub struct Suite {
 pub fn for_arch(arch: &str) -> Option<Vec<Suite>> {
     match arch {
         "x86_64" => Some(x86_64()),
+        "riscv64" => Some(riscv64()),
         _ => None,
     }
 }
@@ -122,6 +144,10 @@ pub fn x86_64() -> Vec<Suite> {
     vec![
         kernel_suite("kernel", 1),
         kernel_suite("kernel-smp4", SMP_SUITE_CPUS),
+        views_suite("views", 1),
+        views_suite("views-smp4", SMP_SUITE_CPUS),
+        sched_suite("sched", 1),
+        sched_suite("sched-smp4", SMP_SUITE_CPUS),
         Suite {
             name: "panic-report",
             smp: 1,
@@ -156,6 +182,83 @@ pub fn x86_64() -> Vec<Suite> {
             checks: Vec::new(),
         },
     ]
+}
+
+/// The riscv64 suites: the x86_64 ones (same programs, boot words and checks), except that the
+/// exception report is checked in riscv64's words (cause number, `stval`, `sepc`).
+pub fn riscv64() -> Vec<Suite> {
+    x86_64()
+        .into_iter()
+        .map(|mut suite| {
+            if suite.name == "exception-report" {
+                suite.checks = vec![
+                    Check::LogContains(log::PANIC.to_string()),
+                    Check::LogContains(format!(
+                        "vector {RISCV64_LOAD_PAGE_FAULT_CAUSE} ({RISCV64_LOAD_PAGE_FAULT})"
+                    )),
+                    Check::LogContains(RISCV64_STVAL.to_string()),
+                    Check::LogContains(RISCV64_SEPC.to_string()),
+                    Check::LogContains(BACKTRACE.to_string()),
+                ];
+            }
+            suite
+        })
+        .collect()
+}
+
+/// One address space, many views: sharing by pointer after a grant, a read-only view, a revoke,
+/// two instances of one program, memory exhaustion, on `smp` CPUs.
+pub fn views_suite(name: &'static str, smp: u8) -> Suite {
+    let exited = |p: &str| Check::DomainExited { program: p.to_string(), status: 0 };
+    let killed = |p: &str, reason: &str| Check::DomainKilled { program: p.to_string(), reason: reason.to_string() };
+    Suite {
+        name,
+        smp,
+        boot_words: format!(
+            "{}=share_writer+share_reader,readonly_view+twin,revoke_faults,twin+twin,oom_regions,schedstat",
+            bootopt::RUN
+        ),
+        timeout: KERNEL_SUITE_TIMEOUT,
+        expected: Expected::Status(0),
+        checks: vec![
+            exited("share_writer"),
+            exited("share_reader"),
+            killed("readonly_view", "page fault: write to read-only memory at 0x"),
+            killed("readonly_view", "view rights r--"),
+            killed("revoke_faults", "page fault: read of memory outside the view at 0x"),
+            exited("twin"),
+            Check::ConcurrentDistinct("twin".to_string()),
+            exited("oom_regions"),
+            Check::LogContains("then ENOMEM".to_string()),
+            Check::GroupFramesBalanced("oom_regions".to_string()),
+            Check::GroupFramesBalanced("share_writer+share_reader".to_string()),
+            Check::GroupFramesBalanced("revoke_faults".to_string()),
+            exited("schedstat"),
+            Check::Halting(0),
+        ],
+    }
+}
+
+/// Threads and the scheduler: affinity halves view switches, preemption on every CPU, the
+/// group bound prevents starvation, a revoke shoots down a running thread's view.
+pub fn sched_suite(name: &'static str, smp: u8) -> Suite {
+    let exited = |p: &str| Check::DomainExited { program: p.to_string(), status: 0 };
+    Suite {
+        name,
+        smp,
+        boot_words: format!("{}=affinity,preempt,starvation,shootdown,schedstat", bootopt::RUN),
+        timeout: KERNEL_SUITE_TIMEOUT,
+        expected: Expected::Status(0),
+        checks: vec![
+            exited("affinity"),
+            Check::LogContains("affinity: off:".to_string()),
+            exited("preempt"),
+            exited("starvation"),
+            Check::DomainKilled { program: "shootdown".to_string(), reason: "page fault: read of memory outside the view at 0x".to_string() },
+            exited("schedstat"),
+            Check::Halting(0),
+        ],
+    }
 }
 
 /// The self-tests plus the isolation test programs and `init`, on `smp` CPUs.
@@ -233,6 +336,10 @@ mod tests {
             [
                 "kernel",
                 "kernel-smp4",
+                "views",
+                "views-smp4",
+                "sched",
+                "sched-smp4",
                 "panic-report",
                 "exception-report",
                 "hang-timeout"
@@ -245,14 +352,42 @@ mod tests {
         assert_eq!(suites[0].smp, 1);
         assert_eq!(suites[1].smp, 4);
         assert_eq!(suites[1].checks, suites[0].checks);
-        assert_eq!(suites[2].boot_words, "crash=panic");
-        assert_eq!(suites[3].boot_words, "crash=pagefault");
-        assert_eq!(suites[4].boot_words, "crash=hang");
-        assert_eq!(suites[4].expected, Expected::Timeout);
-        assert_eq!(suites[4].timeout, Duration::from_secs(8));
-        assert!(suites[3]
+        let by_name = |n: &str| suites.iter().find(|s| s.name == n).expect("suite exists");
+        assert_eq!(by_name("panic-report").boot_words, "crash=panic");
+        assert_eq!(by_name("exception-report").boot_words, "crash=pagefault");
+        assert_eq!(by_name("hang-timeout").boot_words, "crash=hang");
+        assert_eq!(by_name("hang-timeout").expected, Expected::Timeout);
+        assert_eq!(by_name("hang-timeout").timeout, Duration::from_secs(8));
+        assert!(by_name("exception-report")
             .checks
             .contains(&Check::LogContains("vector 14".into())));
+        assert_eq!(by_name("views-smp4").smp, 4);
+        assert_eq!(by_name("sched-smp4").checks, by_name("sched").checks);
+    }
+
+    #[test]
+    fn riscv64_suites_mirror_x86_64() {
+        let (x86, riscv) = (x86_64(), riscv64());
+        assert_eq!(x86.len(), riscv.len());
+        for (x, r) in x86.iter().zip(&riscv) {
+            assert_eq!(
+                (x.name, &x.boot_words, x.smp, x.expected),
+                (r.name, &r.boot_words, r.smp, r.expected)
+            );
+            if r.name != "exception-report" {
+                assert_eq!(x.checks, r.checks);
+            }
+        }
+        let report = riscv.iter().find(|s| s.name == "exception-report").unwrap();
+        assert!(report
+            .checks
+            .contains(&Check::LogContains("vector 13 (load page fault)".into())));
+        assert!(report
+            .checks
+            .contains(&Check::LogContains("stval 0x".into())));
+        assert!(report
+            .checks
+            .contains(&Check::LogContains("sepc 0x".into())));
     }
 
     #[test]
@@ -278,7 +413,7 @@ mod tests {
             assert!(suites[i + 1..].iter().all(|other| other.name != suite.name));
             assert!(bootopt::words(&suite.boot_words).count() > 0);
         }
-        assert!(for_arch("riscv64").is_none());
         assert!(for_arch("x86_64").is_some());
+        assert!(for_arch("riscv64").is_some());
     }
 }

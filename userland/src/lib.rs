@@ -1,2 +1,17 @@
 //! Tsumugi user programs live in `src/bin/`; this library holds what they share.
 #![no_std]
+
+/// The two halves of the pointer-sharing test.
+pub mod share {
+    /// Where the reader publishes its thread id.
+    pub const READER_KEY: usize = 0x5348_0001;
+    /// Where the writer publishes the buffer's address.
+    pub const BUFFER_KEY: usize = 0x5348_0002;
+    /// Bytes shared.
+    pub const BUFFER_LEN: usize = 3 * 4096;
+
+    /// The byte the writer puts at offset `i`.
+    pub fn pattern(i: usize) -> u8 {
+        (i.wrapping_mul(31) ^ (i >> 8)) as u8
+    }
+}

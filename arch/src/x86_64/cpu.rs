@@ -281,6 +281,12 @@ pub fn halt_forever() -> ! {
     }
 }
 
+/// Where the frame record (the caller's frame pointer, then the return address) of the frame
+/// whose frame pointer is `fp` lies: on x86_64 `rbp` points at it.
+pub fn frame_record(fp: u64) -> u64 {
+    fp
+}
+
 /// Reads the frame pointer of the caller, to start a backtrace.
 #[inline(always)]
 pub fn frame_pointer() -> u64 {

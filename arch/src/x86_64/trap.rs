@@ -156,6 +156,11 @@ impl TrapFrame {
         self.rbp
     }
 
+    /// The vector number of the trap (for reports; [`SYSCALL_VECTOR`] truncates to 0).
+    pub fn vector(&self) -> u8 {
+        self.vector as u8
+    }
+
     /// The error code the CPU pushed (0 for vectors without one).
     pub fn fault_code(&self) -> u64 {
         self.error_code

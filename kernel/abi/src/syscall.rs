@@ -52,6 +52,9 @@ pub enum Syscall {
     Counters = 15,
     /// `cpu_id() -> index` of the CPU running the caller.
     CpuId = 16,
+    /// `sched_affinity(on) -> previous`: the global thread-view-affinity switch for
+    /// experiments (`on` = 0 or 1; `usize::MAX` only reads it).
+    SchedAffinity = 17,
 }
 
 /// Rights bits of region syscalls.
@@ -92,7 +95,7 @@ pub struct ViewEntry {
 
 impl Syscall {
     /// Every syscall, in number order.
-    pub const ALL: [Syscall; 17] = [
+    pub const ALL: [Syscall; 18] = [
         Syscall::Exit,
         Syscall::ConsoleWrite,
         Syscall::Clock,
@@ -110,6 +113,7 @@ impl Syscall {
         Syscall::Lookup,
         Syscall::Counters,
         Syscall::CpuId,
+        Syscall::SchedAffinity,
     ];
 
     /// Decodes a syscall number.

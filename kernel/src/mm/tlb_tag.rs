@@ -135,8 +135,15 @@ impl TagAllocator {
     /// caller stores the returned tag into the view under the same lock (module documentation).
     pub fn tag_for(&mut self, current: Option<Tag>, cpu_generation: &mut u64) -> TagChoice {
         if !self.enabled() {
-            let tag = Tag { value: UNTAGGED, generation: self.generation };
-            return TagChoice { tag, flush_all: true, flush_tag: false };
+            let tag = Tag {
+                value: UNTAGGED,
+                generation: self.generation,
+            };
+            return TagChoice {
+                tag,
+                flush_all: true,
+                flush_tag: false,
+            };
         }
         let tag = match current {
             Some(tag) if self.is_valid(tag) => tag,
@@ -146,7 +153,11 @@ impl TagAllocator {
         if flush_all {
             *cpu_generation = self.generation;
         }
-        TagChoice { tag, flush_all, flush_tag: false }
+        TagChoice {
+            tag,
+            flush_all,
+            flush_tag: false,
+        }
     }
 
     /// A view dies (no CPU has it loaded any more): its tag value is held back and becomes
@@ -157,7 +168,10 @@ impl TagAllocator {
         if !self.enabled() || tag.value == UNTAGGED || tag.generation < self.valid_since {
             return;
         }
-        debug_assert!(self.is_live(tag.value), "{tag:?} released twice or never handed out");
+        debug_assert!(
+            self.is_live(tag.value),
+            "{tag:?} released twice or never handed out"
+        );
         self.set_live(tag.value, false);
         self.released.push(tag.value);
     }
@@ -178,7 +192,10 @@ impl TagAllocator {
         let valid = tag.value != UNTAGGED
             && tag.value < self.count
             && (self.valid_since..=self.generation).contains(&tag.generation);
-        debug_assert!(!valid || self.is_live(tag.value), "{tag:?} belongs to a dead view");
+        debug_assert!(
+            !valid || self.is_live(tag.value),
+            "{tag:?} belongs to a dead view"
+        );
         valid
     }
 
@@ -198,7 +215,10 @@ impl TagAllocator {
             }
         };
         self.set_live(value, true);
-        Tag { value, generation: self.generation }
+        Tag {
+            value,
+            generation: self.generation,
+        }
     }
 
     /// Every value becomes available; every tag handed out so far is invalid.
@@ -280,7 +300,14 @@ mod tests {
         assert_ne!(first_a.tag.value, UNTAGGED);
         for _ in 0..10 {
             let choice = load(&mut tags, &mut a, &mut cpu);
-            assert_eq!(choice, TagChoice { tag: first_a.tag, flush_all: false, flush_tag: false });
+            assert_eq!(
+                choice,
+                TagChoice {
+                    tag: first_a.tag,
+                    flush_all: false,
+                    flush_tag: false
+                }
+            );
             let choice = load(&mut tags, &mut b, &mut cpu);
             assert_eq!(choice.tag, first_b.tag);
             assert!(!choice.flush_all);
@@ -324,7 +351,13 @@ mod tests {
         load(&mut tags, &mut views[1], &mut cpu);
         let choice = load(&mut tags, &mut views[2], &mut cpu);
         assert_eq!(tags.rollovers(), 1);
-        assert_eq!(choice.tag, Tag { value: FIRST_TAG, generation: 1 });
+        assert_eq!(
+            choice.tag,
+            Tag {
+                value: FIRST_TAG,
+                generation: 1
+            }
+        );
         assert!(choice.flush_all);
         // View 0's tag is from before the rollover: it gets a new one, no flush needed any more.
         let old = views[0].unwrap();
@@ -411,7 +444,10 @@ mod tests {
                         continue;
                     };
                     // Whoever runs it switches to the kernel first.
-                    for cpu in cpus.iter_mut().filter(|c| c.loaded.is_some_and(|l| l.0 == id)) {
+                    for cpu in cpus
+                        .iter_mut()
+                        .filter(|c| c.loaded.is_some_and(|l| l.0 == id))
+                    {
                         cpu.loaded = None;
                     }
                     if let Some(tag) = views.remove(&id).flatten() {
@@ -436,8 +472,14 @@ mod tests {
                         // (2) this CPU flushed since the tag's generation began.
                         prop_assert!(cpu.generation >= choice.tag.generation);
                         // No stale translation of another view under this value.
-                        let stale = cpu.tlb.range((value, 0)..=(value, usize::MAX)).find(|e| e.1 != id);
-                        prop_assert!(stale.is_none(), "cpu {c} loads view {id} with {choice:?} over {stale:?}");
+                        let stale = cpu
+                            .tlb
+                            .range((value, 0)..=(value, usize::MAX))
+                            .find(|e| e.1 != id);
+                        prop_assert!(
+                            stale.is_none(),
+                            "cpu {c} loads view {id} with {choice:?} over {stale:?}"
+                        );
                     } else {
                         prop_assert_eq!(value, UNTAGGED);
                         prop_assert!(choice.flush_all);
@@ -448,7 +490,10 @@ mod tests {
                 Op::Touch(c) => {
                     let cpu = &mut cpus[c];
                     if let Some((id, value)) = cpu.loaded {
-                        let stale = cpu.tlb.range((value, 0)..=(value, usize::MAX)).find(|e| e.1 != id);
+                        let stale = cpu
+                            .tlb
+                            .range((value, 0)..=(value, usize::MAX))
+                            .find(|e| e.1 != id);
                         prop_assert!(stale.is_none(), "cpu {c} runs view {id} over {stale:?}");
                         cpu.tlb.insert((value, id));
                     }

@@ -159,7 +159,10 @@ impl<T: Copy + Eq + Debug> RunQueue<T> {
             order: VecDeque::new(),
             shared_groups: BTreeMap::new(),
             head_turns: 0,
-            stats: GroupStats { rotations: 0, handovers: 0 },
+            stats: GroupStats {
+                rotations: 0,
+                handovers: 0,
+            },
         }
     }
 
@@ -207,7 +210,10 @@ impl<T: Copy + Eq + Debug> RunQueue<T> {
         }
         let slot = *self.order.front()?;
         let group = &mut self.slots[slot];
-        let thread = group.threads.pop_front().expect("queued groups are never empty");
+        let thread = group
+            .threads
+            .pop_front()
+            .expect("queued groups are never empty");
         let view = group.view;
         self.len -= 1;
         self.head_turns = self.head_turns.saturating_add(1);
@@ -304,7 +310,9 @@ impl<T: Copy + Eq + Debug> RunQueue<T> {
     /// Whether `thread` is queued.
     pub fn contains(&self, thread: T) -> bool {
         if self.policy.affinity {
-            self.order.iter().any(|&slot| self.slots[slot].threads.contains(&thread))
+            self.order
+                .iter()
+                .any(|&slot| self.slots[slot].threads.contains(&thread))
         } else {
             self.fifo.iter().any(|q| q.thread == thread)
         }
@@ -318,7 +326,11 @@ impl<T: Copy + Eq + Debug> RunQueue<T> {
     /// Puts a thread in its place without counting it (`len` is the caller's business).
     fn insert(&mut self, thread: T, view: ViewKey, affine: bool) {
         if !self.policy.affinity {
-            self.fifo.push_back(Queued { thread, view, affine });
+            self.fifo.push_back(Queued {
+                thread,
+                view,
+                affine,
+            });
             return;
         }
         if affine {
@@ -364,7 +376,11 @@ impl<T: Copy + Eq + Debug> RunQueue<T> {
                 slot
             }
             None => {
-                self.slots.push(Group { view, shared, threads: VecDeque::new() });
+                self.slots.push(Group {
+                    view,
+                    shared,
+                    threads: VecDeque::new(),
+                });
                 self.slots.len() - 1
             }
         }
@@ -394,11 +410,17 @@ impl<T: Copy + Eq + Debug> RunQueue<T> {
                 .iter()
                 .flat_map(|&slot| {
                     let group = &self.slots[slot];
-                    group.threads.iter().map(move |&t| (t, group.view, group.shared))
+                    group
+                        .threads
+                        .iter()
+                        .map(move |&t| (t, group.view, group.shared))
                 })
                 .collect()
         } else {
-            self.fifo.iter().map(|q| (q.thread, q.view, q.affine)).collect()
+            self.fifo
+                .iter()
+                .map(|q| (q.thread, q.view, q.affine))
+                .collect()
         }
     }
 }
@@ -411,8 +433,14 @@ mod tests {
     use proptest::prelude::*;
     use std::println;
 
-    const ON: Policy = Policy { affinity: true, group_bound: 4 };
-    const OFF: Policy = Policy { affinity: false, group_bound: 4 };
+    const ON: Policy = Policy {
+        affinity: true,
+        group_bound: 4,
+    };
+    const OFF: Policy = Policy {
+        affinity: false,
+        group_bound: 4,
+    };
 
     /// Pops everything, returning the threads in order.
     fn drain(q: &mut RunQueue<u32>) -> Vec<u32> {
@@ -420,7 +448,10 @@ mod tests {
     }
 
     fn with_bound(group_bound: u32) -> Policy {
-        Policy { affinity: true, group_bound }
+        Policy {
+            affinity: true,
+            group_bound,
+        }
     }
 
     #[test]
@@ -693,7 +724,10 @@ mod tests {
         const RUNS_EACH: u32 = 10;
         const GROUP_BOUND: u32 = 16;
         let count = |affinity| {
-            let mut q = RunQueue::new(Policy { affinity, group_bound: GROUP_BOUND });
+            let mut q = RunQueue::new(Policy {
+                affinity,
+                group_bound: GROUP_BOUND,
+            });
             for t in 0..THREADS {
                 q.push(t, ViewKey::from(t % VIEWS), true);
             }
@@ -712,39 +746,52 @@ mod tests {
             changes
         };
         let (on, off) = (count(true), count(false));
-        println!("view changes over {} pops: affinity on {on}, off {off}", THREADS * RUNS_EACH);
+        println!(
+            "view changes over {} pops: affinity on {on}, off {off}",
+            THREADS * RUNS_EACH
+        );
         assert!(on < off);
         assert_eq!(off, THREADS * RUNS_EACH - 1);
         assert_eq!(on, THREADS * RUNS_EACH / GROUP_BOUND - 1);
     }
 
     const POOL: u32 = 12;
+    const SMALL_POOL: u32 = 5;
     const VIEWS: std::ops::Range<u64> = 1..4;
 
     #[derive(Clone, Debug)]
     enum Op {
         Push(u32, ViewKey, bool),
         Pop,
+        /// Push back the thread popped last (preempted), if it is not queued.
+        Requeue,
         Remove(u32),
         Steal,
         SetPolicy(Policy),
     }
 
     fn policy() -> impl Strategy<Value = Policy> {
-        (any::<bool>(), 0u32..5).prop_map(|(affinity, group_bound)| Policy { affinity, group_bound })
+        (any::<bool>(), 0u32..5).prop_map(|(affinity, group_bound)| Policy {
+            affinity,
+            group_bound,
+        })
     }
 
-    fn ops(set_policy: bool, all_affine: bool) -> impl Strategy<Value = Vec<Op>> {
+    /// Scheduler-like events over threads `0..pool`: wake-ups, pops that block, preemptions
+    /// (pop and push back), late re-queues, kills, steals and (if `set_policy`) policy changes.
+    fn ops(pool: u32, set_policy: bool, all_affine: bool) -> impl Strategy<Value = Vec<Op>> {
         let policy_weight = if set_policy { 1 } else { 0 };
-        let op = prop_oneof![
-            6 => (0..POOL, VIEWS, any::<bool>())
-                .prop_map(move |(t, v, a)| Op::Push(t, v, a || all_affine)),
-            6 => Just(Op::Pop),
-            1 => (0..POOL).prop_map(Op::Remove),
-            1 => Just(Op::Steal),
-            policy_weight => policy().prop_map(Op::SetPolicy),
+        let event = prop_oneof![
+            4 => (0..pool, VIEWS, any::<bool>())
+                .prop_map(move |(t, v, a)| vec![Op::Push(t, v, a || all_affine)]),
+            3 => Just(vec![Op::Pop]),
+            6 => Just(vec![Op::Pop, Op::Requeue]),
+            1 => Just(vec![Op::Requeue]),
+            1 => (0..pool).prop_map(|t| vec![Op::Remove(t)]),
+            1 => Just(vec![Op::Steal]),
+            policy_weight => policy().prop_map(|p| vec![Op::SetPolicy(p)]),
         ];
-        proptest::collection::vec(op, 0..300)
+        proptest::collection::vec(event, 0..300).prop_map(|events| events.concat())
     }
 
     /// What the model knows of a queued thread.
@@ -765,15 +812,28 @@ mod tests {
         let mut waiting: BTreeMap<u32, Waiting> = BTreeMap::new();
         // Affinity off: the exact order the queue must pop in.
         let mut fifo: VecDeque<u32> = VecDeque::new();
-        let mut pops = 0u64;
+        let (mut pops, mut last_popped) = (0u64, None);
         for op in ops {
+            let op = match (op, last_popped) {
+                (Op::Requeue, Some((t, view, affine))) => Op::Push(t, view, affine),
+                (op, _) => op,
+            };
             match op {
+                Op::Requeue => {}
                 Op::Push(t, view, affine) => {
                     if waiting.contains_key(&t) {
                         continue;
                     }
                     q.push(t, view, affine);
-                    waiting.insert(t, Waiting { view, affine, since_pop: pops, max_queued: 0 });
+                    waiting.insert(
+                        t,
+                        Waiting {
+                            view,
+                            affine,
+                            since_pop: pops,
+                            max_queued: 0,
+                        },
+                    );
                     fifo.push_back(t);
                 }
                 Op::Pop => {
@@ -786,6 +846,7 @@ mod tests {
                     pops += 1;
                     let w = waiting.remove(&t).expect("popped thread was queued");
                     prop_assert_eq!(view, w.view);
+                    last_popped = Some((t, w.view, w.affine));
                     if !q.policy().affinity {
                         prop_assert_eq!(Some(t), fifo.pop_front(), "FIFO order");
                     } else {
@@ -847,7 +908,10 @@ mod tests {
             let (t, _) = q.pop().expect("model has threads");
             pops += 1;
             let w = waiting.remove(&t).expect("popped thread was queued");
-            let (waited, bound) = (pops - w.since_pop, q.policy().wait_bound(w.max_queued as u64));
+            let (waited, bound) = (
+                pops - w.since_pop,
+                q.policy().wait_bound(w.max_queued as u64),
+            );
             prop_assert!(waited <= bound, "{t} waited {waited} > {bound} ({w:?})");
         }
         prop_assert_eq!(q.pop(), None);
@@ -857,37 +921,60 @@ mod tests {
     proptest! {
         /// (a), (b), (c) under every operation, including policy changes.
         #[test]
-        fn matches_model(start in policy(), ops in ops(true, false)) {
+        fn matches_model(start in policy(), ops in ops(POOL, true, false)) {
             check_against_model(start, ops)?;
         }
 
-        /// (c) with affinity on throughout, where the bound matters.
+        /// (c) with affinity on throughout and few threads, where the bound is nearest.
         #[test]
-        fn waits_stay_within_the_bound(bound in 1u32..4, ops in ops(false, false)) {
+        fn waits_stay_within_the_bound(bound in 1u32..4, ops in ops(SMALL_POOL, false, false)) {
             check_against_model(with_bound(bound), ops)?;
         }
 
         /// (d) with every thread affine, consecutive pops change view only across a handover of
-        /// the head group, and a rotation needs `B` pops of the rotated group.
+        /// the head group, a rotation needs `B` pops of the rotated group, and one view never
+        /// gets more than `B` pops in a row while another view waits.
         #[test]
-        fn view_changes_need_handovers(bound in 1u32..5, ops in ops(false, true)) {
+        fn view_changes_need_handovers(bound in 1u32..5, ops in ops(POOL, false, true)) {
             let policy = with_bound(bound);
             let mut q = RunQueue::new(policy);
             let (mut pops, mut changes, mut last) = (0u64, 0u64, None);
+            let mut last_popped = None;
+            // Pops of the head group's current stint made while another view waited; a stint
+            // ends at a handover (rotation, or the head emptied or taken away).
+            let (mut streak, mut handovers_after_pop) = (0u32, 0u64);
             for op in ops {
+                let op = match (op, last_popped) {
+                    (Op::Requeue, Some((t, view))) => Op::Push(t, view, true),
+                    (op, _) => op,
+                };
                 match op {
+                    Op::Requeue => {}
                     Op::Push(t, view, affine) => {
                         if !q.contains(t) {
                             q.push(t, view, affine);
                         }
                     }
                     Op::Pop => {
-                        if let Some((_, view)) = q.pop() {
+                        let (before, stats) = (q.run_order(), q.group_stats());
+                        if let Some((t, view)) = q.pop() {
                             pops += 1;
+                            last_popped = Some((t, view));
                             if last.is_some_and(|l| l != view) {
                                 changes += 1;
                             }
+                            let new_stint = last != Some(view)
+                                || stats.handovers != handovers_after_pop
+                                || q.group_stats().rotations != stats.rotations;
                             last = Some(view);
+                            if new_stint || before.iter().all(|s| s.1 == view) {
+                                streak = 0;
+                            }
+                            if before.iter().any(|s| s.1 != view) {
+                                streak += 1;
+                                prop_assert!(streak <= bound, "view {view}: {streak} pops in a row");
+                            }
+                            handovers_after_pop = q.group_stats().handovers;
                         }
                     }
                     Op::Remove(t) => {

@@ -127,6 +127,13 @@ pub fn configure(policy: Policy, quantum_ticks: u64) {
     QUANTUM.store(quantum_ticks.max(1), Ordering::Relaxed);
 }
 
+/// Changes the policy on every CPU at run time (queued threads are kept).
+pub fn set_policy(policy: Policy) {
+    for cpu in &CPUS {
+        cpu.runqueue.lock().set_policy(policy);
+    }
+}
+
 /// The current policy.
 pub fn policy() -> Policy {
     CPUS[0].runqueue.lock().policy()

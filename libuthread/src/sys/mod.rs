@@ -1,7 +1,8 @@
 //! Raw syscalls with typed results. The calling convention is documented in
 //! `tsumugi_abi::syscall`; the instruction that enters the kernel is per architecture.
 
-use tsumugi_abi::syscall::{decode_result, Clock, Errno, Syscall};
+use tsumugi_abi::stats::Counter;
+use tsumugi_abi::syscall::{decode_result, Clock, Errno, Syscall, ViewEntry};
 
 #[cfg(target_arch = "x86_64")]
 #[path = "x86_64.rs"]
@@ -42,4 +43,171 @@ pub fn console_write(bytes: &[u8]) -> SysResult {
 /// Reads a clock.
 pub fn clock(which: Clock) -> SysResult {
     call(Syscall::Clock as usize, [which as usize, 0, 0, 0, 0, 0])
+}
+
+/// Lets other threads run.
+pub fn yield_now() {
+    let _ = call(Syscall::Yield as usize, [0; 6]);
+}
+
+/// Blocks the calling thread for at least `nanos` nanoseconds.
+pub fn sleep_nanos(nanos: u64) -> SysResult {
+    call(Syscall::Sleep as usize, [nanos as usize, 0, 0, 0, 0, 0])
+}
+
+/// The calling thread's id.
+pub fn thread_self() -> usize {
+    call(Syscall::ThreadSelf as usize, [0; 6]).unwrap_or(0)
+}
+
+/// The index of the CPU running the caller.
+pub fn cpu_id() -> usize {
+    call(Syscall::CpuId as usize, [0; 6]).unwrap_or(0)
+}
+
+/// Starts a kernel thread of this program at `entry(arg)` on the stack ending at `stack_top`.
+/// Most programs want [`spawn`] instead.
+pub fn thread_create(entry: usize, stack_top: usize, arg: usize, flags: usize) -> SysResult {
+    call(Syscall::ThreadCreate as usize, [entry, stack_top, arg, flags, 0, 0])
+}
+
+/// Ends the calling thread with `value`.
+pub fn thread_exit(value: usize) -> ! {
+    let _ = call(Syscall::ThreadExit as usize, [value, 0, 0, 0, 0, 0]);
+    loop {
+        core::hint::spin_loop();
+    }
+}
+
+/// Waits for thread `tid` of this program to end; returns its value.
+pub fn thread_join(tid: usize) -> SysResult {
+    call(Syscall::ThreadJoin as usize, [tid, 0, 0, 0, 0, 0])
+}
+
+/// Creates a region of `len` bytes with `rights` (`tsumugi_abi::syscall::rights`) in the
+/// caller's view; `flags`: `tsumugi_abi::syscall::region_flags`. Returns its address.
+pub fn region_create(len: usize, rights: usize, flags: usize) -> SysResult {
+    call(Syscall::RegionCreate as usize, [len, rights, flags, 0, 0, 0])
+}
+
+/// Gives thread `tid` `rights` on the region at `addr`.
+pub fn region_grant(addr: usize, rights: usize, tid: usize) -> SysResult {
+    call(Syscall::RegionGrant as usize, [addr, rights, tid, 0, 0, 0])
+}
+
+/// Takes the region at `addr` out of thread `tid`'s view.
+pub fn region_revoke(addr: usize, tid: usize) -> SysResult {
+    call(Syscall::RegionRevoke as usize, [addr, tid, 0, 0, 0, 0])
+}
+
+/// Fills `out` with the caller's view; returns how many regions it has (may exceed `out.len()`).
+pub fn view_query(out: &mut [ViewEntry]) -> SysResult {
+    call(Syscall::ViewQuery as usize, [out.as_mut_ptr() as usize, out.len(), 0, 0, 0, 0])
+}
+
+/// Publishes `value` under `key` for other programs.
+pub fn publish(key: usize, value: usize) -> SysResult {
+    call(Syscall::Publish as usize, [key, value, 0, 0, 0, 0])
+}
+
+/// Reads what is published under `key` (`Err(Some(Errno::Again))` if nothing yet).
+pub fn lookup(key: usize) -> SysResult {
+    call(Syscall::Lookup as usize, [key, 0, 0, 0, 0, 0])
+}
+
+/// Waits (yielding) until something is published under `key`.
+pub fn lookup_wait(key: usize) -> usize {
+    loop {
+        if let Ok(v) = lookup(key) {
+            return v;
+        }
+        yield_now();
+    }
+}
+
+/// Reads the counters of `scope` (`tsumugi_abi::stats::scope`); returns them and the number of
+/// CPUs online.
+pub fn counters(scope: usize) -> Result<([u64; Counter::COUNT], usize), Option<Errno>> {
+    let mut out = [0u64; Counter::COUNT];
+    let cpus = call(Syscall::Counters as usize, [scope, out.as_mut_ptr() as usize, out.len(), 0, 0, 0])?;
+    Ok((out, cpus))
+}
+
+/// Sets the kernel's thread-view-affinity switch (`Some(on)`), or only reads it (`None`);
+/// returns the previous setting.
+pub fn sched_affinity(set: Option<bool>) -> Result<bool, Option<Errno>> {
+    let arg = match set {
+        Some(true) => 1,
+        Some(false) => 0,
+        None => usize::MAX,
+    };
+    call(Syscall::SchedAffinity as usize, [arg, 0, 0, 0, 0, 0]).map(|v| v != 0)
+}
+
+/// What a new thread starts with, placed at the top of its stack.
+#[repr(C)]
+struct StartBlock {
+    f: fn(usize) -> usize,
+    arg: usize,
+}
+
+/// The first Rust code of a thread made by [`spawn`].
+extern "C" fn thread_entry(block: *const StartBlock) -> ! {
+    // SAFETY: `spawn` wrote the block at the top of this thread's own stack before creating it.
+    let StartBlock { f, arg } = unsafe { core::ptr::read(block) };
+    thread_exit(f(arg))
+}
+
+/// The stack pointer a new thread must start with so its first function sees the ABI's entry
+/// alignment: on x86_64 as if a return address had been pushed, elsewhere 16-byte aligned.
+fn entry_stack_pointer(below: usize) -> usize {
+    let aligned = below & !15;
+    if cfg!(target_arch = "x86_64") {
+        aligned - 8
+    } else {
+        aligned
+    }
+}
+
+/// Bytes of each stack pool region.
+const STACK_POOL_SIZE: usize = 8 << 20;
+
+/// The stack pool: one zero-on-touch region carved into stacks, so that every thread of the
+/// program holds the same regions (and threads with equal rights share one view and one page
+/// table) instead of each having a region of its own.
+static POOL: core::sync::atomic::AtomicUsize = core::sync::atomic::AtomicUsize::new(0);
+static POOL_NEXT: core::sync::atomic::AtomicUsize = core::sync::atomic::AtomicUsize::new(0);
+
+/// Takes `size` bytes of stack from the pool; returns the stack's top.
+fn pool_stack(size: usize) -> SysResult {
+    use core::sync::atomic::Ordering;
+    use tsumugi_abi::syscall::{region_flags, rights};
+    let size = (size + 4095) & !4095;
+    loop {
+        let base = POOL.load(Ordering::Acquire);
+        if base != 0 {
+            let offset = POOL_NEXT.fetch_add(size, Ordering::AcqRel);
+            if offset + size <= STACK_POOL_SIZE {
+                return Ok(base + offset + size);
+            }
+        }
+        // First use, or the pool is used up: a new pool region (threads racing here may each
+        // make one; the loser's region just stays unused).
+        let region = region_create(STACK_POOL_SIZE.max(size), rights::READ | rights::WRITE, region_flags::LAZY)?;
+        POOL_NEXT.store(0, Ordering::Release);
+        POOL.store(region, Ordering::Release);
+    }
+}
+
+/// Starts a thread running `f(arg)` on a stack of `stack_size` bytes taken from the program's
+/// stack pool; its return value is its exit value. `affine` opts it in to thread-view-affinity
+/// scheduling. Returns the thread id (join it with [`thread_join`]).
+pub fn spawn(f: fn(usize) -> usize, arg: usize, stack_size: usize, affine: bool) -> SysResult {
+    use tsumugi_abi::syscall::thread_flags;
+    let top = pool_stack(stack_size)?;
+    let block = (top - core::mem::size_of::<StartBlock>()) & !15;
+    // SAFETY: the block lies inside this thread's slice of the pool region (writable, ours).
+    unsafe { core::ptr::write(block as *mut StartBlock, StartBlock { f, arg }) };
+    let flags = if affine { thread_flags::AFFINE } else { 0 };
+    thread_create(thread_entry as *const () as usize, entry_stack_pointer(block), block, flags)
 }
