@@ -53,6 +53,8 @@ pub struct BootInfo {
     pub kernel_image: (PhysAddr, PhysAddr),
     /// Name of the boot protocol that delivered this information, for the banner.
     pub protocol: &'static str,
+    /// Physical address of the ACPI RSDP, where the firmware gave one (x86_64 PVH).
+    pub acpi_rsdp: Option<PhysAddr>,
 }
 
 impl BootInfo {
@@ -71,6 +73,7 @@ impl BootInfo {
             initrd: None,
             kernel_image: (PhysAddr::new(0), PhysAddr::new(0)),
             protocol: "",
+            acpi_rsdp: None,
         }
     }
 

@@ -87,7 +87,7 @@ pub fn kernel_main(info: &'static BootInfo) -> ! {
 
     scheduler::cpu_online(kernel_space::kernel_root());
     crate::smp::set_hw_id(0, arch::cpu::hw_id());
-    crate::smp::start_other_cpus(bootopt::get(cmdline, "smp").and_then(|v| v.parse().ok()));
+    crate::smp::start_other_cpus(info, bootopt::get(cmdline, bootopt::CPUS).and_then(|v| v.parse().ok()));
     println!("cpus online: {}", scheduler::online_cpus());
     if thread::spawn_kernel(kmain).is_err() {
         panic!("no memory for the first kernel thread");

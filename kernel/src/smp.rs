@@ -1,9 +1,13 @@
-//! Several CPUs: inter-processor interrupts, and (on x86_64) bringing up the application
-//! processors.
+//! Several CPUs: bringing up the other processors, and inter-processor interrupts.
 
-use core::sync::atomic::{AtomicU32, Ordering};
+use arch::addr::{Frame, PhysAddr, VirtAddr, PAGE_SIZE};
+use arch::bootinfo::BootInfo;
+use arch::mapping::MapFlags;
+use core::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
-use crate::sched::scheduler::MAX_CPUS;
+use crate::mm::kernel_space::{self, phys_to_virt, AllocatorFrames, DirectMap};
+use crate::mm::kernel_stack::KernelStack;
+use crate::sched::scheduler::{self, MAX_CPUS};
 
 /// Kinds of inter-processor interrupt.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -14,10 +18,16 @@ pub enum Ipi {
     Kick,
 }
 
-/// Local APIC (or hart / MPIDR) id of each CPU index.
+/// Hardware id (local APIC id, hart id, MPIDR) of each CPU index.
 #[allow(clippy::declare_interior_mutable_const)]
 const NO_CPU: AtomicU32 = AtomicU32::new(u32::MAX);
 static HW_IDS: [AtomicU32; MAX_CPUS] = [NO_CPU; MAX_CPUS];
+
+/// Set by a starting CPU once it is online.
+static AP_READY: AtomicBool = AtomicBool::new(false);
+
+/// How long to wait for a CPU to come up.
+const START_TIMEOUT_US: u64 = 1_000_000;
 
 /// Records the hardware id of CPU `index`.
 pub fn set_hw_id(index: usize, id: u32) {
@@ -40,10 +50,88 @@ pub fn send_ipi(index: usize, ipi: Ipi) {
 /// Makes CPU `index` enter the kernel soon (to notice a kill or a view change).
 pub fn kick(index: usize) {
     if index != arch::cpu::cpu_index() {
-        crate::sched::scheduler::this_cpu().counters.bump(tsumugi_abi::stats::Counter::IpisSent);
+        scheduler::this_cpu().counters.bump(tsumugi_abi::stats::Counter::IpisSent);
         send_ipi(index, Ipi::Kick);
     }
 }
 
-/// Brings up the other CPUs (at most `limit`, default all the firmware lists).
-pub fn start_other_cpus(_limit: Option<usize>) {}
+fn read_phys(pa: u64, buf: &mut [u8]) {
+    // SAFETY: firmware tables lie in RAM ranges of the memory map, all covered by the direct
+    // map; reading them has no side effects.
+    unsafe { core::ptr::copy_nonoverlapping(phys_to_virt(PhysAddr::new(pa)).as_ptr::<u8>(), buf.as_mut_ptr(), buf.len()) };
+}
+
+fn write_phys(pa: u64, bytes: &[u8]) {
+    // SAFETY: only the trampoline page (reserved low memory, never handed out) is written.
+    unsafe { core::ptr::copy_nonoverlapping(bytes.as_ptr(), phys_to_virt(PhysAddr::new(pa)).as_mut_ptr::<u8>(), bytes.len()) };
+}
+
+/// Brings up the other CPUs the firmware lists (at most `limit` CPUs in all).
+pub fn start_other_cpus(info: &BootInfo, limit: Option<usize>) {
+    let me = arch::cpu::hw_id();
+    let mut others = [u32::MAX; MAX_CPUS];
+    let mut n = 0;
+    arch::smp::for_each_cpu(info, &read_phys, &mut |id| {
+        if id != me && n < MAX_CPUS - 1 {
+            others[n] = id;
+            n += 1;
+        }
+    });
+    let n = n.min(limit.unwrap_or(MAX_CPUS).saturating_sub(1));
+    if n == 0 {
+        return;
+    }
+    let tramp = arch::smp::trampoline();
+    if let Some(t) = &tramp {
+        write_phys(t.page.as_u64(), t.code);
+        map_identity(t.page, true);
+    }
+    for (i, &id) in others[..n].iter().enumerate() {
+        let index = i + 1;
+        let Ok(stack) = KernelStack::new() else {
+            crate::println!("smp: no memory for cpu {index}'s stack");
+            break;
+        };
+        let params = arch::smp::StartParams { root: kernel_space::kernel_root(), stack_top: stack.top().as_u64(), entry: ap_entry, arg: index };
+        // The stack is the CPU's idle stack for the rest of the run.
+        core::mem::forget(stack);
+        AP_READY.store(false, Ordering::Release);
+        arch::smp::start_cpu(id, &params, &write_phys);
+        let deadline = arch::timer::cycles() + arch::timer::cycles_hz() / 1_000_000 * START_TIMEOUT_US;
+        while !AP_READY.load(Ordering::Acquire) && arch::timer::cycles() < deadline {
+            arch::cpu::spin_hint();
+        }
+        if !AP_READY.load(Ordering::Acquire) {
+            crate::println!("smp: cpu {index} (hardware id {id}) did not start");
+            break;
+        }
+    }
+    if let Some(t) = &tramp {
+        map_identity(t.page, false);
+    }
+}
+
+/// Maps (or unmaps) one page at its physical address in the kernel table, for the trampoline.
+/// The kernel table's user half is never shared with views, so this touches no view.
+fn map_identity(page: PhysAddr, map: bool) {
+    let va = VirtAddr::new(page.as_u64());
+    kernel_space::with_kernel_table(|table, frames| {
+        if map {
+            if let Ok(flush) = table.map(&DirectMap, &mut AllocatorFrames(frames), va, Frame::containing(page), MapFlags::READ | MapFlags::EXEC, 0) {
+                flush.flush(arch::tlb::flush_page);
+            }
+        } else if let Ok((_, flush)) = table.unmap(&DirectMap, va) {
+            flush.flush(arch::tlb::flush_page);
+        }
+    });
+    let _ = PAGE_SIZE;
+}
+
+/// First kernel code of an application processor, on its own stack, on the kernel's table.
+extern "C" fn ap_entry(index: usize) -> ! {
+    arch::smp::init_this_cpu(index, crate::boot::TICK_HZ);
+    set_hw_id(index, arch::cpu::hw_id());
+    scheduler::cpu_online(kernel_space::kernel_root());
+    AP_READY.store(true, Ordering::Release);
+    scheduler::idle_loop()
+}

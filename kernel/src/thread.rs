@@ -152,6 +152,11 @@ impl Thread {
         self.life.lock().state = state;
     }
 
+    /// The exit value (`None` while alive, or when killed).
+    pub fn exit_value(&self) -> Option<usize> {
+        self.life.lock().exit_value
+    }
+
     /// The life-cycle state.
     pub fn state(&self) -> State {
         self.life.lock().state
@@ -273,9 +278,8 @@ pub fn exit_current(value: Option<usize>) -> ! {
             }
         });
     }
-    if let Some(domain) = &me.domain {
-        domain.thread_ended(value);
-    }
+    // The domain counts this thread as ended once a CPU has left its stack
+    // (`scheduler::finish_switch`).
     drop(me);
     scheduler::schedule(Then::Exit);
     unreachable!("an ended thread was resumed");

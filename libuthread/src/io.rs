@@ -1,13 +1,58 @@
-//! Console output for user programs.
+//! Console output for user programs: text is gathered into a line buffer and written with one
+//! syscall per line (or per full buffer), so lines from different threads and CPUs do not
+//! interleave mid-line.
 
 use core::fmt;
 
-/// A `fmt::Write` sink for the console.
-pub struct Console;
+/// Bytes gathered before a write.
+const LINE: usize = 256;
+
+/// A `fmt::Write` sink for the console that writes when dropped, at newlines, or when full.
+pub struct Console {
+    buf: [u8; LINE],
+    len: usize,
+}
+
+impl Console {
+    /// An empty line buffer.
+    pub const fn new() -> Self {
+        Console { buf: [0; LINE], len: 0 }
+    }
+
+    /// Writes what is gathered.
+    pub fn flush(&mut self) {
+        if self.len > 0 {
+            let _ = crate::sys::console_write(&self.buf[..self.len]);
+            self.len = 0;
+        }
+    }
+}
+
+impl Default for Console {
+    fn default() -> Self {
+        Self::new()
+    }
+}
 
 impl fmt::Write for Console {
     fn write_str(&mut self, s: &str) -> fmt::Result {
-        crate::sys::console_write(s.as_bytes()).map(|_| ()).map_err(|_| fmt::Error)
+        for &b in s.as_bytes() {
+            if self.len == LINE {
+                self.flush();
+            }
+            self.buf[self.len] = b;
+            self.len += 1;
+            if b == b'\n' {
+                self.flush();
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Console {
+    fn drop(&mut self) {
+        self.flush();
     }
 }
 
@@ -16,7 +61,8 @@ impl fmt::Write for Console {
 macro_rules! print {
     ($($arg:tt)*) => {{
         use core::fmt::Write as _;
-        let _ = write!($crate::io::Console, $($arg)*);
+        let mut console = $crate::io::Console::new();
+        let _ = write!(console, $($arg)*);
     }};
 }
 
@@ -26,6 +72,7 @@ macro_rules! println {
     () => { $crate::print!("\n") };
     ($($arg:tt)*) => {{
         use core::fmt::Write as _;
-        let _ = writeln!($crate::io::Console, $($arg)*);
+        let mut console = $crate::io::Console::new();
+        let _ = writeln!(console, $($arg)*);
     }};
 }

@@ -54,6 +54,16 @@ pub const RISCV64_STVAL: &str = "stval 0x";
 /// How the riscv64 exception report names the instruction pointer.
 pub const RISCV64_SEPC: &str = "sepc 0x";
 
+/// aarch64 exception class (`ESR_EL1.EC`) of a data abort taken in the kernel (without a change
+/// of exception level), which `crash=pagefault` causes.
+pub const AARCH64_DATA_ABORT_CLASS: u8 = 0x25;
+/// Its name, as the aarch64 report prints it.
+pub const AARCH64_DATA_ABORT: &str = "data abort from EL1";
+/// How the aarch64 exception report names the faulting address register (`FAR_EL1`).
+pub const AARCH64_FAR: &str = "far 0x";
+/// How the aarch64 exception report names the exception return address (`ELR_EL1`).
+pub const AARCH64_ELR: &str = "elr 0x";
+
 /// Time limit of the suites that run the self-tests and the test programs.
 pub const KERNEL_SUITE_TIMEOUT: Duration = Duration::from_secs(120);
 /// Time limit of the suites that crash the kernel on purpose.
@@ -135,6 +145,7 @@ pub fn for_arch(arch: &str) -> Option<Vec<Suite>> {
     match arch {
         "x86_64" => Some(x86_64()),
         "riscv64" => Some(riscv64()),
+        "aarch64" => Some(aarch64()),
         _ => None,
     }
 }
@@ -198,6 +209,28 @@ pub fn riscv64() -> Vec<Suite> {
                     )),
                     Check::LogContains(RISCV64_STVAL.to_string()),
                     Check::LogContains(RISCV64_SEPC.to_string()),
+                    Check::LogContains(BACKTRACE.to_string()),
+                ];
+            }
+            suite
+        })
+        .collect()
+}
+
+/// The aarch64 suites: the x86_64 ones (same programs, boot words and checks), except that the
+/// exception report is checked in aarch64's words (exception class, `far`, `elr`).
+pub fn aarch64() -> Vec<Suite> {
+    x86_64()
+        .into_iter()
+        .map(|mut suite| {
+            if suite.name == "exception-report" {
+                suite.checks = vec![
+                    Check::LogContains(log::PANIC.to_string()),
+                    Check::LogContains(format!(
+                        "vector {AARCH64_DATA_ABORT_CLASS} ({AARCH64_DATA_ABORT})"
+                    )),
+                    Check::LogContains(AARCH64_FAR.to_string()),
+                    Check::LogContains(AARCH64_ELR.to_string()),
                     Check::LogContains(BACKTRACE.to_string()),
                 ];
             }
@@ -388,6 +421,28 @@ mod tests {
         assert!(report
             .checks
             .contains(&Check::LogContains("sepc 0x".into())));
+    }
+
+    #[test]
+    fn aarch64_suites_mirror_x86_64() {
+        let (x86, arm) = (x86_64(), aarch64());
+        assert_eq!(x86.len(), arm.len());
+        for (x, a) in x86.iter().zip(&arm) {
+            assert_eq!(
+                (x.name, &x.boot_words, x.smp, x.expected),
+                (a.name, &a.boot_words, a.smp, a.expected)
+            );
+            if a.name != "exception-report" {
+                assert_eq!(x.checks, a.checks);
+            }
+        }
+        let report = arm.iter().find(|s| s.name == "exception-report").unwrap();
+        assert!(report
+            .checks
+            .contains(&Check::LogContains("vector 37 (data abort from EL1)".into())));
+        assert!(report.checks.contains(&Check::LogContains("far 0x".into())));
+        assert!(report.checks.contains(&Check::LogContains("elr 0x".into())));
+        assert!(for_arch("aarch64").is_some());
     }
 
     #[test]

@@ -278,6 +278,9 @@ fn read_start_info(info: &mut BootInfo, paddr: u64) {
         }
         info.set_cmdline(&buf[..len]);
     }
+    if si.rsdp_paddr != 0 {
+        info.acpi_rsdp = PhysAddr::try_new(si.rsdp_paddr).ok();
+    }
     if si.nr_modules > 0 && identity_mapped(si.modlist_paddr, 32) {
         // SAFETY: identity-mapped first module entry.
         let m: HvmModlistEntry = unsafe { read_phys(si.modlist_paddr) };

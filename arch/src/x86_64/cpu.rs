@@ -120,8 +120,11 @@ const _: () = assert!(offset_of!(PerCpu, self_ptr) == 0);
 const _: () = assert!(offset_of!(PerCpu, kernel_stack_top) == PERCPU_KERNEL_STACK);
 const _: () = assert!(offset_of!(PerCpu, user_rsp) == PERCPU_USER_RSP);
 
-/// The boot CPU's block (application processors get theirs from the heap).
-static mut BSP_PERCPU: PerCpu = PerCpu {
+/// Most CPUs this port brings up.
+pub const MAX_CPUS: usize = 8;
+
+#[allow(clippy::declare_interior_mutable_const)]
+const PERCPU_INIT: PerCpu = PerCpu {
     self_ptr: core::ptr::null_mut(),
     kernel_stack_top: 0,
     user_rsp: 0,
@@ -131,15 +134,29 @@ static mut BSP_PERCPU: PerCpu = PerCpu {
     fault_stack: [0; FAULT_STACK_SIZE],
 };
 
+/// Every CPU's block, by index (0 is the boot CPU).
+static mut PERCPUS: [PerCpu; MAX_CPUS] = [PERCPU_INIT; MAX_CPUS];
+
 /// Sets up the boot CPU: control registers, GDT, TSS, GS base. Returns the features found.
 pub fn init_boot_cpu() -> Features {
     let features = detect_features();
-    // SAFETY: BSP_PERCPU is used only by the boot CPU, and only through this one reference that
-    // lives for the rest of the run.
-    let percpu: &'static mut PerCpu = unsafe { &mut *core::ptr::addr_of_mut!(BSP_PERCPU) };
-    init_cpu(percpu, 0, features);
+    init_cpu(percpu_slot(0), 0, features);
     super::usercopy::set_smap(features.smap);
     features
+}
+
+/// Sets up an application processor (index `index`, 1..MAX_CPUS) the same way.
+pub fn init_other_cpu(index: usize) -> Features {
+    let features = detect_features();
+    init_cpu(percpu_slot(index), index as u64, features);
+    features
+}
+
+fn percpu_slot(index: usize) -> &'static mut PerCpu {
+    assert!(index < MAX_CPUS, "CPU index {index} beyond MAX_CPUS");
+    // SAFETY: each slot is initialised once, by the CPU it belongs to (the boot CPU starts APs
+    // one at a time, each with a distinct index), and used by that CPU only afterwards.
+    unsafe { &mut (*core::ptr::addr_of_mut!(PERCPUS))[index] }
 }
 
 fn init_cpu(percpu: &'static mut PerCpu, index: u64, features: Features) {

@@ -106,6 +106,12 @@ pub fn disable_legacy_pic() {
 /// `virt` must map the 4 KiB register page of [`local_apic_phys`] uncached, for the whole run.
 pub unsafe fn init_local_apic(virt: u64) {
     LAPIC.store(virt, Ordering::Relaxed);
+    enable_local_apic();
+}
+
+/// Enables the calling CPU's local APIC (every CPU sees its own at the same address). The
+/// boot CPU's [`init`] must have run.
+pub fn enable_local_apic() {
     // SAFETY: setting the global enable bit of the APIC base MSR keeps the same base.
     unsafe {
         let mut msr = Msr::new(IA32_APIC_BASE);

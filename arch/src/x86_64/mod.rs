@@ -1,6 +1,7 @@
 //! The x86_64 port: PVH boot, 16550 console, GDT/TSS/IDT, `syscall`, local APIC timer,
 //! 4-level paging. Module names match every other port.
 
+pub mod acpi;
 pub mod boot;
 pub mod context;
 pub mod cpu;
@@ -8,6 +9,7 @@ pub mod interrupts;
 pub mod layout;
 pub mod paging;
 pub mod serial;
+pub mod smp;
 pub mod timer;
 pub mod tlb;
 pub mod trap;

@@ -56,6 +56,15 @@ pub fn nanos() -> u64 {
     (u128::from(elapsed) * 1_000_000_000 / u128::from(hz)) as u64
 }
 
+/// Busy-waits at least `us` microseconds (after calibration).
+pub fn delay_us(us: u64) {
+    let hz = TSC_HZ.load(Ordering::Relaxed).max(1_000_000);
+    let end = cycles() + us * (hz / 1_000_000);
+    while cycles() < end {
+        core::hint::spin_loop();
+    }
+}
+
 /// Cycle-counter frequency in Hz (0 before calibration).
 pub fn cycles_hz() -> u64 {
     TSC_HZ.load(Ordering::Relaxed)

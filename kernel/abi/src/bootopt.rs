@@ -12,6 +12,7 @@
 //! | `affinity=on\|off` | thread-view-affinity scheduling for threads that opt in (default on) |
 //! | `quantum=N` | timer ticks a thread runs before it is preempted (default 2; a tick is 10 ms) |
 //! | `groupbound=N` | most consecutive turns one view group gets while others wait (default 8) |
+//! | `cpus=N` | bring up at most N CPUs (default: all the firmware lists) |
 //! | `tlbtag=off` | do not use PCIDs/ASIDs: every view switch flushes the TLB (the original Cubix setting) |
 //!
 //! In `run=`, programs joined with `+` start together: `run=a+b,c` runs `a` and `b` at the same
@@ -32,6 +33,8 @@ pub const AFFINITY: &str = "affinity";
 pub const QUANTUM: &str = "quantum";
 /// Name of the group-bound option.
 pub const GROUP_BOUND: &str = "groupbound";
+/// Name of the option limiting how many CPUs the kernel brings up (`cpus=N`).
+pub const CPUS: &str = "cpus";
 /// Name of the TLB-tag switch.
 pub const TLBTAG: &str = "tlbtag";
 

@@ -6,7 +6,10 @@ use alloc::vec::Vec;
 use arch::addr::{Frame, VirtAddr, PAGE_SIZE};
 use arch::layout;
 use arch::mapping::MapFlags;
+use core::sync::atomic::{AtomicU64, Ordering};
 use spin::Mutex;
+
+use crate::sched::scheduler::MAX_CPUS;
 
 use super::kernel_space::{allocate_zeroed_frame, with_frames, with_kernel_table, AllocatorFrames, DirectMap};
 
@@ -16,9 +19,31 @@ pub const STACK_PAGES: u64 = 8;
 const SLOT_SIZE: u64 = 64 * 1024;
 const _: () = assert!((STACK_PAGES + 1) * PAGE_SIZE <= SLOT_SIZE);
 
-/// Slot numbers given back, reused first; `NEXT_SLOT` counts slots ever used.
-static FREE_SLOTS: Mutex<Vec<u64>> = Mutex::new(Vec::new());
+/// Slot numbers given back, with the per-CPU flush epochs when they were freed; reused first,
+/// once every CPU has flushed its TLB since (another CPU may still cache the old stack's
+/// translations: kernel stack pages are not global, so a root load drops them).
+static FREE_SLOTS: Mutex<Vec<(u64, [u64; MAX_CPUS])>> = Mutex::new(Vec::new());
 static NEXT_SLOT: Mutex<u64> = Mutex::new(0);
+
+/// Full TLB flushes (root loads) done by each CPU.
+#[allow(clippy::declare_interior_mutable_const)]
+const ZERO_EPOCH: AtomicU64 = AtomicU64::new(0);
+static FLUSH_EPOCHS: [AtomicU64; MAX_CPUS] = [ZERO_EPOCH; MAX_CPUS];
+
+/// Records that CPU `cpu` flushed its non-global TLB entries (loaded a root).
+pub fn note_full_flush(cpu: usize) {
+    FLUSH_EPOCHS[cpu].fetch_add(1, Ordering::Relaxed);
+}
+
+fn epochs() -> [u64; MAX_CPUS] {
+    core::array::from_fn(|i| FLUSH_EPOCHS[i].load(Ordering::Relaxed))
+}
+
+/// Whether every CPU that had flushed at least once when the slot was freed has flushed again.
+fn quarantine_over(freed_at: &[u64; MAX_CPUS]) -> bool {
+    let now = epochs();
+    freed_at.iter().zip(now).all(|(&then, now)| then == 0 || now > then)
+}
 
 /// A mapped kernel stack, unmapped and freed on drop.
 #[derive(Debug)]
@@ -34,7 +59,12 @@ pub struct NoStack;
 impl KernelStack {
     /// Maps a new stack.
     pub fn new() -> Result<Self, NoStack> {
-        let slot = match FREE_SLOTS.lock().pop() {
+        let reusable = {
+            let mut free = FREE_SLOTS.lock();
+            let at = free.iter().position(|(_, epochs)| quarantine_over(epochs));
+            at.map(|i| free.swap_remove(i).0)
+        };
+        let slot = match reusable {
             Some(s) => s,
             None => {
                 let mut next = NEXT_SLOT.lock();
@@ -88,6 +118,6 @@ impl Drop for KernelStack {
                 });
             }
         }
-        FREE_SLOTS.lock().push(self.slot);
+        FREE_SLOTS.lock().push((self.slot, epochs()));
     }
 }

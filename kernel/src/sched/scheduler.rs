@@ -142,6 +142,7 @@ pub fn policy() -> Policy {
 /// Marks the calling CPU online. Its idle context is filled at its first switch.
 pub fn cpu_online(kernel_root: Frame) {
     KERNEL_ROOT.store(kernel_root.number(), Ordering::Relaxed);
+    crate::mm::kernel_stack::note_full_flush(arch::cpu::cpu_index());
     let cpu = this_cpu();
     cpu.loaded_root.store(kernel_root.number(), Ordering::Relaxed);
     cpu.online.store(true, Ordering::Release);
@@ -310,6 +311,7 @@ fn load_root(cpu: &Cpu, root: u64) -> bool {
     cpu.loaded_root.store(root, Ordering::Release);
     // SAFETY: every root is a view table or the kernel table, all sharing the kernel half.
     unsafe { arch::tlb::load_root(Frame::from_number(root)) };
+    crate::mm::kernel_stack::note_full_flush(arch::cpu::cpu_index());
     cpu.counters.bump(Counter::ViewSwitches);
     cpu.counters.bump(Counter::TlbFlushes);
     true
@@ -350,7 +352,14 @@ pub fn finish_switch() {
             cpu.runqueue.lock().push(ThreadRef::new(prev), view, affine);
         }
         Then::Block => drop(prev),
-        Then::Exit => prev.release_stack(),
+        Then::Exit => {
+            // Now that no CPU is on its stack, the thread's end can be counted: the domain
+            // finishes (and its waiters learn so) only with every stack given back.
+            prev.release_stack();
+            if let Some(d) = &prev.domain {
+                d.thread_ended(prev.exit_value());
+            }
+        }
     }
 }
 

@@ -1,5 +1,6 @@
 //! Threads that never yield (one per CPU) do not stop the others: timer preemption works on
-//! every CPU. Workers that yield must all finish while the spinners spin.
+//! every CPU. Once a spinner holds every CPU, workers that yield must still all finish, and
+//! every CPU must have preempted someone.
 #![no_std]
 #![no_main]
 
@@ -9,10 +10,14 @@ use tsumugi_abi::stats::{scope, Counter};
 
 const WORKERS: usize = 4;
 const ITERATIONS: usize = 20;
+/// Most CPUs the kernel brings up.
+const MAX_CPUS: usize = 8;
 
 static SPINS: AtomicUsize = AtomicUsize::new(0);
+static SPINNERS_UP: AtomicUsize = AtomicUsize::new(0);
 
 fn spinner(_: usize) -> usize {
+    SPINNERS_UP.fetch_add(1, Ordering::AcqRel);
     loop {
         SPINS.fetch_add(1, Ordering::Relaxed);
     }
@@ -28,12 +33,26 @@ fn worker(_: usize) -> usize {
     0
 }
 
+fn preemptions(cpus: usize) -> Option<[u64; MAX_CPUS]> {
+    let mut out = [0u64; MAX_CPUS];
+    for (cpu, slot) in out.iter_mut().enumerate().take(cpus) {
+        *slot = sys::counters(scope::cpu(cpu)).ok()?.0[Counter::Preemptions as usize];
+    }
+    Some(out)
+}
+
 fn main() -> i32 {
-    let Ok((before, cpus)) = sys::counters(scope::ALL_CPUS) else { return 1 };
+    let Ok((_, cpus)) = sys::counters(scope::ALL_CPUS) else { return 1 };
+    let cpus = cpus.min(MAX_CPUS);
+    let Some(before) = preemptions(cpus) else { return 1 };
     for _ in 0..cpus {
         if sys::spawn(spinner, 0, 16 * 1024, false).is_err() {
             return 1;
         }
+    }
+    // Let the spinners take every CPU before the workers exist.
+    while SPINNERS_UP.load(Ordering::Acquire) < cpus {
+        sys::yield_now();
     }
     let mut tids = [0usize; WORKERS];
     for t in tids.iter_mut() {
@@ -45,10 +64,15 @@ fn main() -> i32 {
             return 1;
         }
     }
-    let Ok((after, _)) = sys::counters(scope::ALL_CPUS) else { return 1 };
-    let preemptions = after[Counter::Preemptions as usize] - before[Counter::Preemptions as usize];
-    println!("preempt: {WORKERS} workers finished beside {cpus} spinners ({} spins); {preemptions} preemptions", SPINS.load(Ordering::Relaxed));
+    let Some(after) = preemptions(cpus) else { return 1 };
+    println!("preempt: {WORKERS} workers finished beside {cpus} spinners ({} spins)", SPINS.load(Ordering::Relaxed));
+    let mut ok = true;
+    for cpu in 0..cpus {
+        let n = after[cpu] - before[cpu];
+        println!("preempt: cpu {cpu}: {n} preemptions");
+        ok &= n > 0;
+    }
     // End the program (and its spinners).
-    sys::exit(if preemptions > 0 { 0 } else { 1 })
+    sys::exit(if ok { 0 } else { 1 })
 }
 libuthread::entry!(main);
