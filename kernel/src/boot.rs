@@ -45,6 +45,16 @@ pub fn kernel_main(info: &'static BootInfo) -> ! {
     };
     let heap = crate::mm::heap::init().unwrap_or_else(|why| panic!("{why}"));
     crate::mm::views::init();
+    let tags = match bootopt::get(cmdline, bootopt::TLBTAG).map(bootopt::on_off) {
+        Some(Some(false)) => 0,
+        Some(None) => {
+            println!("ignoring tlbtag: valid values are on, off");
+            arch::tlb::enable_tags(&features)
+        }
+        _ => arch::tlb::enable_tags(&features),
+    };
+    crate::mm::tags::init(tags);
+    println!("tlb tags: {}", if tags > 1 { "on" } else { "off (every view switch flushes)" });
     configure_scheduler(cmdline);
     println!(
         "memory: {} MiB free of {} MiB covered, heap {} KiB{}",

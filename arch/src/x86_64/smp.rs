@@ -166,6 +166,7 @@ pub fn start_cpu(hw_id: u32, params: &StartParams, write_phys: &dyn Fn(u64, &[u8
 /// registers, GDT/TSS/GS, IDT and syscall MSRs, its local APIC and timer tick.
 pub fn init_this_cpu(index: usize, tick_hz: u64) {
     super::cpu::init_other_cpu(index);
+    super::tlb::enable_tags_on_this_cpu();
     super::trap::load_on_this_cpu();
     super::interrupts::enable_local_apic();
     super::timer::start_periodic(tick_hz);

@@ -5,6 +5,7 @@ pub mod frame_alloc;
 pub mod machine;
 pub mod page_table;
 pub mod region;
+pub mod tlb_tag;
 pub mod view;
 pub mod user_range;
 
@@ -14,5 +15,7 @@ pub mod heap;
 pub mod kernel_space;
 #[cfg(target_os = "none")]
 pub mod kernel_stack;
+#[cfg(target_os = "none")]
+pub mod tags;
 #[cfg(target_os = "none")]
 pub mod views;

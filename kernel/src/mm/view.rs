@@ -139,6 +139,9 @@ pub struct ViewSpace<F: PageTableFormat> {
     views_built: u64,
     /// Regions freed since the last [`ViewSpace::take_freed`] (their ranges can be reused).
     freed: Vec<RegionId>,
+    /// Roots of views freed since the last [`ViewSpace::take_freed_roots`] (their TLB tags can
+    /// be released).
+    freed_roots: Vec<Frame>,
 }
 
 fn check_rights(rights: MapFlags) -> Result<MapFlags, ViewError> {
@@ -161,6 +164,7 @@ impl<F: PageTableFormat> ViewSpace<F> {
             kernel,
             views_built: 0,
             freed: Vec::new(),
+            freed_roots: Vec::new(),
         }
     }
 
@@ -356,6 +360,7 @@ impl<F: PageTableFormat> ViewSpace<F> {
         }
         let view = self.views.remove(&v).expect("present");
         self.index.remove(&view.set);
+        self.freed_roots.push(view.table.root());
         self.free_table(m, view.table);
         for (r, _) in view.set {
             self.regions.get_mut(&r).expect("a view's regions live").view_refs -= 1;
@@ -484,6 +489,11 @@ impl<F: PageTableFormat> ViewSpace<F> {
     /// Regions freed since the last call (so their address ranges can be handed out again).
     pub fn take_freed(&mut self) -> Vec<RegionId> {
         core::mem::take(&mut self.freed)
+    }
+
+    /// Roots of the views freed since the last call.
+    pub fn take_freed_roots(&mut self) -> Vec<Frame> {
+        core::mem::take(&mut self.freed_roots)
     }
 
     /// Whether region `id` still exists.

@@ -88,8 +88,11 @@ impl Space {
         }
     }
 
-    /// Gives back the ranges whose last region was freed.
+    /// Gives back the ranges whose last region was freed, and the TLB tags of freed views.
     fn reclaim(&mut self) {
+        for root in self.views.take_freed_roots() {
+            super::tags::release(root.number());
+        }
         for region in self.views.take_freed() {
             let Some(start) = self.region_range.remove(&region) else { continue };
             let users = self.range_users.get_mut(&start).expect("placed regions have ranges");

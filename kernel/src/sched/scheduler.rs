@@ -74,6 +74,8 @@ pub struct Cpu {
     idle_now: AtomicBool,
     /// Whether this CPU is up.
     pub online: AtomicBool,
+    /// The TLB-tag generation this CPU last flushed in (see `mm::tlb_tag`).
+    tag_generation: AtomicU64,
     /// Event counters.
     pub counters: Counters,
 }
@@ -94,6 +96,7 @@ const CPU_INIT: Cpu = Cpu {
     slice_start: AtomicU64::new(0),
     idle_now: AtomicBool::new(false),
     online: AtomicBool::new(false),
+    tag_generation: AtomicU64::new(0),
     counters: Counters::new(),
 };
 
@@ -309,11 +312,16 @@ fn load_root(cpu: &Cpu, root: u64) -> bool {
         return false;
     }
     cpu.loaded_root.store(root, Ordering::Release);
+    let mut generation = cpu.tag_generation.load(Ordering::Relaxed);
+    let (tag, flush_all) = crate::mm::tags::choose(root, KERNEL_ROOT.load(Ordering::Relaxed), &mut generation);
+    cpu.tag_generation.store(generation, Ordering::Relaxed);
     // SAFETY: every root is a view table or the kernel table, all sharing the kernel half.
-    unsafe { arch::tlb::load_root(Frame::from_number(root)) };
-    crate::mm::kernel_stack::note_full_flush(arch::cpu::cpu_index());
+    unsafe { arch::tlb::load_root_tagged(Frame::from_number(root), tag, flush_all) };
     cpu.counters.bump(Counter::ViewSwitches);
-    cpu.counters.bump(Counter::TlbFlushes);
+    if flush_all {
+        crate::mm::kernel_stack::note_full_flush(arch::cpu::cpu_index());
+        cpu.counters.bump(Counter::TlbFlushes);
+    }
     true
 }
 

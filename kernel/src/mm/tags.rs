@@ -1,0 +1,58 @@
+//! The kernel's TLB tags: one [`TagAllocator`] for all CPUs, and the tag each view (named by its
+//! root frame) holds. See `tlb_tag.rs` for the scheme and the per-CPU protocol this follows.
+
+use alloc::collections::BTreeMap;
+use spin::Mutex;
+
+use super::tlb_tag::{Tag, TagAllocator, UNTAGGED};
+
+struct Tags {
+    allocator: TagAllocator,
+    /// Root frame number -> its tag.
+    held: BTreeMap<u64, Tag>,
+}
+
+static TAGS: Mutex<Option<Tags>> = Mutex::new(None);
+
+/// Sets up tagging with `count` hardware tags (0 or 1: untagged).
+pub fn init(count: u16) {
+    *TAGS.lock() = Some(Tags { allocator: TagAllocator::new(count), held: BTreeMap::new() });
+}
+
+/// Whether views get tags.
+pub fn enabled() -> bool {
+    TAGS.lock().as_ref().is_some_and(|t| t.allocator.enabled())
+}
+
+/// The tag to load view root `root` with on a CPU whose generation is `cpu_generation`, and
+/// whether that CPU must flush its whole TLB first. The kernel's own root (`kernel`) always
+/// uses the untagged value: its user half is empty, so it shares nothing with any view.
+pub fn choose(root: u64, kernel: u64, cpu_generation: &mut u64) -> (u16, bool) {
+    let mut guard = TAGS.lock();
+    let Some(tags) = guard.as_mut() else { return (UNTAGGED, true) };
+    if !tags.allocator.enabled() {
+        return (UNTAGGED, true);
+    }
+    if root == kernel {
+        return (UNTAGGED, false);
+    }
+    let current = tags.held.get(&root).copied();
+    let choice = tags.allocator.tag_for(current, cpu_generation);
+    tags.held.insert(root, choice.tag);
+    (choice.tag.value, choice.flush_all)
+}
+
+/// A view died (no CPU has it loaded): its tag may be recycled.
+pub fn release(root: u64) {
+    let mut guard = TAGS.lock();
+    if let Some(tags) = guard.as_mut() {
+        if let Some(tag) = tags.held.remove(&root) {
+            tags.allocator.release(tag);
+        }
+    }
+}
+
+/// Generations rolled over so far (for reports).
+pub fn rollovers() -> u64 {
+    TAGS.lock().as_ref().map_or(0, |t| t.allocator.rollovers())
+}
