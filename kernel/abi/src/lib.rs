@@ -9,6 +9,7 @@
 
 pub mod bootopt;
 pub mod exit;
+pub mod kn;
 pub mod log;
 pub mod stats;
 pub mod syscall;

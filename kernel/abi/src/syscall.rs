@@ -55,6 +55,20 @@ pub enum Syscall {
     /// `sched_affinity(on) -> previous`: the global thread-view-affinity switch for
     /// experiments (`on` = 0 or 1; `usize::MAX` only reads it).
     SchedAffinity = 17,
+    /// `kn_register(reg: *const kn::Registration) -> 0`: make the caller's program a
+    /// Kernel-Notification program: upcalls go to `reg.handler`, events to `reg.ring`, and
+    /// `reg.vcpus - 1` more vCPUs start (each with a `VcpuGranted` upcall).
+    KnRegister = 18,
+    /// `vcpu_park() -> 0`: the calling vCPU sleeps until `vcpu_unpark` names it or an event
+    /// reaches the ring.
+    VcpuPark = 19,
+    /// `vcpu_unpark(vcpu) -> 0`: wakes a parked vCPU of the caller's program.
+    VcpuUnpark = 20,
+    /// `set_ltn(thmb) -> 0`: sets the LTN register where user mode cannot (no FSGSBASE).
+    SetLtn = 21,
+    /// `console_read(buf, len) -> n`: reads at least one byte from the console, blocking
+    /// until one arrives.
+    ConsoleRead = 22,
 }
 
 /// Rights bits of region syscalls.
@@ -95,7 +109,7 @@ pub struct ViewEntry {
 
 impl Syscall {
     /// Every syscall, in number order.
-    pub const ALL: [Syscall; 18] = [
+    pub const ALL: [Syscall; 23] = [
         Syscall::Exit,
         Syscall::ConsoleWrite,
         Syscall::Clock,
@@ -114,6 +128,11 @@ impl Syscall {
         Syscall::Counters,
         Syscall::CpuId,
         Syscall::SchedAffinity,
+        Syscall::KnRegister,
+        Syscall::VcpuPark,
+        Syscall::VcpuUnpark,
+        Syscall::SetLtn,
+        Syscall::ConsoleRead,
     ];
 
     /// Decodes a syscall number.
