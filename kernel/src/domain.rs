@@ -92,6 +92,8 @@ pub struct Domain {
     /// The first thread's view: every region of the image and stack with its rights.
     initial_view: Vec<(RegionId, MapFlags)>,
     inner: Mutex<Inner>,
+    /// Kernel Notification state, once the program registered (`kn_register`).
+    pub kn: Mutex<Option<crate::kn::KnState>>,
 }
 
 impl Domain {
@@ -171,6 +173,7 @@ impl Domain {
                 waiters: Vec::new(),
             }),
             initial_view: regions,
+            kn: Mutex::new(None),
         }))
     }
 
@@ -178,12 +181,12 @@ impl Domain {
     pub fn start(self: &Arc<Self>) -> Result<Arc<Thread>, StartError> {
         let view = views::with(|s, m| s.attach(m, &self.initial_view))?;
         let body = Body::User { ip: self.entry.as_u64(), sp: self.stack_top.as_u64(), arg: 0 };
-        self.spawn(view, body, true)
+        self.spawn(view, body, true, None)
     }
 
-    /// Makes a thread of this domain attached to `view` (whose reference the caller passes in)
-    /// and makes it runnable.
-    pub fn spawn(self: &Arc<Self>, view: ViewId, body: Body, affine: bool) -> Result<Arc<Thread>, StartError> {
+    /// Makes a thread of this domain attached to `view` (whose reference the caller passes in),
+    /// as vCPU `vcpu` if given, and makes it runnable.
+    pub fn spawn(self: &Arc<Self>, view: ViewId, body: Body, affine: bool, vcpu: Option<usize>) -> Result<Arc<Thread>, StartError> {
         let root = views::with(|s, _| s.root(view)).expect("an attached view").number();
         let t = match Thread::new(Some(self.clone()), body, Some((view, root)), affine) {
             Ok(t) => t,
@@ -192,6 +195,9 @@ impl Domain {
                 return Err(StartError::NoMemory);
             }
         };
+        if let Some(v) = vcpu {
+            t.vcpu.store(v, Ordering::Release);
+        }
         {
             let mut inner = self.inner.lock();
             inner.threads.push(t.id);
@@ -230,6 +236,7 @@ impl Domain {
             inner.finished = true;
             (core::mem::take(&mut inner.regions), core::mem::take(&mut inner.waiters), core::mem::take(&mut inner.threads))
         };
+        crate::kn::release(self);
         views::with(|s, m| {
             for id in regions {
                 s.release_region(m, id).expect("a domain's own region");

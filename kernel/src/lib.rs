@@ -21,7 +21,11 @@ pub mod stats;
 #[cfg(target_os = "none")]
 pub mod boot;
 #[cfg(target_os = "none")]
+pub mod console_input;
+#[cfg(target_os = "none")]
 pub mod domain;
+#[cfg(target_os = "none")]
+pub mod kn;
 #[cfg(target_os = "none")]
 pub mod panic;
 #[cfg(target_os = "none")]

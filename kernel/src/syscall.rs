@@ -44,7 +44,7 @@ pub fn dispatch(frame: &mut TrapFrame) {
                 crate::trap::yield_now();
                 Ok(0)
             }
-            Syscall::Sleep => sleep(a[0] as u64),
+            Syscall::Sleep => sleep(frame, a[0] as u64),
             Syscall::ThreadCreate => thread_create(a[0] as u64, a[1] as u64, a[2] as u64, a[3]),
             Syscall::ThreadExit => thread::exit_current(Some(a[0])),
             Syscall::ThreadJoin => thread_join(a[0] as u64),
@@ -61,6 +61,11 @@ pub fn dispatch(frame: &mut TrapFrame) {
             Syscall::Counters => counters(a[0], a[1] as u64, a[2] as u64),
             Syscall::CpuId => Ok(arch::cpu::cpu_index()),
             Syscall::SchedAffinity => sched_affinity(a[0]),
+            Syscall::KnRegister => crate::kn::register(&me(), a[0] as u64),
+            Syscall::VcpuPark => crate::kn::park(&me()),
+            Syscall::VcpuUnpark => crate::kn::unpark(&me(), a[0]),
+            Syscall::SetLtn => set_ltn(a[0] as u64),
+            Syscall::ConsoleRead => console_read(frame, a[0] as u64, a[1] as u64),
         },
     };
     frame.set_syscall_result(encode_result(result));
@@ -122,9 +127,37 @@ fn clock(which: usize) -> SysResult {
     }
 }
 
-fn sleep(nanos: u64) -> SysResult {
+fn sleep(frame: &mut TrapFrame, nanos: u64) -> SysResult {
     let tick_ns = 1_000_000_000 / crate::boot::TICK_HZ;
-    thread::sleep_ticks(nanos.div_ceil(tick_ns));
+    let ticks = nanos.div_ceil(tick_ns);
+    Ok(crate::kn::blocking(frame, || {
+        thread::sleep_ticks(ticks);
+        0
+    }))
+}
+
+fn console_read(frame: &mut TrapFrame, buf: u64, len: u64) -> SysResult {
+    if len == 0 {
+        return Ok(0);
+    }
+    check_user(buf, len, MapFlags::WRITE)?;
+    let n = crate::kn::blocking(frame, || {
+        let mut chunk = [0u8; COPY_CHUNK];
+        let want = (len as usize).min(COPY_CHUNK);
+        let n = crate::console_input::read_blocking(&mut chunk[..want]);
+        match copy_out(buf, &chunk[..n]) {
+            Ok(()) => n,
+            Err(e) => encode_result(Err(e)),
+        }
+    });
+    tsumugi_abi::syscall::decode_result(n).map_err(|e| e.unwrap_or(Errno::Fault))
+}
+
+fn set_ltn(value: u64) -> SysResult {
+    if value >= arch::layout::KERNEL_HALF {
+        return Err(Errno::Inval);
+    }
+    arch::cpu::set_user_ltn(value);
     Ok(0)
 }
 
@@ -137,7 +170,7 @@ fn thread_create(entry: u64, stack_top: u64, arg: u64, flags: usize) -> SysResul
     let set = views::with(|s, _| s.set(me.view().expect("user thread")).map(|x| x.to_vec())).ok_or(Errno::Fault)?;
     let view = views::with(|s, m| s.attach(m, &set)).map_err(view_errno)?;
     let body = Body::User { ip: entry, sp: stack_top, arg };
-    let t = domain.spawn(view, body, flags & thread_flags::AFFINE != 0).map_err(|_| Errno::NoMem)?;
+    let t = domain.spawn(view, body, flags & thread_flags::AFFINE != 0, None).map_err(|_| Errno::NoMem)?;
     Ok(t.id as usize)
 }
 

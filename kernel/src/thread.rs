@@ -53,6 +53,16 @@ pub enum Body {
     },
     /// A kernel function.
     Kernel(fn() -> !),
+    /// A new activation of a Kernel-Notification program: enters the handler `ip` on the upcall
+    /// stack `sp` with `args` (kind, thread, vCPU, argument) and LTN = 0.
+    Upcall {
+        /// The handler.
+        ip: u64,
+        /// Top of the vCPU's upcall stack.
+        sp: u64,
+        /// The upcall's arguments.
+        args: [u64; 4],
+    },
 }
 
 /// The parts of a thread others change, under one lock.
@@ -82,6 +92,11 @@ pub struct Thread {
     pub(crate) last_cpu: AtomicUsize,
     /// The kernel asked it to end (its program was killed or exited).
     pub killed: AtomicBool,
+    /// The user LTN register (x86_64 GS base) while the thread is off its CPU.
+    pub(crate) ltn: AtomicU64,
+    /// The vCPU of its Kernel-Notification program this thread currently is (`NOT_A_VCPU`
+    /// otherwise).
+    pub vcpu: AtomicUsize,
     /// The view (guarded: grants and revokes by other threads change it).
     view: Mutex<ViewSlot>,
     /// Kernel stack, taken when the thread has ended and a CPU has left it.
@@ -96,6 +111,9 @@ pub struct Thread {
 unsafe impl Sync for Thread {}
 // SAFETY: as above.
 unsafe impl Send for Thread {}
+
+/// `Thread::vcpu` of threads that are not a vCPU.
+pub const NOT_A_VCPU: usize = usize::MAX;
 
 static NEXT_TID: AtomicU64 = AtomicU64::new(1);
 /// Threads by id, while their domain lives.
@@ -120,6 +138,8 @@ impl Thread {
             root: AtomicU64::new(view.map_or(0, |(_, r)| r)),
             last_cpu: AtomicUsize::new(arch::cpu::cpu_index()),
             killed: AtomicBool::new(false),
+            ltn: AtomicU64::new(0),
+            vcpu: AtomicUsize::new(NOT_A_VCPU),
             view: Mutex::new(ViewSlot { current: view.map(|(v, _)| v), stale: Vec::new() }),
             stack: Mutex::new(Some(stack)),
             stack_top,
@@ -220,12 +240,21 @@ extern "C" fn thread_start(arg: usize) -> ! {
     let thread = unsafe { &*(arg as *const Thread) };
     match thread.body {
         Body::Kernel(f) => f(),
-        Body::User { ip, sp, arg } => {
+        Body::User { .. } | Body::Upcall { .. } => {
             if thread.killed.load(Ordering::Acquire) {
                 exit_current(None);
             }
             let frame_addr = thread.stack_top - size_of::<TrapFrame>() as u64;
-            let frame = TrapFrame::new_user(ip, sp, arg);
+            let frame = match thread.body {
+                Body::User { ip, sp, arg } => TrapFrame::new_user(ip, sp, arg),
+                Body::Upcall { ip, sp, args } => {
+                    let mut f = TrapFrame::new_user(ip, sp, 0);
+                    f.set_upcall(ip, sp, args);
+                    arch::cpu::set_user_ltn(0);
+                    f
+                }
+                Body::Kernel(_) => unreachable!("matched above"),
+            };
             // SAFETY: the frame goes to the top of this thread's own stack, where traps from
             // user mode put theirs; `enter` abandons this stack frame, which holds nothing
             // still needed.

@@ -35,7 +35,9 @@ pub fn handle(frame: &mut TrapFrame) {
         Trap::Syscall => crate::syscall::dispatch(frame),
         Trap::Timer => {
             arch::interrupts::end_of_interrupt();
-            scheduler::tick(frame.from_user());
+            if scheduler::tick(frame.from_user()) {
+                crate::kn::preempt(frame);
+            }
         }
         Trap::Ipi(kind) => {
             arch::interrupts::end_of_interrupt();
@@ -53,7 +55,12 @@ pub fn handle(frame: &mut TrapFrame) {
             SPURIOUS.fetch_add(1, Ordering::Relaxed);
         }
         Trap::PageFault { address, access, .. } if frame.from_user() => user_page_fault(frame, address, access),
-        trap if frame.from_user() => kill_current(describe_exception(frame, trap)),
+        trap if frame.from_user() => {
+            let (ip, report) = (frame.ip(), describe_exception(frame, trap));
+            if !crate::kn::fault(frame, ip, 0, || report.clone()) {
+                kill_current(report);
+            }
+        }
         trap => crate::panic::exception(frame, trap),
     }
     if frame.from_user() {
@@ -69,8 +76,9 @@ fn need(access: Access) -> MapFlags {
     }
 }
 
-/// Resolves a user page fault, or ends the program with a report.
-fn user_page_fault(frame: &TrapFrame, address: u64, access: Access) {
+/// Resolves a user page fault, or hands it to the program's library (Kernel Notification), or
+/// ends the program with a report.
+fn user_page_fault(frame: &mut TrapFrame, address: u64, access: Access) {
     if address < arch::layout::KERNEL_HALF {
         let view = scheduler::with_current(|t| t.and_then(|t| t.view()));
         if let Some(view) = view {
@@ -83,7 +91,15 @@ fn user_page_fault(frame: &TrapFrame, address: u64, access: Access) {
             }
         }
     }
-    kill_current(describe_page_fault(frame, address, access))
+    let kind = match access {
+        Access::Read => 1,
+        Access::Write => 2,
+        Access::Execute => 3,
+    };
+    let report = describe_page_fault(frame, address, access);
+    if !crate::kn::fault(frame, address, kind, || report.clone()) {
+        kill_current(report);
+    }
 }
 
 /// Ends the running thread's whole program with `reason`, then the thread.

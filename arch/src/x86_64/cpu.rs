@@ -231,6 +231,19 @@ pub fn hw_id() -> u32 {
     super::interrupts::local_apic_id()
 }
 
+/// The user's LTN register (GS base), read while in the kernel (after `swapgs` it is parked in
+/// `IA32_KERNEL_GS_BASE`).
+pub fn user_ltn() -> u64 {
+    KernelGsBase::read().as_u64()
+}
+
+/// Sets the user's LTN register for the next return to user mode.
+pub fn set_user_ltn(value: u64) {
+    // A non-canonical value would fault the wrmsr; user values were checked canonical by
+    // whoever made them (wrgsbase cannot make a non-canonical one).
+    KernelGsBase::write(X86VirtAddr::new_truncate(value));
+}
+
 /// Sets the stack the CPU switches to when user mode traps or calls the kernel. Called on every
 /// switch to a thread that runs in user mode.
 pub fn set_kernel_stack(top: u64) {

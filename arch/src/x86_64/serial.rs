@@ -36,6 +36,11 @@ pub fn write_bytes(bytes: &[u8]) {
     });
 }
 
+/// A byte the UART received, if any (never blocks).
+pub fn try_read_byte() -> Option<u8> {
+    super::cpu::without_interrupts(|| PORT.lock().try_receive().ok())
+}
+
 /// Writes text even if the port lock is held (by this CPU, in the code a panic interrupted).
 /// Only for panic reports: output may interleave with a half-written line.
 pub fn write_str_panic(s: &str) {

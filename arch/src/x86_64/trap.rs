@@ -195,6 +195,43 @@ impl TrapFrame {
         }
     }
 
+    /// The user registers as a Kernel Notification full frame (for a zero-copy save into a
+    /// ThMB).
+    pub fn to_full_frame(&self) -> tsumugi_abi::kn::FullFrame {
+        tsumugi_abi::kn::FullFrame {
+            rax: self.rax,
+            rbx: self.rbx,
+            rcx: self.rcx,
+            rdx: self.rdx,
+            rsi: self.rsi,
+            rdi: self.rdi,
+            rbp: self.rbp,
+            r8: self.r8,
+            r9: self.r9,
+            r10: self.r10,
+            r11: self.r11,
+            r12: self.r12,
+            r13: self.r13,
+            r14: self.r14,
+            r15: self.r15,
+            rip: self.rip,
+            rsp: self.rsp,
+            rflags: self.rflags,
+        }
+    }
+
+    /// Turns the frame into an upcall: on return to user mode the CPU enters `handler` with
+    /// stack pointer `stack_top` (aligned as after a call) and `args` in the first four
+    /// argument registers (`rdi, rsi, rdx, rcx`). Interrupts are on in the handler.
+    pub fn set_upcall(&mut self, handler: u64, stack_top: u64, args: [u64; 4]) {
+        let keep_cs_ss = (self.cs, self.ss);
+        *self = TrapFrame::new_user(handler, (stack_top & !15) - 8, args[0]);
+        (self.cs, self.ss) = keep_cs_ss;
+        self.rsi = args[1];
+        self.rdx = args[2];
+        self.rcx = args[3];
+    }
+
     /// Classifies the trap.
     pub fn trap(&self) -> Trap {
         if self.vector == SYSCALL_VECTOR {
@@ -447,7 +484,14 @@ extern "C" fn trap_dispatch(frame: &mut TrapFrame) {
 /// (the kernel changed it so that `sysret` cannot express it).
 extern "C" fn syscall_dispatch(frame: &mut TrapFrame) -> u64 {
     call_handler(frame);
-    let sysret_ok = frame.cs == u64::from(USER_CS) && frame.ss == u64::from(USER_DS) && frame.rip < USER_END;
+    // sysret loads rip from rcx and rflags from r11: it restores the frame exactly only if the
+    // kernel left those pairs equal (as the syscall instruction made them). An upcall or a
+    // resumed FULL frame changes them, and goes back through iretq.
+    let sysret_ok = frame.cs == u64::from(USER_CS)
+        && frame.ss == u64::from(USER_DS)
+        && frame.rip < USER_END
+        && frame.rcx == frame.rip
+        && frame.r11 == frame.rflags;
     u64::from(!sysret_ok)
 }
 

@@ -265,6 +265,32 @@ impl<F: PageTableFormat> ViewSpace<F> {
         Ok(())
     }
 
+    /// Reads bytes from a region's frames; pages never touched read as zero.
+    pub fn read(&self, id: RegionId, offset: u64, out: &mut [u8], to_virt: impl Fn(PhysAddr) -> *const u8) -> Result<(), ViewError> {
+        let r = self.regions.get(&id).ok_or(ViewError::NoRegion)?;
+        let len = r.frames.len() as u64 * PAGE_SIZE;
+        if offset.checked_add(out.len() as u64).is_none_or(|e| e > len) {
+            return Err(ViewError::BadRange(offset));
+        }
+        let mut done = 0usize;
+        while done < out.len() {
+            let at = offset + done as u64;
+            let page = (at / PAGE_SIZE) as usize;
+            let in_page = (at % PAGE_SIZE) as usize;
+            let n = (PAGE_SIZE as usize - in_page).min(out.len() - done);
+            match r.frames[page] {
+                Some(frame) => {
+                    let src = to_virt(PhysAddr::new(frame.start().as_u64() + in_page as u64));
+                    // SAFETY: `to_virt` maps the region's own frame; n bytes stay inside the page.
+                    unsafe { core::ptr::copy_nonoverlapping(src, out[done..].as_mut_ptr(), n) };
+                }
+                None => out[done..done + n].fill(0),
+            }
+            done += n;
+        }
+        Ok(())
+    }
+
     /// The owner lets go of a region; it is freed once no view holds it either.
     pub fn release_region<M: Machine>(&mut self, m: &mut M, id: RegionId) -> Result<(), ViewError> {
         let r = self.regions.get_mut(&id).ok_or(ViewError::NoRegion)?;

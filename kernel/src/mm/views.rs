@@ -118,3 +118,45 @@ pub fn with_space<R>(f: impl FnOnce(&mut Space, &mut KernelMachine) -> R) -> R {
     space.reclaim();
     r
 }
+
+/// Why a kernel access to user memory on a thread's behalf was refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Refused(pub u64);
+
+/// Writes `bytes` at user address `addr` as view `view` would (the view must hold every byte
+/// with write rights), through the region's frames: no page table needs to be loaded, so the
+/// kernel can write into a thread's memory from any CPU and any context.
+pub fn write_as(view: super::view::ViewId, addr: u64, bytes: &[u8]) -> Result<(), Refused> {
+    with(|s, m| {
+        s.check(view, addr, bytes.len() as u64, arch::mapping::MapFlags::WRITE).map_err(|_| Refused(addr))?;
+        let mut done = 0usize;
+        while done < bytes.len() {
+            let at = addr + done as u64;
+            let r = s.region_at(at).ok_or(Refused(at))?;
+            let info = s.region_info(r).ok_or(Refused(at))?;
+            let n = ((info.start.as_u64() + info.len - at) as usize).min(bytes.len() - done);
+            s.write(m, r, at - info.start.as_u64(), &bytes[done..done + n], |pa| super::kernel_space::phys_to_virt(pa).as_mut_ptr())
+                .map_err(|_| Refused(at))?;
+            done += n;
+        }
+        Ok(())
+    })
+}
+
+/// Reads `out.len()` bytes at user address `addr` as view `view` would (read rights needed).
+pub fn read_as(view: super::view::ViewId, addr: u64, out: &mut [u8]) -> Result<(), Refused> {
+    with(|s, _| {
+        s.check(view, addr, out.len() as u64, arch::mapping::MapFlags::READ).map_err(|_| Refused(addr))?;
+        let mut done = 0usize;
+        while done < out.len() {
+            let at = addr + done as u64;
+            let r = s.region_at(at).ok_or(Refused(at))?;
+            let info = s.region_info(r).ok_or(Refused(at))?;
+            let n = ((info.start.as_u64() + info.len - at) as usize).min(out.len() - done);
+            s.read(r, at - info.start.as_u64(), &mut out[done..done + n], |pa| super::kernel_space::phys_to_virt(pa).as_ptr())
+                .map_err(|_| Refused(at))?;
+            done += n;
+        }
+        Ok(())
+    })
+}

@@ -230,8 +230,9 @@ fn steal(thief: usize) -> Option<Arc<Thread>> {
 
 /// Switches away from the running thread (or the idle loop) to the next runnable thread.
 /// `then` says what becomes of the thread switching away. Interrupts must be disabled.
-/// Returns when this thread is switched back to (never for `Then::Exit`).
-pub fn schedule(then: Then) {
+/// Returns when this thread is switched back to (never for `Then::Exit`), saying whether it
+/// was switched away at all (a `Requeue` with nothing else to run keeps running).
+pub fn schedule(then: Then) -> bool {
     debug_assert!(!arch::cpu::interrupts_enabled());
     let index = arch::cpu::cpu_index();
     let cpu = &CPUS[index];
@@ -239,7 +240,7 @@ pub fn schedule(then: Then) {
     let next = pick_next(index);
     let next = match next {
         Some(n) => n,
-        None if then == Then::Requeue && !prev_ptr.is_null() => return, // nothing else to run
+        None if then == Then::Requeue && !prev_ptr.is_null() => return false, // nothing else to run
         None => {
             // Nothing runnable: park this thread's context and run the idle loop.
             // SAFETY: prev is current (a leaked Arc); the idle context was saved when the idle
@@ -254,10 +255,11 @@ pub fn schedule(then: Then) {
                 context::switch(prev_ctx, cpu.idle.get());
             }
             finish_switch();
-            return;
+            return true;
         }
     };
     switch_to(cpu, prev_ptr, next, then);
+    true
 }
 
 /// Switches from the current context (thread `prev_ptr`, or the idle loop if null) to `next`.
@@ -284,6 +286,12 @@ fn switch_to(cpu: &Cpu, prev_ptr: *mut Thread, next: Arc<Thread>, then: Then) {
     }
     next.drop_stale_views();
     arch::cpu::set_kernel_stack(next.kernel_stack_top());
+    // The user LTN register belongs to the thread: park the old one's, load the new one's.
+    // SAFETY (of the dereference): prev is the current thread, alive while it runs here.
+    if let Some(prev) = unsafe { prev_ptr.as_ref() } {
+        prev.ltn.store(arch::cpu::user_ltn(), Ordering::Relaxed);
+    }
+    arch::cpu::set_user_ltn(next.ltn.load(Ordering::Relaxed));
     cpu.slice_start.store(TICKS.load(Ordering::Relaxed), Ordering::Relaxed);
     let next_ctx = next.context.get();
     cpu.current.store(Arc::into_raw(next) as *mut Thread, Ordering::Relaxed);
@@ -393,23 +401,33 @@ pub fn idle_loop() -> ! {
 }
 
 /// Timer tick on this CPU (interrupt context, interrupts off). `from_user` says whether user
-/// code was interrupted: only then may the thread be preempted here.
-pub fn tick(from_user: bool) {
+/// code was interrupted: only then may the thread be preempted. Returns whether the running
+/// thread's quantum is over (the caller then preempts it with [`preempt`]).
+pub fn tick(from_user: bool) -> bool {
     let cpu = this_cpu();
     cpu.counters.bump(Counter::Ticks);
     if arch::cpu::cpu_index() == 0 {
         TICKS.fetch_add(1, Ordering::Relaxed);
         crate::thread::wake_sleepers();
+        crate::console_input::poll();
     }
     if !from_user || cpu.current.load(Ordering::Relaxed).is_null() {
-        return;
+        return false;
     }
     let now = TICKS.load(Ordering::Relaxed);
-    if now.wrapping_sub(cpu.slice_start.load(Ordering::Relaxed)) >= QUANTUM.load(Ordering::Relaxed) {
+    now.wrapping_sub(cpu.slice_start.load(Ordering::Relaxed)) >= QUANTUM.load(Ordering::Relaxed)
+}
+
+/// Preempts the running thread: back into the run queue, and the CPU to the next one (if any).
+/// Returns when the thread runs again; says whether another thread ran in between.
+pub fn preempt() -> bool {
+    let switched = schedule(Then::Requeue);
+    let cpu = this_cpu();
+    cpu.slice_start.store(TICKS.load(Ordering::Relaxed), Ordering::Relaxed);
+    if switched {
         cpu.counters.bump(Counter::Preemptions);
-        schedule(Then::Requeue);
-        cpu.slice_start.store(TICKS.load(Ordering::Relaxed), Ordering::Relaxed);
     }
+    switched
 }
 
 /// Threads queued on every CPU (for reports).

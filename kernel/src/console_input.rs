@@ -1,0 +1,69 @@
+//! Console input: the timer tick (on CPU 0) polls the UART into a small ring, and threads
+//! blocked in `console_read` are woken when bytes arrive.
+//!
+//! Polling keeps the interrupt controller set-up minimal (no I/O APIC routing); at 100 Hz a
+//! typed line arrives well within human patience, and QEMU's UART has a 16-byte FIFO.
+
+use alloc::sync::Arc;
+use alloc::vec::Vec;
+use spin::Mutex;
+
+use crate::sched::scheduler::{self, Then};
+use crate::thread::{self, State, Thread};
+
+/// Bytes kept until read.
+const CAPACITY: usize = 256;
+
+struct Input {
+    bytes: [u8; CAPACITY],
+    head: usize,
+    len: usize,
+    waiters: Vec<Arc<Thread>>,
+}
+
+static INPUT: Mutex<Input> = Mutex::new(Input { bytes: [0; CAPACITY], head: 0, len: 0, waiters: Vec::new() });
+
+/// Moves bytes the UART received into the ring and wakes readers (timer tick, CPU 0).
+pub fn poll() {
+    let mut woken = Vec::new();
+    {
+        let mut input = INPUT.lock();
+        while let Some(b) = arch::serial::try_read_byte() {
+            if input.len < CAPACITY {
+                let at = (input.head + input.len) % CAPACITY;
+                input.bytes[at] = b;
+                input.len += 1;
+            }
+        }
+        if input.len > 0 {
+            woken = core::mem::take(&mut input.waiters);
+        }
+    }
+    for t in woken {
+        thread::wake(t);
+    }
+}
+
+/// Reads at least one byte into `buf` (blocking the calling kernel thread until one arrives);
+/// returns how many.
+pub fn read_blocking(buf: &mut [u8]) -> usize {
+    loop {
+        {
+            let mut input = INPUT.lock();
+            if input.len > 0 {
+                let n = input.len.min(buf.len());
+                for b in buf.iter_mut().take(n) {
+                    *b = input.bytes[input.head];
+                    input.head = (input.head + 1) % CAPACITY;
+                    input.len -= 1;
+                }
+                return n;
+            }
+            let me = scheduler::current().expect("a reader thread");
+            me.set_state(State::Blocked);
+            input.waiters.push(me);
+        }
+        scheduler::schedule(Then::Block);
+        thread::exit_if_killed();
+    }
+}
