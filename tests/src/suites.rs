@@ -150,6 +150,34 @@ pub fn for_arch(arch: &str) -> Option<Vec<Suite>> {
     }
 }
 
+/// x86_64 suites whose mechanisms the other ports do not have yet (Kernel Notification needs
+/// the LTN register and upcalls of each port).
+pub const NOT_YET_PORTED: &[&str] = &["kn", "kn-smp4"];
+
+/// Kernel Notification mechanics without a thread library: LTN forgery (own code, kernel
+/// memory), the LTN = 0 critical section, a fault in the handler, a blocking syscall that hands
+/// the vCPU back with BLOCKED before UNBLOCKED.
+pub fn kn_suite(name: &'static str, smp: u8) -> Suite {
+    let killed = |p: &str, reason: &str| Check::DomainKilled { program: p.to_string(), reason: reason.to_string() };
+    Suite {
+        name,
+        smp,
+        boot_words: format!("{}=kn_forge,kn_forge_kernel,kn_ltn0,kn_knh_fault,kn_block", bootopt::RUN),
+        timeout: KERNEL_SUITE_TIMEOUT,
+        expected: Expected::Status(0),
+        checks: vec![
+            killed("kn_forge", "bad LTN 0x"),
+            killed("kn_forge", "may not write a ThMB there"),
+            killed("kn_forge_kernel", "not a 64-byte-aligned ThMB address in the user half"),
+            Check::DomainExited { program: "kn_ltn0".to_string(), status: 0 },
+            killed("kn_knh_fault", "(LTN = 0), so no upcall"),
+            Check::DomainExited { program: "kn_block".to_string(), status: 0 },
+            Check::LogContains("kn_block: ring for".to_string()),
+            Check::Halting(0),
+        ],
+    }
+}
+
 /// The x86_64 suites.
 pub fn x86_64() -> Vec<Suite> {
     vec![
@@ -159,6 +187,8 @@ pub fn x86_64() -> Vec<Suite> {
         views_suite("views-smp4", SMP_SUITE_CPUS),
         sched_suite("sched", 1),
         sched_suite("sched-smp4", SMP_SUITE_CPUS),
+        kn_suite("kn", 1),
+        kn_suite("kn-smp4", SMP_SUITE_CPUS),
         Suite {
             name: "panic-report",
             smp: 1,
@@ -200,6 +230,7 @@ pub fn x86_64() -> Vec<Suite> {
 pub fn riscv64() -> Vec<Suite> {
     x86_64()
         .into_iter()
+        .filter(|suite| !NOT_YET_PORTED.contains(&suite.name))
         .map(|mut suite| {
             if suite.name == "exception-report" {
                 suite.checks = vec![
@@ -222,6 +253,7 @@ pub fn riscv64() -> Vec<Suite> {
 pub fn aarch64() -> Vec<Suite> {
     x86_64()
         .into_iter()
+        .filter(|suite| !NOT_YET_PORTED.contains(&suite.name))
         .map(|mut suite| {
             if suite.name == "exception-report" {
                 suite.checks = vec![
@@ -373,6 +405,8 @@ mod tests {
                 "views-smp4",
                 "sched",
                 "sched-smp4",
+                "kn",
+                "kn-smp4",
                 "panic-report",
                 "exception-report",
                 "hang-timeout"
@@ -400,7 +434,8 @@ mod tests {
 
     #[test]
     fn riscv64_suites_mirror_x86_64() {
-        let (x86, riscv) = (x86_64(), riscv64());
+        let x86: Vec<_> = x86_64().into_iter().filter(|s| !NOT_YET_PORTED.contains(&s.name)).collect();
+        let riscv = riscv64();
         assert_eq!(x86.len(), riscv.len());
         for (x, r) in x86.iter().zip(&riscv) {
             assert_eq!(
@@ -425,7 +460,8 @@ mod tests {
 
     #[test]
     fn aarch64_suites_mirror_x86_64() {
-        let (x86, arm) = (x86_64(), aarch64());
+        let x86: Vec<_> = x86_64().into_iter().filter(|s| !NOT_YET_PORTED.contains(&s.name)).collect();
+        let arm = aarch64();
         assert_eq!(x86.len(), arm.len());
         for (x, a) in x86.iter().zip(&arm) {
             assert_eq!(

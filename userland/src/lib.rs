@@ -15,3 +15,6 @@ pub mod share {
         (i.wrapping_mul(31) ^ (i >> 8)) as u8
     }
 }
+
+#[cfg(target_os = "none")]
+pub mod kn;

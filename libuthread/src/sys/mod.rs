@@ -15,6 +15,8 @@ mod imp;
 mod imp;
 
 pub use imp::syscall6;
+#[cfg(target_arch = "x86_64")]
+pub use imp::{ltn_read, ltn_write};
 
 /// The result of a syscall: a value, or an error code (`None` when the kernel returned a code
 /// this library does not know).
@@ -210,4 +212,29 @@ pub fn spawn(f: fn(usize) -> usize, arg: usize, stack_size: usize, affine: bool)
     unsafe { core::ptr::write(block as *mut StartBlock, StartBlock { f, arg }) };
     let flags = if affine { thread_flags::AFFINE } else { 0 };
     thread_create(thread_entry as *const () as usize, entry_stack_pointer(block), block, flags)
+}
+
+/// Registers the calling program for Kernel Notification (see `tsumugi_abi::kn`).
+pub fn kn_register(reg: &tsumugi_abi::kn::Registration) -> SysResult {
+    call(Syscall::KnRegister as usize, [reg as *const _ as usize, 0, 0, 0, 0, 0])
+}
+
+/// Parks the calling vCPU until it is unparked or an event arrives.
+pub fn vcpu_park() -> SysResult {
+    call(Syscall::VcpuPark as usize, [0; 6])
+}
+
+/// Unparks vCPU `v`.
+pub fn vcpu_unpark(v: usize) -> SysResult {
+    call(Syscall::VcpuUnpark as usize, [v, 0, 0, 0, 0, 0])
+}
+
+/// Sets the LTN register through the kernel (for CPUs without user-mode GS-base writes).
+pub fn set_ltn(v: usize) -> SysResult {
+    call(Syscall::SetLtn as usize, [v, 0, 0, 0, 0, 0])
+}
+
+/// Reads console input, blocking until at least one byte arrives.
+pub fn console_read(buf: &mut [u8]) -> SysResult {
+    call(Syscall::ConsoleRead as usize, [buf.as_mut_ptr() as usize, buf.len(), 0, 0, 0, 0])
 }

@@ -28,3 +28,20 @@ pub unsafe fn syscall6(number: usize, args: [usize; 6]) -> usize {
     }
     ret
 }
+
+/// Reads the LTN register (GS base) with `rdgsbase`.
+#[inline(always)]
+pub fn ltn_read() -> usize {
+    let v: usize;
+    // SAFETY: rdgsbase reads a register; the kernel enables FSGSBASE where the CPU has it
+    // (the Tsumugi platform checks before using this).
+    unsafe { core::arch::asm!("rdgsbase {}", out(reg) v, options(nomem, nostack, preserves_flags)) };
+    v
+}
+
+/// Writes the LTN register (GS base) with `wrgsbase`.
+#[inline(always)]
+pub fn ltn_write(v: usize) {
+    // SAFETY: as for `ltn_read`; GS is not used for anything else in user mode on Tsumugi.
+    unsafe { core::arch::asm!("wrgsbase {}", in(reg) v, options(nomem, nostack, preserves_flags)) };
+}

@@ -1,0 +1,61 @@
+//! Raw Kernel Notification plumbing for the kernel-side KN tests (no thread library): a
+//! registration with one vCPU, a ring, and an upcall stack, all in statics.
+
+use core::sync::atomic::{AtomicU64, Ordering};
+use libuthread::sys;
+use tsumugi_abi::kn::{Event, Registration, RingHeader, THMB_ALIGN};
+
+/// Ring slots.
+pub const SLOTS: usize = 64;
+
+/// The ring as the kernel sees it: header, then slots.
+#[repr(C, align(64))]
+pub struct Ring {
+    /// Header.
+    pub header: RingHeader,
+    /// Slots.
+    pub slots: [Event; SLOTS],
+}
+
+/// A ThMB: the kernel-known header plus room.
+#[repr(C, align(64))]
+pub struct Thmb {
+    /// The kernel writes here.
+    pub header: tsumugi_abi::kn::ThmbHeader,
+    /// Library space.
+    pub rest: [u64; 32],
+}
+
+const _: () = assert!(core::mem::align_of::<Thmb>() as u64 == THMB_ALIGN);
+
+/// A 64 KiB upcall stack.
+#[repr(C, align(16))]
+pub struct Stack(pub [u8; 64 * 1024]);
+
+/// Registers `handler` with one vCPU, the given ring and upcall stack.
+pub fn register(handler: extern "C" fn(u64, u64, u64, u64) -> !, ring: *mut Ring, stack: *mut Stack) -> sys::SysResult {
+    // SAFETY: the caller passes statics that outlive the program; the header is initialised
+    // before the kernel reads it.
+    unsafe {
+        (*ring).header.capacity = SLOTS as u64;
+        (*ring).header.head = 0;
+        (*ring).header.tail = 0;
+    }
+    static STACK_TOPS: [AtomicU64; 1] = [AtomicU64::new(0)];
+    STACK_TOPS[0].store(stack as u64 + core::mem::size_of::<Stack>() as u64, Ordering::Relaxed);
+    let reg = Registration {
+        handler: handler as usize as u64,
+        ring: ring as u64,
+        upcall_stacks: STACK_TOPS.as_ptr() as u64,
+        vcpus: 1,
+    };
+    sys::kn_register(&reg)
+}
+
+/// Spins until at least `ticks` timer ticks have passed (long enough to be preempted).
+pub fn spin_ticks(ticks: usize) {
+    let start = sys::clock(libuthread::Clock::Ticks).unwrap_or(0);
+    while sys::clock(libuthread::Clock::Ticks).unwrap_or(0) < start + ticks {
+        core::hint::spin_loop();
+    }
+}
