@@ -69,6 +69,13 @@ pub fn kernel_main(info: &'static BootInfo) -> ! {
         panic!("interrupt set-up failed: {why}");
     }
     let cal = arch::timer::init(TICK_HZ);
+    let (fp_kind, fp_size) = arch::fpu::init_this_cpu(&features);
+    match bootopt::get(cmdline, bootopt::FPU) {
+        Some("eager") => crate::fpu::set_eager(true),
+        Some("lazy") | None => {}
+        Some(other) => println!("ignoring fpu={other}: valid values are lazy, eager"),
+    }
+    println!("fpu: {fp_kind:?}, {fp_size}-byte save area, {} switching", if crate::fpu::eager() { "eager" } else { "lazy" });
     println!("timer: {} Hz tick, cycle counter {} MHz, tick timer {} kHz", TICK_HZ, cal.cycles_hz / 1_000_000, cal.timer_hz / 1000);
 
     let initrd = info.initrd.map(|(start, end)| {

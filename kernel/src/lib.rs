@@ -25,6 +25,8 @@ pub mod console_input;
 #[cfg(target_os = "none")]
 pub mod domain;
 #[cfg(target_os = "none")]
+pub mod fpu;
+#[cfg(target_os = "none")]
 pub mod kn;
 #[cfg(target_os = "none")]
 pub mod panic;

@@ -47,6 +47,16 @@ pub fn send_ipi(index: usize, ipi: Ipi) {
     arch::interrupts::send_ipi(id, vector);
 }
 
+/// Asks CPU `index` to save its FP owner's registers (`fpu.rs`).
+pub fn send_fpu_save(index: usize) {
+    scheduler::this_cpu().counters.bump(tsumugi_abi::stats::Counter::IpisSent);
+    if let Some(id) = HW_IDS.get(index).map(|a| a.load(Ordering::Relaxed)) {
+        if id != u32::MAX {
+            arch::interrupts::send_ipi(id, arch::trap::FPU_SAVE_VECTOR);
+        }
+    }
+}
+
 /// Makes CPU `index` enter the kernel soon (to notice a kill or a view change).
 pub fn kick(index: usize) {
     if index != arch::cpu::cpu_index() {

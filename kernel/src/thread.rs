@@ -97,6 +97,8 @@ pub struct Thread {
     /// The vCPU of its Kernel-Notification program this thread currently is (`NOT_A_VCPU`
     /// otherwise).
     pub vcpu: AtomicUsize,
+    /// FP/SIMD state (lazy switching, `fpu.rs`).
+    pub fp: crate::fpu::ThreadFp,
     /// The view (guarded: grants and revokes by other threads change it).
     view: Mutex<ViewSlot>,
     /// Kernel stack, taken when the thread has ended and a CPU has left it.
@@ -140,6 +142,7 @@ impl Thread {
             killed: AtomicBool::new(false),
             ltn: AtomicU64::new(0),
             vcpu: AtomicUsize::new(NOT_A_VCPU),
+            fp: crate::fpu::ThreadFp::new(),
             view: Mutex::new(ViewSlot { current: view.map(|(v, _)| v), stale: Vec::new() }),
             stack: Mutex::new(Some(stack)),
             stack_top,

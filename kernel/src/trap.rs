@@ -49,8 +49,10 @@ pub fn handle(frame: &mut TrapFrame) {
                     scheduler::this_cpu().counters.bump(Counter::ShootdownsReceived);
                     scheduler::reload_current_root();
                 }
+                IpiKind::FpuSave => crate::fpu::serve_request(),
             }
         }
+        Trap::FpuDisabled if frame.from_user() => crate::fpu::on_trap(),
         Trap::Spurious(_) => {
             SPURIOUS.fetch_add(1, Ordering::Relaxed);
         }

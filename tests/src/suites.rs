@@ -152,7 +152,25 @@ pub fn for_arch(arch: &str) -> Option<Vec<Suite>> {
 
 /// x86_64 suites whose mechanisms the other ports do not have yet (Kernel Notification needs
 /// the LTN register and upcalls of each port).
-pub const NOT_YET_PORTED: &[&str] = &["kn", "kn-smp4"];
+pub const NOT_YET_PORTED: &[&str] = &["kn", "kn-smp4", "fpu", "fpu-smp4", "fpu-eager-smp4"];
+
+/// FP/SIMD state and the red zone across preemption: SSE computations on many threads (half of
+/// them never touching FP) must be bit-exact, with lazy (or `eager`) FP switching.
+pub fn fpu_suite(name: &'static str, smp: u8, mode: &str) -> Suite {
+    Suite {
+        name,
+        smp,
+        boot_words: format!("{}={mode} {}=fp_threads,redzone", bootopt::FPU, bootopt::RUN),
+        timeout: KERNEL_SUITE_TIMEOUT,
+        expected: Expected::Status(0),
+        checks: vec![
+            Check::DomainExited { program: "fp_threads".to_string(), status: 0 },
+            Check::LogContains(": 0 wrong results;".to_string()),
+            Check::DomainExited { program: "redzone".to_string(), status: 0 },
+            Check::Halting(0),
+        ],
+    }
+}
 
 /// Kernel Notification mechanics without a thread library: LTN forgery (own code, kernel
 /// memory), the LTN = 0 critical section, a fault in the handler, a blocking syscall that hands
@@ -189,6 +207,9 @@ pub fn x86_64() -> Vec<Suite> {
         sched_suite("sched-smp4", SMP_SUITE_CPUS),
         kn_suite("kn", 1),
         kn_suite("kn-smp4", SMP_SUITE_CPUS),
+        fpu_suite("fpu", 1, "lazy"),
+        fpu_suite("fpu-smp4", SMP_SUITE_CPUS, "lazy"),
+        fpu_suite("fpu-eager-smp4", SMP_SUITE_CPUS, "eager"),
         Suite {
             name: "panic-report",
             smp: 1,
@@ -407,6 +428,9 @@ mod tests {
                 "sched-smp4",
                 "kn",
                 "kn-smp4",
+                "fpu",
+                "fpu-smp4",
+                "fpu-eager-smp4",
                 "panic-report",
                 "exception-report",
                 "hang-timeout"

@@ -5,6 +5,7 @@ pub mod acpi;
 pub mod boot;
 pub mod context;
 pub mod cpu;
+pub mod fpu;
 pub mod interrupts;
 pub mod layout;
 pub mod paging;

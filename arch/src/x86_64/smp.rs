@@ -165,8 +165,9 @@ pub fn start_cpu(hw_id: u32, params: &StartParams, write_phys: &dyn Fn(u64, &[u8
 /// Everything a newly started CPU needs from the port before it can run threads: control
 /// registers, GDT/TSS/GS, IDT and syscall MSRs, its local APIC and timer tick.
 pub fn init_this_cpu(index: usize, tick_hz: u64) {
-    super::cpu::init_other_cpu(index);
+    let features = super::cpu::init_other_cpu(index);
     super::tlb::enable_tags_on_this_cpu();
+    super::fpu::init_this_cpu(&features);
     super::trap::load_on_this_cpu();
     super::interrupts::enable_local_apic();
     super::timer::start_periodic(tick_hz);

@@ -60,6 +60,9 @@ const _: () = assert!(offset_of!(TrapFrame, cs) == 18 * 8);
 /// What the manuals call the instruction pointer (for reports).
 pub const IP_REGISTER: &str = "rip";
 
+/// Vector of #NM, "device not available": an FP instruction with CR0.TS set.
+const DEVICE_NOT_AVAILABLE: u8 = 7;
+
 /// Pseudo-vector recorded in frames built by the `syscall` entry.
 pub const SYSCALL_VECTOR: u64 = 0x100;
 /// Vector of the local APIC timer.
@@ -72,6 +75,9 @@ pub const RESCHEDULE_VECTOR: u8 = 0xf0;
 pub const KICK_VECTOR: u8 = 0xf1;
 /// Vector of the "TLB shoot-down" inter-processor interrupt.
 pub const SHOOTDOWN_VECTOR: u8 = 0xf2;
+
+/// Vector of the "save your FP owner's registers" inter-processor interrupt.
+pub const FPU_SAVE_VECTOR: u8 = 0xf3;
 
 /// Vector of the local APIC's spurious interrupt.
 pub const SPURIOUS_VECTOR: u8 = 0xff;
@@ -104,6 +110,8 @@ pub enum IpiKind {
     Kick,
     /// Shoot down TLB entries.
     Shootdown,
+    /// Save the FP registers of this CPU's FP owner (another CPU wants that thread's state).
+    FpuSave,
 }
 
 /// Why the kernel was entered, in words every port shares.
@@ -113,6 +121,8 @@ pub enum Trap {
     Syscall,
     /// The timer tick.
     Timer,
+    /// An FP/SIMD instruction while FP access is off (lazy FP switching).
+    FpuDisabled,
     /// A page fault at `address`; `present` says the page was mapped (a rights violation).
     PageFault {
         /// The faulting address.
@@ -243,6 +253,8 @@ impl TrapFrame {
             RESCHEDULE_VECTOR => Trap::Ipi(IpiKind::Reschedule),
             KICK_VECTOR => Trap::Ipi(IpiKind::Kick),
             SHOOTDOWN_VECTOR => Trap::Ipi(IpiKind::Shootdown),
+            FPU_SAVE_VECTOR => Trap::Ipi(IpiKind::FpuSave),
+            DEVICE_NOT_AVAILABLE => Trap::FpuDisabled,
             14 => {
                 let e = self.error_code;
                 let access = if e & pf::INSTRUCTION != 0 {

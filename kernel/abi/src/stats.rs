@@ -27,11 +27,17 @@ pub enum Counter {
     Preemptions = 8,
     /// Inter-processor interrupts sent (all kinds).
     IpisSent = 9,
+    /// FP-disabled traps taken (lazy FP switching).
+    FpTraps = 10,
+    /// FP register saves into a thread's area.
+    FpSaves = 11,
+    /// FP register restores from a thread's area.
+    FpRestores = 12,
 }
 
 impl Counter {
     /// Number of counters.
-    pub const COUNT: usize = 10;
+    pub const COUNT: usize = 13;
     /// Every counter in copy order.
     pub const ALL: [Counter; Counter::COUNT] = [
         Counter::ContextSwitches,
@@ -44,6 +50,9 @@ impl Counter {
         Counter::Ticks,
         Counter::Preemptions,
         Counter::IpisSent,
+        Counter::FpTraps,
+        Counter::FpSaves,
+        Counter::FpRestores,
     ];
 
     /// Short name for tables.
@@ -59,6 +68,9 @@ impl Counter {
             Counter::Ticks => "ticks",
             Counter::Preemptions => "preemptions",
             Counter::IpisSent => "ipis",
+            Counter::FpTraps => "fp-traps",
+            Counter::FpSaves => "fp-saves",
+            Counter::FpRestores => "fp-restores",
         }
     }
 }

@@ -292,6 +292,7 @@ fn switch_to(cpu: &Cpu, prev_ptr: *mut Thread, next: Arc<Thread>, then: Then) {
         prev.ltn.store(arch::cpu::user_ltn(), Ordering::Relaxed);
     }
     arch::cpu::set_user_ltn(next.ltn.load(Ordering::Relaxed));
+    crate::fpu::switch_to(&next);
     cpu.slice_start.store(TICKS.load(Ordering::Relaxed), Ordering::Relaxed);
     let next_ctx = next.context.get();
     cpu.current.store(Arc::into_raw(next) as *mut Thread, Ordering::Relaxed);
@@ -372,6 +373,7 @@ pub fn finish_switch() {
             // Now that no CPU is on its stack, the thread's end can be counted: the domain
             // finishes (and its waiters learn so) only with every stack given back.
             prev.release_stack();
+            crate::fpu::thread_ended(&prev);
             if let Some(d) = &prev.domain {
                 d.thread_ended(prev.exit_value());
             }

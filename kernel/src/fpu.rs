@@ -1,0 +1,218 @@
+//! Lazy FP/SIMD switching. The kernel neither saves nor restores FP state on a thread switch:
+//! it turns FP access off (unless the next thread already owns this CPU's FP registers) and
+//! saves the previous owner's registers only when another thread touches FP (the FP-disabled
+//! trap). Each CPU has one FP owner; a thread's live registers may stay on a CPU it left, and
+//! if it runs on another CPU and touches FP there, that CPU asks the first to save them
+//! (an inter-processor request, served at once if the first is waiting itself).
+//!
+//! `fpu=eager` keeps the baseline for comparison: save and restore at every switch.
+
+use alloc::alloc::{alloc_zeroed, dealloc, Layout};
+use alloc::sync::Arc;
+use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
+use spin::Mutex;
+use tsumugi_abi::stats::Counter;
+
+use crate::sched::scheduler::{self, MAX_CPUS};
+use crate::thread::Thread;
+
+/// `Thread::fp_live_on` of a thread whose registers are on no CPU.
+pub const NOWHERE: usize = usize::MAX;
+
+/// A thread's FP save area (aligned as the save instructions need).
+pub struct FpArea {
+    ptr: *mut u8,
+    layout: Layout,
+}
+
+// SAFETY: the area is plain memory owned by one thread's record, touched under its lock.
+unsafe impl Send for FpArea {}
+
+impl FpArea {
+    fn new() -> Option<FpArea> {
+        let layout = Layout::from_size_align(arch::fpu::area_size(), arch::fpu::AREA_ALIGN).ok()?;
+        // SAFETY: the layout has a non-zero size.
+        let ptr = unsafe { alloc_zeroed(layout) };
+        (!ptr.is_null()).then_some(FpArea { ptr, layout })
+    }
+}
+
+impl Drop for FpArea {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `new` with this layout.
+        unsafe { dealloc(self.ptr, self.layout) };
+    }
+}
+
+/// Per-thread FP state, kept in the thread record.
+pub struct ThreadFp {
+    /// Saved registers (made at the first save).
+    area: Mutex<Option<FpArea>>,
+    /// The CPU whose registers hold this thread's live state, or [`NOWHERE`].
+    live_on: AtomicUsize,
+}
+
+impl ThreadFp {
+    /// No state yet.
+    pub const fn new() -> Self {
+        ThreadFp { area: Mutex::new(None), live_on: AtomicUsize::new(NOWHERE) }
+    }
+}
+
+impl Default for ThreadFp {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// One CPU's FP bookkeeping.
+struct CpuFp {
+    /// The thread whose registers are loaded here (a leaked `Arc`), or null.
+    owner: AtomicPtr<Thread>,
+    /// Another CPU asks this one to save its owner's registers.
+    request: AtomicBool,
+}
+
+#[allow(clippy::declare_interior_mutable_const)]
+const CPU_FP: CpuFp = CpuFp { owner: AtomicPtr::new(core::ptr::null_mut()), request: AtomicBool::new(false) };
+static CPUS: [CpuFp; MAX_CPUS] = [CPU_FP; MAX_CPUS];
+static EAGER: AtomicBool = AtomicBool::new(false);
+
+/// Chooses lazy (default) or eager switching.
+pub fn set_eager(eager: bool) {
+    EAGER.store(eager, Ordering::Relaxed);
+}
+
+/// Whether the eager baseline is on.
+pub fn eager() -> bool {
+    EAGER.load(Ordering::Relaxed)
+}
+
+fn counters() -> &'static crate::stats::Counters {
+    &scheduler::this_cpu().counters
+}
+
+/// Saves the registers of this CPU's owner into its area and forgets the owner. FP access
+/// is left on.
+fn save_owner(cpu: usize) {
+    let owner = CPUS[cpu].owner.swap(core::ptr::null_mut(), Ordering::AcqRel);
+    if owner.is_null() {
+        return;
+    }
+    // SAFETY: `owner` is a leaked Arc taken out of the slot; we own that count now.
+    let owner = unsafe { Arc::from_raw(owner) };
+    arch::fpu::enable();
+    {
+        let mut area = owner.fp.area.lock();
+        if area.is_none() {
+            *area = FpArea::new();
+        }
+        if let Some(a) = area.as_ref() {
+            // SAFETY: the area has the size and alignment the save instruction needs; FP is on.
+            unsafe { arch::fpu::save(a.ptr) };
+            counters().bump(Counter::FpSaves);
+        }
+    }
+    owner.fp.live_on.store(NOWHERE, Ordering::Release);
+}
+
+/// Serves another CPU's request to save this CPU's owner (from the IPI or while spinning).
+pub fn serve_request() {
+    let cpu = arch::cpu::cpu_index();
+    if CPUS[cpu].request.swap(false, Ordering::AcqRel) {
+        save_owner(cpu);
+        arch::fpu::disable();
+        // The thread running here (if it was the owner) traps at its next FP use and gets its
+        // registers back from the area.
+    }
+}
+
+/// Makes sure `t`'s live registers are in its area (asking the CPU that holds them).
+fn pull(t: &Thread) {
+    let me = arch::cpu::cpu_index();
+    loop {
+        let on = t.fp.live_on.load(Ordering::Acquire);
+        if on == NOWHERE || on == me {
+            return;
+        }
+        CPUS[on].request.store(true, Ordering::Release);
+        crate::smp::send_fpu_save(on);
+        while t.fp.live_on.load(Ordering::Acquire) == on {
+            serve_request();
+            arch::cpu::spin_hint();
+        }
+    }
+}
+
+/// Loads `t`'s registers here (from its area, or fresh) and makes it the owner.
+fn take_ownership(t: &Arc<Thread>) {
+    let cpu = arch::cpu::cpu_index();
+    pull(t);
+    arch::fpu::enable();
+    let restored = {
+        let area = t.fp.area.lock();
+        match area.as_ref() {
+            // SAFETY: a state saved by `save` into an area of the right size and alignment.
+            Some(a) => unsafe {
+                arch::fpu::restore(a.ptr);
+                true
+            },
+            None => false,
+        }
+    };
+    if restored {
+        counters().bump(Counter::FpRestores);
+    } else {
+        arch::fpu::reset();
+    }
+    t.fp.live_on.store(cpu, Ordering::Release);
+    CPUS[cpu].owner.store(Arc::into_raw(t.clone()) as *mut Thread, Ordering::Release);
+}
+
+/// The FP-disabled trap: the running thread touched FP. Saves the previous owner (if any),
+/// loads this thread's registers, and lets it retry the instruction.
+pub fn on_trap() {
+    counters().bump(Counter::FpTraps);
+    let cpu = arch::cpu::cpu_index();
+    let Some(me) = scheduler::current() else { return };
+    if CPUS[cpu].owner.load(Ordering::Acquire) == Arc::as_ptr(&me) as *mut Thread {
+        arch::fpu::enable();
+        return;
+    }
+    save_owner(cpu);
+    take_ownership(&me);
+}
+
+/// At a switch to `next` on this CPU: FP access on only if `next` owns the registers here
+/// (lazy), or save/restore now (eager, for threads that used FP).
+pub fn switch_to(next: &Arc<Thread>) {
+    let cpu = arch::cpu::cpu_index();
+    let owner = CPUS[cpu].owner.load(Ordering::Acquire);
+    if owner == Arc::as_ptr(next) as *mut Thread {
+        arch::fpu::enable();
+        return;
+    }
+    if eager() && (next.fp.area.lock().is_some() || next.fp.live_on.load(Ordering::Acquire) != NOWHERE) {
+        save_owner(cpu);
+        take_ownership(next);
+        return;
+    }
+    if eager() {
+        save_owner(cpu);
+    }
+    arch::fpu::disable();
+}
+
+/// A thread ended on this CPU: if it owns the registers here, forget it (nothing to save).
+pub fn thread_ended(t: &Thread) {
+    let cpu = arch::cpu::cpu_index();
+    let owner = CPUS[cpu].owner.load(Ordering::Acquire);
+    if owner == t as *const Thread as *mut Thread {
+        let p = CPUS[cpu].owner.swap(core::ptr::null_mut(), Ordering::AcqRel);
+        if !p.is_null() {
+            // SAFETY: a leaked Arc taken out of the slot.
+            drop(unsafe { Arc::from_raw(p) });
+        }
+        arch::fpu::disable();
+    }
+}
