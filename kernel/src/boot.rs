@@ -70,6 +70,7 @@ pub fn kernel_main(info: &'static BootInfo) -> ! {
     }
     let cal = arch::timer::init(TICK_HZ);
     let (fp_kind, fp_size) = arch::fpu::init_this_cpu(&features);
+    arch::pmu::init_this_cpu();
     match bootopt::get(cmdline, bootopt::FPU) {
         Some("eager") => crate::fpu::set_eager(true),
         Some("lazy") | None => {}

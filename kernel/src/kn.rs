@@ -193,6 +193,11 @@ fn start_activation(domain: &Arc<Domain>, view: ViewId, vcpu: usize, handler: u6
 }
 
 fn count_upcall(domain: &Domain, kind: u64) {
+    crate::sched::scheduler::with_current(|t| {
+        if let Some(t) = t {
+            t.perf.tally(tsumugi_abi::perf::Event::Upcalls);
+        }
+    });
     if let Some(kn) = domain.kn.lock().as_mut() {
         if let Some(c) = kn.upcalls.get_mut(kind as usize) {
             *c += 1;

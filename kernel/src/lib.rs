@@ -31,6 +31,8 @@ pub mod kn;
 #[cfg(target_os = "none")]
 pub mod panic;
 #[cfg(target_os = "none")]
+pub mod perf;
+#[cfg(target_os = "none")]
 pub mod selftest;
 #[cfg(target_os = "none")]
 pub mod smp;

@@ -66,6 +66,11 @@ pub fn dispatch(frame: &mut TrapFrame) {
             Syscall::VcpuUnpark => crate::kn::unpark(&me(), a[0]),
             Syscall::SetLtn => set_ltn(a[0] as u64),
             Syscall::ConsoleRead => console_read(frame, a[0] as u64, a[1] as u64),
+            Syscall::PerfOpen => crate::perf::open(&me(), a[0]),
+            Syscall::PerfStart => crate::perf::start(&me(), a[0]),
+            Syscall::PerfStop => crate::perf::stop(&me(), a[0]),
+            Syscall::PerfRead => crate::perf::read(&me(), a[0]),
+            Syscall::PerfClose => crate::perf::close(&me(), a[0]),
         },
     };
     frame.set_syscall_result(encode_result(result));

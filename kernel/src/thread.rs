@@ -99,6 +99,8 @@ pub struct Thread {
     pub vcpu: AtomicUsize,
     /// FP/SIMD state (lazy switching, `fpu.rs`).
     pub fp: crate::fpu::ThreadFp,
+    /// Performance counters (`perf.rs`).
+    pub perf: crate::perf::ThreadPerf,
     /// The view (guarded: grants and revokes by other threads change it).
     view: Mutex<ViewSlot>,
     /// Kernel stack, taken when the thread has ended and a CPU has left it.
@@ -143,6 +145,7 @@ impl Thread {
             ltn: AtomicU64::new(0),
             vcpu: AtomicUsize::new(NOT_A_VCPU),
             fp: crate::fpu::ThreadFp::new(),
+            perf: crate::perf::ThreadPerf::new(),
             view: Mutex::new(ViewSlot { current: view.map(|(v, _)| v), stale: Vec::new() }),
             stack: Mutex::new(Some(stack)),
             stack_top,

@@ -332,7 +332,7 @@ pub fn sched_suite(name: &'static str, smp: u8) -> Suite {
     Suite {
         name,
         smp,
-        boot_words: format!("{}=affinity,preempt,starvation,shootdown,schedstat", bootopt::RUN),
+        boot_words: format!("{}=affinity,preempt,starvation,shootdown,perf_test,schedstat", bootopt::RUN),
         timeout: KERNEL_SUITE_TIMEOUT,
         expected: Expected::Status(0),
         checks: vec![
@@ -341,6 +341,7 @@ pub fn sched_suite(name: &'static str, smp: u8) -> Suite {
             exited("preempt"),
             exited("starvation"),
             Check::DomainKilled { program: "shootdown".to_string(), reason: "page fault: read of memory outside the view at 0x".to_string() },
+            exited("perf_test"),
             exited("schedstat"),
             Check::Halting(0),
         ],

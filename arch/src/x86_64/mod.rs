@@ -9,6 +9,7 @@ pub mod fpu;
 pub mod interrupts;
 pub mod layout;
 pub mod paging;
+pub mod pmu;
 pub mod serial;
 pub mod smp;
 pub mod timer;

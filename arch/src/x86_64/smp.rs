@@ -168,6 +168,7 @@ pub fn init_this_cpu(index: usize, tick_hz: u64) {
     let features = super::cpu::init_other_cpu(index);
     super::tlb::enable_tags_on_this_cpu();
     super::fpu::init_this_cpu(&features);
+    super::pmu::init_this_cpu();
     super::trap::load_on_this_cpu();
     super::interrupts::enable_local_apic();
     super::timer::start_periodic(tick_hz);

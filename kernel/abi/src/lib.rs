@@ -11,6 +11,7 @@ pub mod bootopt;
 pub mod exit;
 pub mod kn;
 pub mod log;
+pub mod perf;
 pub mod stats;
 pub mod syscall;
 

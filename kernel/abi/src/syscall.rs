@@ -69,6 +69,17 @@ pub enum Syscall {
     /// `console_read(buf, len) -> n`: reads at least one byte from the console, blocking
     /// until one arrives.
     ConsoleRead = 22,
+    /// `perf_open(event) -> handle`: a per-thread counter for `perf::Event`, stopped at 0;
+    /// `ENOTSUP` if the machine cannot count it.
+    PerfOpen = 23,
+    /// `perf_start(handle) -> 0`.
+    PerfStart = 24,
+    /// `perf_stop(handle) -> 0`.
+    PerfStop = 25,
+    /// `perf_read(handle) -> value`.
+    PerfRead = 26,
+    /// `perf_close(handle) -> 0`.
+    PerfClose = 27,
 }
 
 /// Rights bits of region syscalls.
@@ -109,7 +120,7 @@ pub struct ViewEntry {
 
 impl Syscall {
     /// Every syscall, in number order.
-    pub const ALL: [Syscall; 23] = [
+    pub const ALL: [Syscall; 28] = [
         Syscall::Exit,
         Syscall::ConsoleWrite,
         Syscall::Clock,
@@ -133,6 +144,11 @@ impl Syscall {
         Syscall::VcpuUnpark,
         Syscall::SetLtn,
         Syscall::ConsoleRead,
+        Syscall::PerfOpen,
+        Syscall::PerfStart,
+        Syscall::PerfStop,
+        Syscall::PerfRead,
+        Syscall::PerfClose,
     ];
 
     /// Decodes a syscall number.
@@ -181,11 +197,13 @@ pub enum Errno {
     Perm = 6,
     /// No such thread.
     Srch = 7,
+    /// The machine cannot do this (e.g. count that event).
+    NotSup = 8,
 }
 
 impl Errno {
     /// Every error code.
-    pub const ALL: [Errno; 7] = [Errno::NoSys, Errno::Fault, Errno::Inval, Errno::NoMem, Errno::Again, Errno::Perm, Errno::Srch];
+    pub const ALL: [Errno; 8] = [Errno::NoSys, Errno::Fault, Errno::Inval, Errno::NoMem, Errno::Again, Errno::Perm, Errno::Srch, Errno::NotSup];
 
     /// The code's short name, as a C programmer would spell it.
     pub fn name(self) -> &'static str {
@@ -197,6 +215,7 @@ impl Errno {
             Errno::Again => "EAGAIN",
             Errno::Perm => "EPERM",
             Errno::Srch => "ESRCH",
+            Errno::NotSup => "ENOTSUP",
         }
     }
 }

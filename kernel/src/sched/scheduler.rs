@@ -270,6 +270,11 @@ fn switch_to(cpu: &Cpu, prev_ptr: *mut Thread, next: Arc<Thread>, then: Then) {
     }
     next.on_cpu.store(true, Ordering::Relaxed);
     next.set_state(State::Running);
+    next.perf.tally(tsumugi_abi::perf::Event::ContextSwitches);
+    // SAFETY (of the dereference): prev is the current thread, alive while it runs here.
+    if let Some(prev) = unsafe { prev_ptr.as_ref() } {
+        crate::perf::switch_out(prev);
+    }
     next.last_cpu.store(arch::cpu::cpu_index(), Ordering::Relaxed);
     cpu.counters.bump(Counter::ContextSwitches);
     if let Some(d) = &next.domain {
@@ -279,11 +284,17 @@ fn switch_to(cpu: &Cpu, prev_ptr: *mut Thread, next: Arc<Thread>, then: Then) {
         0 => KERNEL_ROOT.load(Ordering::Relaxed),
         r => r,
     };
+    let flushes_before = cpu.counters.get(Counter::TlbFlushes);
     if load_root(cpu, root) {
         if let Some(d) = &next.domain {
             d.counters.bump(Counter::ViewSwitches);
         }
+        next.perf.tally(tsumugi_abi::perf::Event::ViewSwitches);
+        if cpu.counters.get(Counter::TlbFlushes) != flushes_before {
+            next.perf.tally(tsumugi_abi::perf::Event::TlbFlushes);
+        }
     }
+    crate::perf::switch_in(&next);
     next.drop_stale_views();
     arch::cpu::set_kernel_stack(next.kernel_stack_top());
     // The user LTN register belongs to the thread: park the old one's, load the new one's.

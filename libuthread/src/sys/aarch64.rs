@@ -27,3 +27,20 @@ pub unsafe fn syscall6(number: usize, args: [usize; 6]) -> usize {
     }
     ret
 }
+
+/// Reads the LTN register (`TPIDR_EL0`).
+#[inline(always)]
+pub fn ltn_read() -> usize {
+    let v: usize;
+    // SAFETY: reads a register. Rust code on this target has no thread-locals, so `TPIDR_EL0`
+    // is the LTN register alone; the kernel keeps it per thread.
+    unsafe { core::arch::asm!("mrs {}, tpidr_el0", out(reg) v, options(nomem, nostack, preserves_flags)) };
+    v
+}
+
+/// Writes the LTN register (`TPIDR_EL0`).
+#[inline(always)]
+pub fn ltn_write(v: usize) {
+    // SAFETY: as for `ltn_read`; EL0 may write TPIDR_EL0, and nothing else in user mode uses it.
+    unsafe { core::arch::asm!("msr tpidr_el0, {}", in(reg) v, options(nomem, nostack, preserves_flags)) };
+}

@@ -17,6 +17,10 @@ mod imp;
 pub use imp::syscall6;
 #[cfg(target_arch = "x86_64")]
 pub use imp::{ltn_read, ltn_write};
+#[cfg(target_arch = "riscv64")]
+pub use imp::{ltn_read, ltn_write};
+#[cfg(target_arch = "aarch64")]
+pub use imp::{ltn_read, ltn_write};
 
 /// The result of a syscall: a value, or an error code (`None` when the kernel returned a code
 /// this library does not know).
@@ -237,4 +241,30 @@ pub fn set_ltn(v: usize) -> SysResult {
 /// Reads console input, blocking until at least one byte arrives.
 pub fn console_read(buf: &mut [u8]) -> SysResult {
     call(Syscall::ConsoleRead as usize, [buf.as_mut_ptr() as usize, buf.len(), 0, 0, 0, 0])
+}
+
+/// Opens a per-thread counter for `event`; `Err(Some(Errno::NotSup))` if the machine cannot
+/// count it.
+pub fn perf_open(event: tsumugi_abi::perf::Event) -> SysResult {
+    call(Syscall::PerfOpen as usize, [event as usize, 0, 0, 0, 0, 0])
+}
+
+/// Starts counter `h`.
+pub fn perf_start(h: usize) -> SysResult {
+    call(Syscall::PerfStart as usize, [h, 0, 0, 0, 0, 0])
+}
+
+/// Stops counter `h`.
+pub fn perf_stop(h: usize) -> SysResult {
+    call(Syscall::PerfStop as usize, [h, 0, 0, 0, 0, 0])
+}
+
+/// Reads counter `h`.
+pub fn perf_read(h: usize) -> SysResult {
+    call(Syscall::PerfRead as usize, [h, 0, 0, 0, 0, 0])
+}
+
+/// Closes counter `h`.
+pub fn perf_close(h: usize) -> SysResult {
+    call(Syscall::PerfClose as usize, [h, 0, 0, 0, 0, 0])
 }

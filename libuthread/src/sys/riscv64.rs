@@ -26,3 +26,20 @@ pub unsafe fn syscall6(number: usize, args: [usize; 6]) -> usize {
     }
     ret
 }
+
+/// Reads the LTN register (`tp`).
+#[inline(always)]
+pub fn ltn_read() -> usize {
+    let v: usize;
+    // SAFETY: reads a register. Rust code on this target never uses `tp` (no thread-locals),
+    // so it is the LTN register alone.
+    unsafe { core::arch::asm!("mv {}, tp", out(reg) v, options(nomem, nostack, preserves_flags)) };
+    v
+}
+
+/// Writes the LTN register (`tp`).
+#[inline(always)]
+pub fn ltn_write(v: usize) {
+    // SAFETY: as for `ltn_read`; the kernel keeps `tp` per thread across traps.
+    unsafe { core::arch::asm!("mv tp, {}", in(reg) v, options(nomem, nostack, preserves_flags)) };
+}

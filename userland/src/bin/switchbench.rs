@@ -52,9 +52,9 @@ fn main() -> i32 {
         println!("switchbench: FAILED: a phase could not run");
         return 1;
     };
-    for (name, (cycles, switches, views, flushes)) in [("same view", same), ("two views", diff)] {
+    for (name, (cycles, switches, views, flushes)) in [("same_view", same), ("two_views", diff)] {
         println!(
-            "switchbench: {name}: {switches} switches, {views} view switches, {flushes} tlb flushes, {} cycles/switch",
+            "BENCH table=kernel_switch row={name} switches={switches} view_switches={views} tlb_flushes={flushes} cycles_per_switch={}",
             cycles / switches.max(1)
         );
     }
