@@ -1,10 +1,12 @@
-//! `cargo xtask`: Tsumugi's host tooling (set up, build, boot, test, debug), one module per command.
+//! `cargo xtask`: Tsumugi's host tooling (set up, build, boot, test, benchmark, debug), one module per command.
 #![forbid(unsafe_code)]
 
 mod arch;
+mod bench;
 mod build;
 mod cmd;
 mod gdb;
+mod image;
 mod qemu;
 mod run;
 mod setup;
@@ -36,6 +38,10 @@ enum Command {
     Run(run::RunArgs),
     /// Run the host tests and every QEMU test suite (what CI runs).
     Test(test::TestArgs),
+    /// Build (release), run the benchmark programs in QEMU and criterion on the host; print the
+    /// tables and write CSV and SVG charts under target/bench.
+    #[command(after_long_help = bench::HELP)]
+    Bench(bench::BenchArgs),
     /// Like run, but QEMU waits for gdb on :1234 before the first instruction.
     Gdb(gdb::GdbArgs),
 }
@@ -47,6 +53,7 @@ fn main() -> ExitCode {
         Command::Build(args) => build::run(args),
         Command::Run(args) => run::run(args),
         Command::Test(args) => test::run(args),
+        Command::Bench(args) => bench::run(args),
         Command::Gdb(args) => gdb::run(args),
     };
     match result {
