@@ -6,7 +6,6 @@ mod bench;
 mod build;
 mod cmd;
 mod gdb;
-mod image;
 mod qemu;
 mod run;
 mod setup;
