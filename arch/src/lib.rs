@@ -22,6 +22,10 @@ mod imp;
 #[path = "riscv64/mod.rs"]
 mod imp;
 
+#[cfg(all(target_arch = "aarch64", target_os = "none"))]
+#[path = "aarch64/mod.rs"]
+mod imp;
+
 #[cfg(not(target_os = "none"))]
 #[path = "hosted/mod.rs"]
 mod imp;

@@ -8,7 +8,7 @@ use core::sync::atomic::{AtomicUsize, Ordering};
 use arch::bootinfo::BootInfo;
 use tsumugi_abi::bootopt::{self, Crash};
 use tsumugi_abi::exit::{guest_status_for_program, STATUS_KERNEL_PANIC, STATUS_PROGRAM_KILLED};
-use tsumugi_abi::log::{DOMAIN, EXITED, GROUP, HALTING, KILLED};
+use tsumugi_abi::log::{DOMAIN, GROUP, HALTING};
 use tsumugi_abi::stats::Counter;
 
 use crate::domain::{Domain, Outcome};
@@ -225,16 +225,11 @@ fn start_program(initrd: Option<&Archive>, name: &str) -> Result<Arc<Domain>, u8
 /// Prints how a program ended; returns the guest status it stands for.
 fn report(domain: &Domain, outcome: Outcome) -> u8 {
     let (switches, views) = (domain.counters.get(Counter::ContextSwitches), domain.counters.get(Counter::ViewSwitches));
+    // The exit or kill line itself was printed by the domain when it finished.
+    println!("  domain {}: {} threads, {switches} switches, {views} view switches", domain.id, domain.thread_count());
     match outcome {
-        Outcome::Exited(code) => {
-            println!("{DOMAIN}{} {}{EXITED}{code}", domain.id, domain.name);
-            println!("  ({} threads, {switches} switches, {views} view switches)", domain.thread_count());
-            guest_status_for_program(code)
-        }
-        Outcome::Killed(why) => {
-            println!("{DOMAIN}{} {}{KILLED}{why}", domain.id, domain.name);
-            STATUS_PROGRAM_KILLED
-        }
+        Outcome::Exited(code) => guest_status_for_program(code),
+        Outcome::Killed(_) => STATUS_PROGRAM_KILLED,
     }
 }
 

@@ -11,6 +11,8 @@ use core::fmt;
 use core::sync::atomic::{AtomicU64, Ordering};
 use spin::Mutex;
 
+use tsumugi_abi::log::{DOMAIN, EXITED, KILLED};
+
 use crate::loader::{self, LoadError};
 use crate::mm::kernel_space::phys_to_virt;
 use crate::mm::region::RegionKind;
@@ -221,7 +223,7 @@ impl Domain {
     /// A thread of this domain ended with `value` (`None`: killed). The last one finishes the
     /// domain: its regions are released and waiters woken.
     pub fn thread_ended(&self, value: Option<usize>) {
-        let (regions, waiters, ids) = {
+        let (regions, ids, outcome) = {
             let mut inner = self.inner.lock();
             inner.live -= 1;
             if inner.live > 0 {
@@ -233,9 +235,15 @@ impl Domain {
                     None => Outcome::Killed(String::from("killed")),
                 });
             }
-            inner.finished = true;
-            (core::mem::take(&mut inner.regions), core::mem::take(&mut inner.waiters), core::mem::take(&mut inner.threads))
+            (core::mem::take(&mut inner.regions), core::mem::take(&mut inner.threads), inner.outcome.clone())
         };
+        // Say so now, before its addresses can be handed out again (the log's order is the
+        // order of events: tests check that programs alive at once never share addresses).
+        match outcome {
+            Some(Outcome::Exited(code)) => crate::println!("{DOMAIN}{} {}{EXITED}{code}", self.id, self.name),
+            Some(Outcome::Killed(why)) => crate::println!("{DOMAIN}{} {}{KILLED}{why}", self.id, self.name),
+            None => {}
+        }
         crate::kn::release(self);
         views::with(|s, m| {
             for id in regions {
@@ -243,6 +251,12 @@ impl Domain {
             }
         });
         thread::forget(&ids);
+        // Only now is the domain finished: whoever waits sees everything given back.
+        let waiters = {
+            let mut inner = self.inner.lock();
+            inner.finished = true;
+            core::mem::take(&mut inner.waiters)
+        };
         for w in waiters {
             thread::wake(w);
         }
@@ -300,6 +314,16 @@ impl Domain {
                 let _ = s.release_region(m, id);
             }
         });
+    }
+
+    /// How the domain ended (`None` while it runs).
+    pub fn outcome(&self) -> Option<Outcome> {
+        let inner = self.inner.lock();
+        if inner.finished {
+            inner.outcome.clone()
+        } else {
+            None
+        }
     }
 
     /// Threads made so far.

@@ -38,8 +38,8 @@ pub enum ExitReport {
     /// x86_64 `isa-debug-exit`: QEMU exits with `status * 2 + 1`; exit code 0 means the guest
     /// reset or powered off without reporting (with `-no-reboot`, a triple fault ends here).
     IsaDebugExit,
-    /// The exit code is the guest status (RISC-V test finisher / SBI SRST, Arm semihosting
-    /// `SYS_EXIT`); unverified until those ports exist.
+    /// The exit code is the guest status (RISC-V test finisher; Arm semihosting
+    /// `SYS_EXIT_EXTENDED` with `ADP_Stopped_ApplicationExit`; both measured with QEMU 7.2).
     Direct,
 }
 
@@ -59,8 +59,7 @@ impl Arch {
     /// Whether the kernel runs on this architecture yet.
     pub fn is_supported(self) -> bool {
         match self {
-            Arch::X86_64 => true,
-            Arch::Riscv64 | Arch::Aarch64 => false,
+            Arch::X86_64 | Arch::Riscv64 | Arch::Aarch64 => true,
         }
     }
 
@@ -96,9 +95,54 @@ impl Arch {
         match self {
             // Linked below 2 GiB for the 32-bit PVH trampoline (DESIGN §2), at a fixed address.
             Arch::X86_64 => &["-C", "relocation-model=static", "-C", "code-model=kernel"],
-            // Provisional until these ports exist.
+            // Linked at a fixed address in the top 2 GiB; `medany` reaches the whole image
+            // PC-relative from anywhere in it (the target's default, spelled out).
             Arch::Riscv64 => &["-C", "relocation-model=static", "-C", "code-model=medium"],
+            // Linked at a fixed address (KERNEL_BASE + physical, in the top 2 GiB); the small
+            // code model reaches the image PC-relative, and the boot code relies on exactly that
+            // to run at its physical address before the MMU is on.
             Arch::Aarch64 => &["-C", "relocation-model=static"],
+        }
+    }
+
+    /// Extra `rustc` flags for the user programs (and the crates they use), beyond those shared
+    /// with the kernel. The programs must be static position-independent executables (the
+    /// loader places them anywhere in the single address space); `x86_64-unknown-none` builds
+    /// them so by default, `riscv64gc-unknown-none-elf` defaults to static code and links
+    /// without `-pie`, so it needs the flags `x86_64-unknown-none` implies. RISC-V objects also
+    /// keep a `.L` label per PC-relative access in the symbol table (the relocations pair up
+    /// through them), which makes each program about 30 times larger than its code: the linker
+    /// drops them (`--discard-locals`).
+    pub fn user_rustflags(self) -> &'static [&'static str] {
+        match self {
+            Arch::X86_64 => &[],
+            // `aarch64-unknown-none` also defaults to static code linked without `-pie`.
+            Arch::Aarch64 => &[
+                "-C",
+                "relocation-model=pie",
+                "-C",
+                "link-arg=-pie",
+                "-C",
+                "link-arg=--no-dynamic-linker",
+                "-C",
+                "link-arg=-z",
+                "-C",
+                "link-arg=text",
+            ],
+            Arch::Riscv64 => &[
+                "-C",
+                "relocation-model=pie",
+                "-C",
+                "link-arg=-pie",
+                "-C",
+                "link-arg=--no-dynamic-linker",
+                "-C",
+                "link-arg=-z",
+                "-C",
+                "link-arg=text",
+                "-C",
+                "link-arg=--discard-locals",
+            ],
         }
     }
 
@@ -130,11 +174,16 @@ impl Arch {
                 "-bios".into(),
                 "default".into(),
             ],
-            Arch::Aarch64 => vec!["-machine".into(), "virt".into()],
+            // GICv3 rather than QEMU's default v2: system-register CPU interface and affinity
+            // routing, no 8-CPU limit (arch/src/aarch64/interrupts.rs).
+            Arch::Aarch64 => vec!["-machine".into(), "virt,gic-version=3".into()],
         };
         args.extend(["-accel".to_string(), accel.name().to_string()]);
         let cpu = match (self, accel) {
             (_, Accel::Kvm) => Some("host"),
+            // aarch64: `max` rather than a named core (cortex-a72 is Armv8.0): it has PAN (the
+            // kernel's SMAP analogue), 16-bit ASIDs and the later PMUv3 events, and QEMU's TCG
+            // runs it no slower, since the kernel uses no pointer authentication.
             (Arch::X86_64 | Arch::Aarch64, Accel::Tcg) => Some("max"),
             (Arch::Riscv64, Accel::Tcg) => None,
         };
@@ -142,6 +191,20 @@ impl Arch {
             args.extend(["-cpu".to_string(), cpu.to_string()]);
         }
         args
+    }
+
+    /// The file QEMU's `-kernel` gets instead of the kernel ELF `elf`, for architectures whose
+    /// QEMU loader needs another format (`cargo xtask build` writes it beside the ELF); `None`
+    /// boots the ELF itself. aarch64: QEMU 7.2 gives an ELF kernel neither the `-initrd` (it is
+    /// not even loaded) nor the device tree's address, but boots any other file with the Linux
+    /// arm64 protocol (initrd in `/chosen`, device tree in x0), so it gets the flat image of
+    /// the ELF, which starts with an arm64 Image header (arch/src/aarch64/boot.rs). The ELF
+    /// stays for gdb: both put the code at the same physical addresses.
+    pub fn flat_kernel_image(self, elf: &std::path::Path) -> Option<std::path::PathBuf> {
+        match self {
+            Arch::X86_64 | Arch::Riscv64 => None,
+            Arch::Aarch64 => Some(elf.with_extension("img")),
+        }
     }
 
     /// Devices through which the guest reports its exit status.
@@ -246,12 +309,56 @@ mod tests {
     }
 
     #[test]
-    fn only_x86_64_is_supported_and_says_so() {
-        assert_eq!(Arch::supported(), [Arch::X86_64]);
+    fn unsupported_architectures_say_so() {
+        assert!(Arch::supported().contains(&Arch::X86_64));
+        assert!(Arch::supported().contains(&Arch::Riscv64));
+        for arch in Arch::ALL {
+            match arch.require_supported() {
+                Ok(()) => assert!(arch.is_supported()),
+                Err(e) => assert!(e
+                    .to_string()
+                    .starts_with(&format!("{arch} is not yet supported (x86_64, riscv64"))),
+            }
+        }
+    }
+
+    #[test]
+    fn aarch64_machine_matches_design() {
+        use std::path::{Path, PathBuf};
         assert_eq!(
-            Arch::Riscv64.require_supported().unwrap_err().to_string(),
-            "riscv64 is not yet supported (x86_64 only for now)"
+            Arch::Aarch64.machine_args(Accel::Tcg).join(" "),
+            "-machine virt,gic-version=3 -accel tcg -cpu max"
         );
+        assert_eq!(
+            Arch::Aarch64.exit_device_args().join(" "),
+            "-semihosting-config enable=on,target=native"
+        );
+        // Semihosting SYS_EXIT_EXTENDED makes QEMU exit with the guest status itself.
+        assert_eq!(Arch::Aarch64.decode_exit(exited(0)), Outcome::Guest(0));
+        assert_eq!(Arch::Aarch64.decode_exit(exited(127)), Outcome::Guest(127));
+        assert!(Arch::Aarch64.user_rustflags().contains(&"link-arg=-pie"));
+        assert_eq!(
+            Arch::Aarch64.flat_kernel_image(Path::new("out/tsumugi")),
+            Some(PathBuf::from("out/tsumugi.img"))
+        );
+        assert_eq!(Arch::X86_64.flat_kernel_image(Path::new("out/tsumugi")), None);
+        assert_eq!(Arch::Riscv64.flat_kernel_image(Path::new("out/tsumugi")), None);
+    }
+
+    #[test]
+    fn riscv64_machine_matches_design() {
+        assert_eq!(
+            Arch::Riscv64.machine_args(Accel::Tcg).join(" "),
+            "-machine virt -bios default -accel tcg"
+        );
+        assert!(Arch::Riscv64.exit_device_args().is_empty());
+        // The test finisher makes QEMU exit with the guest status itself.
+        assert_eq!(Arch::Riscv64.decode_exit(exited(0)), Outcome::Guest(0));
+        assert_eq!(Arch::Riscv64.decode_exit(exited(127)), Outcome::Guest(127));
+        assert!(Arch::Riscv64
+            .user_rustflags()
+            .contains(&"relocation-model=pie"));
+        assert!(Arch::X86_64.user_rustflags().is_empty());
     }
 
     #[test]

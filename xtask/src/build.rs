@@ -116,6 +116,9 @@ pub fn build(tools: &Tools, arch: Arch, release: bool) -> Result<Artifacts> {
             kernel.display()
         );
     }
+    if let Some(image) = arch.flat_kernel_image(&kernel) {
+        crate::image::write_flat(&kernel, &image)?;
+    }
     let programs: Vec<(String, PathBuf)> = programs
         .into_iter()
         .map(|name| {
@@ -132,14 +135,18 @@ pub fn build(tools: &Tools, arch: Arch, release: bool) -> Result<Artifacts> {
     })
 }
 
-/// The cargo invocation shared by both builds: toolchain, flags, cleaned environment, `-Z` flags,
-/// target and target folder, after the subcommand.
-fn cross_cargo(tools: &Tools, arch: Arch, subcommand: &str) -> Cmd {
+/// The cargo invocation shared by both builds: toolchain, flags (plus `extra_rustflags`),
+/// cleaned environment, `-Z` flags, target and target folder, after the subcommand.
+fn cross_cargo(tools: &Tools, arch: Arch, subcommand: &str, extra_rustflags: &[&str]) -> Cmd {
     let toolchain = &tools.toolchain;
-    let rustflags = format!(
+    let mut rustflags = format!(
         "-C force-frame-pointers=yes -C linker={}",
         tools.linker.display()
     );
+    for flag in extra_rustflags {
+        rustflags.push(' ');
+        rustflags.push_str(flag);
+    }
     let mut cmd = Cmd::new(&toolchain.cargo)
         .current_dir(workspace_root())
         .env("RUSTC", &toolchain.rustc);
@@ -180,7 +187,7 @@ fn outer_cargo_variables() -> Vec<String> {
 
 /// `cargo build ... -p tsumugi-userland --features target --bins`.
 pub fn userland_command(tools: &Tools, arch: Arch, release: bool) -> Cmd {
-    let cmd = cross_cargo(tools, arch, "build").args([
+    let cmd = cross_cargo(tools, arch, "build", arch.user_rustflags()).args([
         "-p",
         USERLAND_PACKAGE,
         "--features",
@@ -196,7 +203,7 @@ pub fn userland_command(tools: &Tools, arch: Arch, release: bool) -> Cmd {
 
 /// `cargo rustc ... -p tsumugi-kernel --bin tsumugi --features image -- <kernel rustc args>`.
 pub fn kernel_command(tools: &Tools, arch: Arch, release: bool) -> Cmd {
-    let mut cmd = cross_cargo(tools, arch, "rustc").args([
+    let mut cmd = cross_cargo(tools, arch, "rustc", &[]).args([
         "-p",
         KERNEL_PACKAGE,
         "--bin",

@@ -6,6 +6,7 @@ mod bench;
 mod build;
 mod cmd;
 mod gdb;
+mod image;
 mod qemu;
 mod run;
 mod setup;

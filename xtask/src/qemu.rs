@@ -89,8 +89,11 @@ pub fn command(machine: &Machine<'_>) -> Cmd {
     if machine.gdb {
         cmd = cmd.args(["-s", "-S"]);
     }
+    let kernel = arch
+        .flat_kernel_image(machine.kernel)
+        .unwrap_or_else(|| machine.kernel.to_path_buf());
     cmd.arg("-kernel")
-        .arg(machine.kernel)
+        .arg(kernel)
         .arg("-initrd")
         .arg(machine.initrd)
         .arg("-append")

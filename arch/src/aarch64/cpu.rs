@@ -4,6 +4,10 @@
 //! Secondary CPUs are later work: they will be started with PSCI `CPU_ON` (the conduit is read
 //! from the device tree into `boot::Platform`), each running `init_cpu` on its own block.
 
+use aarch64_cpu::registers::{
+    Readable, Writeable, DAIF, FAR_EL1, ID_AA64ISAR0_EL1, ID_AA64MMFR0_EL1, ID_AA64MMFR1_EL1, ID_AA64PFR0_EL1, MIDR_EL1, MPIDR_EL1,
+    SCTLR_EL1, TPIDR_EL0, TPIDR_EL1,
+};
 use core::arch::asm;
 use core::fmt::Write as _;
 use core::mem::offset_of;
@@ -13,9 +17,6 @@ const EMERGENCY_STACK_SIZE: usize = 16 * 1024;
 
 /// `SCTLR_EL1.SPAN`: leave `PSTATE.PAN` alone on exceptions (clear: set PAN on every entry).
 const SCTLR_SPAN: u64 = 1 << 23;
-/// `MSR PAN, #1` (FEAT_PAN); spelled as a word because the base target's assembler does not
-/// know the v8.1 instruction.
-const MSR_PAN_1: &str = ".inst 0xd500419f";
 
 /// CPU features the kernel cares about, read once from the ID registers.
 #[derive(Clone, Copy, Debug, Default)]
@@ -36,33 +37,21 @@ pub struct Features {
     pub lse: bool,
 }
 
-/// Reads a system register by name.
-macro_rules! read_sysreg {
-    ($name:literal) => {{
-        let v: u64;
-        // SAFETY: reading an ID or status register has no side effects.
-        unsafe { asm!(concat!("mrs {}, ", $name), out(reg) v, options(nomem, nostack, preserves_flags)) };
-        v
-    }};
-}
-pub(crate) use read_sysreg;
-
 /// Detects the features of the running CPU.
 pub fn detect_features() -> Features {
-    let mmfr0 = read_sysreg!("id_aa64mmfr0_el1");
-    let mmfr1 = read_sysreg!("id_aa64mmfr1_el1");
-    let pfr0 = read_sysreg!("id_aa64pfr0_el1");
-    let isar0 = read_sysreg!("id_aa64isar0_el1");
+    // Fields aarch64-cpu does not name: ID_AA64PFR0_EL1.GIC (bits 27:24) and
+    // ID_AA64ISAR0_EL1.Atomic (bits 23:20; 2 = LSE).
     let field = |reg: u64, shift: u32| (reg >> shift) & 0xf;
     const PA_BITS: [u8; 7] = [32, 36, 40, 42, 44, 48, 52];
+    const ASID_BITS_16: u64 = 2;
     Features {
-        pan: field(mmfr1, 20) != 0,
-        asid16: field(mmfr0, 4) == 2,
-        pa_bits: PA_BITS.get(field(mmfr0, 0) as usize).copied().unwrap_or(48),
-        hw_access_flag: field(mmfr1, 0) != 0,
-        gic_sysregs: field(pfr0, 24) != 0,
-        sve: field(pfr0, 32) != 0,
-        lse: field(isar0, 20) >= 2,
+        pan: ID_AA64MMFR1_EL1.read(ID_AA64MMFR1_EL1::PAN) != 0,
+        asid16: ID_AA64MMFR0_EL1.read(ID_AA64MMFR0_EL1::ASIDBits) == ASID_BITS_16,
+        pa_bits: PA_BITS.get(ID_AA64MMFR0_EL1.read(ID_AA64MMFR0_EL1::PARange) as usize).copied().unwrap_or(48),
+        hw_access_flag: ID_AA64MMFR1_EL1.read(ID_AA64MMFR1_EL1::HAFDBS) != 0,
+        gic_sysregs: field(ID_AA64PFR0_EL1.get(), 24) != 0,
+        sve: ID_AA64PFR0_EL1.read(ID_AA64PFR0_EL1::SVE) != 0,
+        lse: field(ID_AA64ISAR0_EL1.get(), 20) >= 2,
     }
 }
 
@@ -83,11 +72,11 @@ impl core::fmt::Write for BufWriter<'_> {
 
 /// The CPU's implementer, part and revision from `MIDR_EL1`, for the banner.
 pub fn brand(buf: &mut [u8; 48]) -> &str {
-    let midr = read_sysreg!("midr_el1");
-    let implementer = (midr >> 24) & 0xff;
-    let variant = (midr >> 20) & 0xf;
-    let part = (midr >> 4) & 0xfff;
-    let revision = midr & 0xf;
+    let midr = MIDR_EL1.get();
+    let implementer = MIDR_EL1.read(MIDR_EL1::Implementer);
+    let variant = MIDR_EL1.read(MIDR_EL1::Variant);
+    let part = MIDR_EL1.read(MIDR_EL1::PartNum);
+    let revision = MIDR_EL1.read(MIDR_EL1::Revision);
     let name = match (implementer, part) {
         // QEMU's `max` CPU uses the implementer code reserved for software.
         (0x00, _) => "QEMU max",
@@ -166,15 +155,17 @@ fn init_cpu(percpu: &'static mut PerCpu, index: u64, features: Features) {
         // it now: the kernel then faults on any plain access to user pages. User copies use
         // ldtr/sttr, which PAN does not restrict (usercopy.rs).
         unsafe {
-            let sctlr = read_sysreg!("sctlr_el1") & !SCTLR_SPAN;
-            asm!("msr sctlr_el1, {}", "isb", MSR_PAN_1, in(reg) sctlr, options(nostack, preserves_flags));
+            let sctlr = SCTLR_EL1.get() & !SCTLR_SPAN;
+            // `.inst 0xd500419f` is `msr pan, #1` (FEAT_PAN), spelled as a word because the base
+            // target's assembler does not know the v8.1 instruction.
+            asm!("msr sctlr_el1, {}", "isb", ".inst 0xd500419f", in(reg) sctlr, options(nostack, preserves_flags));
         }
     }
 }
 
 /// This CPU's per-CPU block (null before `init_boot_cpu`).
 pub(crate) fn percpu() -> *mut PerCpu {
-    read_sysreg!("tpidr_el1") as *mut PerCpu
+    TPIDR_EL1.get() as *mut PerCpu
 }
 
 /// Index of the CPU this runs on (0 = boot CPU, and before the per-CPU block exists).
@@ -185,6 +176,24 @@ pub fn cpu_index() -> usize {
     }
     // SAFETY: a non-null TPIDR_EL1 names this CPU's 'static block; cpu_index never changes.
     unsafe { (*p).cpu_index as usize }
+}
+
+/// This CPU's hardware id, used to address inter-processor interrupts: the affinity fields
+/// of `MPIDR_EL1` packed as Aff3.Aff2.Aff1.Aff0 (the form GICv3 routing uses).
+pub fn hw_id() -> u32 {
+    let mpidr = MPIDR_EL1.get();
+    ((((mpidr >> 32) & 0xff) << 24) | (mpidr & 0xff_ffff)) as u32
+}
+
+/// The user's LTN register (`TPIDR_EL0`, DESIGN §6). The kernel never changes it, so while a
+/// thread is in the kernel it still holds that thread's value.
+pub fn user_ltn() -> u64 {
+    TPIDR_EL0.get()
+}
+
+/// Sets the user's LTN register for the next return to user mode.
+pub fn set_user_ltn(value: u64) {
+    TPIDR_EL0.set(value);
 }
 
 /// Records the stack the CPU uses when user mode traps or calls the kernel. On aarch64 the
@@ -198,12 +207,9 @@ pub fn set_kernel_stack(top: u64) {
     }
 }
 
-/// `DAIF.I`: IRQs masked.
-const DAIF_IRQ: u64 = 1 << 7;
-
 /// Whether interrupts are enabled on this CPU.
 pub fn interrupts_enabled() -> bool {
-    read_sysreg!("daif") & DAIF_IRQ == 0
+    !DAIF.is_set(DAIF::I)
 }
 
 /// Runs `f` with interrupts disabled, restoring the previous state afterwards.
@@ -249,7 +255,7 @@ pub const FAULT_ADDRESS_REGISTER: &str = "far";
 
 /// The faulting address of the last abort (`FAR_EL1`).
 pub fn fault_address() -> u64 {
-    read_sysreg!("far_el1")
+    FAR_EL1.get()
 }
 
 /// Semihosting operation numbers and values (Arm "Semihosting for AArch32 and AArch64").
@@ -262,10 +268,21 @@ mod semihosting {
     pub const ADP_STOPPED_APPLICATION_EXIT: u64 = 0x20026;
 }
 
+// semihosting_call(op: x0, param: x1) -> x0: the A64 semihosting trap. Must be assembly: the
+// debugger (QEMU) recognises exactly this instruction. Its address is what trap.rs compares
+// against to skip it when semihosting is off.
+core::arch::global_asm!(
+    ".section .text.semihosting, \"ax\"",
+    ".global semihosting_call",
+    "semihosting_call:",
+    "hlt #0xf000",
+    "ret",
+);
+
 extern "C" {
     /// `hlt #0xf000` with the operation in x0 and the parameter in x1 (see `trap.rs`, which
     /// skips it when semihosting is off and the instruction is undefined).
-    fn semihosting_call(op: u64, param: u64) -> u64;
+    pub(crate) fn semihosting_call(op: u64, param: u64) -> u64;
 }
 
 /// Ends the machine with `status` (0..=127): semihosting `SYS_EXIT_EXTENDED` with
@@ -291,6 +308,12 @@ pub fn halt_forever() -> ! {
         // SAFETY: waits for an interrupt that, masked, only wakes us to wait again.
         unsafe { asm!("wfi", options(nomem, nostack, preserves_flags)) };
     }
+}
+
+/// Where the frame record (the caller's frame pointer, then the return address) of the frame
+/// whose frame pointer is `fp` lies: on aarch64 x29 points at it.
+pub fn frame_record(fp: u64) -> u64 {
+    fp
 }
 
 /// Reads the frame pointer of the caller, to start a backtrace (x29 points at the

@@ -5,10 +5,13 @@
 pub mod boot;
 pub mod context;
 pub mod cpu;
+pub mod fpu;
 pub mod interrupts;
 pub mod layout;
 pub mod paging;
+pub mod pmu;
 pub mod serial;
+pub mod smp;
 pub mod timer;
 pub mod tlb;
 pub mod trap;

@@ -27,6 +27,8 @@ mod reg {
     pub const ICR: usize = 0x44;
 }
 
+/// `FR.RXFE`: receive FIFO empty.
+const FR_RXFE: u32 = 1 << 4;
 /// `FR.TXFF`: transmit FIFO full.
 const FR_TXFF: u32 = 1 << 5;
 /// `FR.BUSY`: still transmitting.
@@ -119,6 +121,19 @@ pub fn write_bytes(bytes: &[u8]) {
             send(b);
         }
     });
+}
+
+/// A byte the UART received, if any (never blocks).
+pub fn try_read_byte() -> Option<u8> {
+    super::cpu::without_interrupts(|| {
+        let _guard = LOCK.lock();
+        if read(reg::FR) & FR_RXFE != 0 {
+            None
+        } else {
+            // DR bits 11:8 are error flags; the data is the low byte.
+            Some((read(reg::DR) & 0xff) as u8)
+        }
+    })
 }
 
 /// Writes text even if the lock is held (by this CPU, in the code a panic interrupted).

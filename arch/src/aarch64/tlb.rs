@@ -1,67 +1,93 @@
 //! aarch64 translation-table roots and TLB maintenance.
 //!
 //! The kernel half is translated through `TTBR1_EL1`, loaded once at boot with the kernel's
-//! table; a view's user table goes into `TTBR0_EL1`. Everything runs with ASID 0 for now: user
-//! mappings are not global, so a `TTBR0_EL1` switch flushes ASID 0 (the analogue of an x86 CR3
-//! load without PCIDs). `TCR_EL1.AS` is already set when the CPU has 16-bit ASIDs, so tagged
-//! views only need an allocator and the ASID field written here.
+//! table; a view's user table goes into `TTBR0_EL1` with its ASID (the kernel's `mm::tags`
+//! hands them out; [`enable_tags`] says how many the CPU has). User mappings are not global,
+//! kernel mappings are, so an ASID keeps a view's entries apart from every other view's and a
+//! view switch needs no flush. Untagged (`tlbtag=off`, or a CPU without ASIDs), every view
+//! uses ASID 0 and a switch flushes it, the analogue of a CR3 load without PCIDs.
+//!
+//! Instruction-cache maintenance for code the loader writes through the direct map is not done
+//! here: QEMU's TCG keeps instruction fetch coherent with stores, but hardware needs
+//! `dc cvau` + `ic ivau` over the written code, which wants a hook the loader calls.
 
 use core::arch::asm;
-use core::sync::atomic::{AtomicU64, Ordering};
+use core::sync::atomic::{AtomicU16, AtomicU64, Ordering};
 
 use crate::addr::{Frame, PhysAddr, VirtAddr};
 
 /// `TCR_EL1.EPD0`: no walks through `TTBR0_EL1` (low addresses fault at once).
 pub(crate) const TCR_EPD0: u64 = 1 << 7;
-/// The ASID every translation uses until tagged views exist.
-const ASID: u64 = 0;
+/// The ASID of the kernel root and of untagged loads.
+const UNTAGGED: u16 = 0;
 /// Where the ASID sits in `TTBR0_EL1` and in TLBI operands.
 const ASID_SHIFT: u32 = 48;
 
 /// Physical address of the kernel's root table, once [`load_kernel_root`] ran (0 before).
 static KERNEL_ROOT: AtomicU64 = AtomicU64::new(0);
+/// ASIDs views may use once [`enable_tags`] ran (0 = untagged).
+static TAG_COUNT: AtomicU16 = AtomicU16::new(0);
 
 extern "C" {
     /// Physical-address alias of `switch_ttbr1` (see `boot.rs`).
     fn switch_ttbr1(root: u64, empty: u64);
 }
 
-/// Makes `root` the active user table (`TTBR0_EL1`, ASID 0) and flushes ASID 0. Loading the
-/// kernel's own root means "no user half": walks through `TTBR0_EL1` are then turned off, so a
-/// stray low address faults instead of reaching the kernel table's slots through the wrong
-/// register.
+/// Makes `root` the active user table with ASID 0, flushing ASID 0 (an untagged load).
 ///
 /// # Safety
-/// `root` must be a valid level-0 table of user mappings, or the kernel root.
+/// As for [`load_root_tagged`].
 pub unsafe fn load_root(root: Frame) {
+    // SAFETY: guaranteed by the caller.
+    unsafe { load_root_tagged(root, UNTAGGED, false) }
+}
+
+/// Says how many ASIDs views may use: 65535 with 16-bit ASIDs (`TCR_EL1.AS` is set at boot
+/// when the CPU has them), 256 with 8-bit ones. ASIDs need no switching on; every CPU uses the
+/// same setting.
+pub fn enable_tags(features: &super::cpu::Features) -> u16 {
+    let count = if features.asid16 { u16::MAX } else { 256 };
+    TAG_COUNT.store(count, Ordering::Relaxed);
+    count
+}
+
+/// Nothing to do on another CPU: the boot code sets `TCR_EL1.AS` on every CPU the same way.
+pub fn enable_tags_on_this_cpu() {}
+
+/// Makes `root` the active user table (`TTBR0_EL1`) with ASID `tag`. With `flush_all`, every
+/// TLB entry is dropped first (an ASID rollover or reclaim; the kernel's global entries are
+/// refilled at once); an untagged load (`tag` 0) flushes ASID 0, whose entries may belong to
+/// any view. Loading the kernel's own root means "no user half": walks through `TTBR0_EL1` are
+/// then turned off, so a stray low address faults instead of reaching the kernel table's slots
+/// through the wrong register.
+///
+/// # Safety
+/// `root` must be a valid level-0 table of user mappings, or the kernel root; entries cached
+/// under `tag` must belong to `root` unless `flush_all` (the tag allocator's guarantee).
+pub unsafe fn load_root_tagged(root: Frame, tag: u16, flush_all: bool) {
     let pa = root.start().as_u64();
-    let disable = pa == KERNEL_ROOT.load(Ordering::Relaxed);
+    let is_kernel = pa == KERNEL_ROOT.load(Ordering::Relaxed);
+    let tag = if TAG_COUNT.load(Ordering::Relaxed) == 0 { UNTAGGED } else { tag };
+    let asid = u64::from(tag) << ASID_SHIFT;
     // SAFETY: the kernel half lives in TTBR1 and is untouched, so the running code and stack
-    // stay mapped. Order: new TTBR0 (or EPD0), isb so later walks use it, then flush what the
-    // old table left under ASID 0 and wait for the flush.
+    // stay mapped. Order: flush (if asked), new TTBR0 or EPD0, `isb` so later walks use them,
+    // then for an untagged view drop what other views left under ASID 0.
     unsafe {
+        if flush_all {
+            asm!("dsb ishst", "tlbi vmalle1", "dsb nsh", "isb", options(nostack, preserves_flags));
+        }
         let mut tcr: u64;
         asm!("mrs {}, tcr_el1", out(reg) tcr, options(nomem, nostack, preserves_flags));
-        if disable {
+        if is_kernel {
             tcr |= TCR_EPD0;
-            asm!("msr tcr_el1, {tcr}", "msr ttbr0_el1, xzr", tcr = in(reg) tcr, options(nostack, preserves_flags));
+            asm!("msr tcr_el1, {tcr}", "msr ttbr0_el1, xzr", "isb", tcr = in(reg) tcr, options(nostack, preserves_flags));
         } else {
             tcr &= !TCR_EPD0;
-            asm!("msr ttbr0_el1, {ttbr}", "msr tcr_el1, {tcr}", ttbr = in(reg) pa | (ASID << ASID_SHIFT), tcr = in(reg) tcr, options(nostack, preserves_flags));
+            asm!("msr ttbr0_el1, {ttbr}", "msr tcr_el1, {tcr}", "isb", ttbr = in(reg) pa | asid, tcr = in(reg) tcr, options(nostack, preserves_flags));
+            if tag == UNTAGGED && !flush_all {
+                asm!("tlbi aside1, {asid}", "dsb nsh", "isb", asid = in(reg) asid, options(nostack, preserves_flags));
+            }
         }
-        asm!(
-            "isb",
-            "tlbi aside1, {asid}",
-            "dsb nsh",
-            "isb",
-            // The loader wrote the program through the direct map; make sure no stale
-            // instructions are fetched for the new user half.
-            "ic iallu",
-            "dsb nsh",
-            "isb",
-            asid = in(reg) ASID << ASID_SHIFT,
-            options(nostack, preserves_flags)
-        );
     }
 }
 
@@ -131,17 +157,10 @@ pub fn flush_page(va: VirtAddr) {
     }
 }
 
-/// Invalidates every non-global translation on this CPU (all of ASID 0).
+/// Invalidates every non-global translation on this CPU. There is no instruction for "every
+/// ASID, non-global only", so this drops the (global) kernel entries too; they refill from the
+/// kernel table.
 pub fn flush_all() {
     // SAFETY: as in `flush_page`.
-    unsafe {
-        asm!(
-            "dsb ishst",
-            "tlbi aside1, {asid}",
-            "dsb nsh",
-            "isb",
-            asid = in(reg) ASID << ASID_SHIFT,
-            options(nostack, preserves_flags)
-        );
-    }
+    unsafe { asm!("dsb ishst", "tlbi vmalle1", "dsb nsh", "isb", options(nostack, preserves_flags)) };
 }

@@ -15,6 +15,10 @@ pub mod layout;
 #[path = "../riscv64/paging.rs"]
 pub mod riscv64_paging;
 
+/// The aarch64 VMSAv8-64 (4 KiB granule) descriptor format, compiled on the host.
+#[path = "../aarch64/paging.rs"]
+pub mod aarch64_paging;
+
 /// Name of this stand-in.
 pub const NAME: &str = "hosted";
 

@@ -27,6 +27,8 @@ pub const SSTATUS_SIE: u64 = 1 << 1;
 pub const SSTATUS_SPIE: u64 = 1 << 5;
 /// `sstatus.SPP`: the trap came from S-mode (1) or U-mode (0); `sret` returns there.
 pub const SSTATUS_SPP: u64 = 1 << 8;
+/// `sstatus.FS`: the FP state field (Off, Initial, Clean, Dirty).
+pub const SSTATUS_FS: u64 = 3 << 13;
 /// `sstatus.FS` = Initial: the FPU is on and its registers hold their initial state.
 pub const SSTATUS_FS_INITIAL: u64 = 1 << 13;
 /// `sstatus.SUM`: supervisor accesses to user pages allowed (only inside `usercopy`).
@@ -153,6 +155,10 @@ pub struct PerCpu {
     scratch_t1: u64,
     /// Top of [`PerCpu::emergency_stack`].
     emergency_stack_top: u64,
+    /// The user's `tp` (the LTN register) while this hart is in the kernel: the entry parks it
+    /// here and the return to user mode loads it from here, so the kernel can read and change
+    /// it per thread like a register (x86_64 parks GS base in `IA32_KERNEL_GS_BASE` alike).
+    user_tp: u64,
     /// This CPU's index (0 is the boot CPU, whatever its hart id).
     cpu_index: u64,
     /// The hart id SBI knows this CPU by.
@@ -173,12 +179,15 @@ pub const PERCPU_SCRATCH_T0: usize = 24;
 pub const PERCPU_SCRATCH_T1: usize = 32;
 /// Offset of `emergency_stack_top`, used by assembly.
 pub const PERCPU_EMERGENCY_STACK: usize = 40;
+/// Offset of `user_tp`, used by assembly.
+pub const PERCPU_USER_TP: usize = 48;
 const _: () = assert!(offset_of!(PerCpu, kernel_stack_top) == PERCPU_KERNEL_STACK);
 const _: () = assert!(offset_of!(PerCpu, scratch_sp) == PERCPU_SCRATCH_SP);
 const _: () = assert!(offset_of!(PerCpu, scratch_tp) == PERCPU_SCRATCH_TP);
 const _: () = assert!(offset_of!(PerCpu, scratch_t0) == PERCPU_SCRATCH_T0);
 const _: () = assert!(offset_of!(PerCpu, scratch_t1) == PERCPU_SCRATCH_T1);
 const _: () = assert!(offset_of!(PerCpu, emergency_stack_top) == PERCPU_EMERGENCY_STACK);
+const _: () = assert!(offset_of!(PerCpu, user_tp) == PERCPU_USER_TP);
 
 /// The boot hart's block (other harts will get theirs from the heap). The boot code points `tp`
 /// at it before the first Rust code runs, so `cpu_index` works from the start.
@@ -190,6 +199,7 @@ static mut BSP_PERCPU: PerCpu = PerCpu {
     scratch_t0: 0,
     scratch_t1: 0,
     emergency_stack_top: 0,
+    user_tp: 0,
     cpu_index: 0,
     hart_id: 0,
     emergency_stack: [0; EMERGENCY_STACK_SIZE],
@@ -233,6 +243,25 @@ fn percpu() -> *mut PerCpu {
 pub fn cpu_index() -> usize {
     // SAFETY: percpu() is valid from the first Rust code on; cpu_index never changes after init.
     unsafe { (*percpu()).cpu_index as usize }
+}
+
+/// This CPU's hardware id (its hart id), used to address inter-processor interrupts.
+pub fn hw_id() -> u32 {
+    // SAFETY: percpu() is valid from the first Rust code on; hart_id is set once by init_cpu.
+    unsafe { (*percpu()).hart_id as u32 }
+}
+
+/// The user's LTN register (`tp`), as the next return to user mode will load it.
+pub fn user_ltn() -> u64 {
+    // SAFETY: this hart's block; user_tp is only touched by this hart (the entry, the return
+    // path, and the kernel with interrupts off).
+    unsafe { (*percpu()).user_tp }
+}
+
+/// Sets the user's LTN register (`tp`) for the next return to user mode.
+pub fn set_user_ltn(value: u64) {
+    // SAFETY: as in `user_ltn`.
+    unsafe { (*percpu()).user_tp = value };
 }
 
 /// Sets the stack the trap entry switches to when user mode traps or calls the kernel. Called
@@ -328,6 +357,13 @@ pub fn halt_forever() -> ! {
         disable_interrupts();
         riscv::asm::wfi();
     }
+}
+
+/// Where the frame record (the caller's frame pointer, then the return address) of the frame
+/// whose frame pointer is `fp` lies: the RISC-V psABI puts `s0` at the frame's top (the caller's
+/// `sp`), with the return address just below it and the caller's `s0` below that.
+pub fn frame_record(fp: u64) -> u64 {
+    fp.wrapping_sub(16)
 }
 
 /// Reads the frame pointer (`s0`) of the caller, to start a backtrace.

@@ -61,6 +61,11 @@ pub fn write_bytes(bytes: &[u8]) {
     super::cpu::without_interrupts(|| send(PORT.lock().as_mut(), bytes.iter().copied(), true));
 }
 
+/// A byte the UART received, if any (never blocks; nothing without a UART).
+pub fn try_read_byte() -> Option<u8> {
+    super::cpu::without_interrupts(|| PORT.lock().as_mut().and_then(|port| port.try_receive().ok()))
+}
+
 /// Writes text even if the port lock is held (by this hart, in the code a panic interrupted).
 /// Only for panic reports: output may interleave with a half-written line.
 pub fn write_str_panic(s: &str) {

@@ -14,8 +14,17 @@ static TIME_AT_BOOT: AtomicU64 = AtomicU64::new(0);
 static CYCLES_HZ: AtomicU64 = AtomicU64::new(0);
 /// `time` ticks between two timer interrupts.
 static PERIOD: AtomicU64 = AtomicU64::new(0);
-/// When the next timer interrupt is due, in `time` ticks. (Per hart once SMP comes.)
-static NEXT_DEADLINE: AtomicU64 = AtomicU64::new(0);
+/// Most CPUs whose deadlines are kept (indexed by `cpu::cpu_index`).
+const MAX_CPUS: usize = 64;
+#[allow(clippy::declare_interior_mutable_const)]
+const NO_DEADLINE: AtomicU64 = AtomicU64::new(0);
+/// When each CPU's next timer interrupt is due, in `time` ticks. Each CPU touches only its own.
+static NEXT_DEADLINE: [AtomicU64; MAX_CPUS] = [NO_DEADLINE; MAX_CPUS];
+
+/// This CPU's deadline slot.
+fn next_deadline() -> &'static AtomicU64 {
+    &NEXT_DEADLINE[super::cpu::cpu_index() % MAX_CPUS]
+}
 
 /// What calibration measured.
 #[derive(Clone, Copy, Debug)]
@@ -79,11 +88,13 @@ pub fn init(hz: u64) -> Calibration {
 }
 
 /// Starts this hart's periodic tick at `hz` interrupts per second (supervisor timer interrupt).
+/// Other harts call this too once they are started (the period is shared, deadlines are not).
 pub fn start_periodic(hz: u64) {
     let period = (TIMEBASE_HZ.load(Ordering::Relaxed) / hz.max(1)).max(1);
     PERIOD.store(period, Ordering::Relaxed);
-    NEXT_DEADLINE.store(now() + period, Ordering::Relaxed);
-    program(NEXT_DEADLINE.load(Ordering::Relaxed));
+    let deadline = now() + period;
+    next_deadline().store(deadline, Ordering::Relaxed);
+    program(deadline);
     // SAFETY: the trap entry is installed and handles the timer interrupt; it is taken only
     // once the kernel sets sstatus.SIE.
     unsafe { sie::set_stimer() };
@@ -93,12 +104,12 @@ pub fn start_periodic(hz: u64) {
 /// interrupts off) are dropped rather than delivered in a burst.
 pub fn next_tick() {
     let period = PERIOD.load(Ordering::Relaxed);
-    let mut deadline = NEXT_DEADLINE.load(Ordering::Relaxed) + period;
+    let mut deadline = next_deadline().load(Ordering::Relaxed) + period;
     let t = now();
     if deadline <= t {
         deadline = t + period;
     }
-    NEXT_DEADLINE.store(deadline, Ordering::Relaxed);
+    next_deadline().store(deadline, Ordering::Relaxed);
     program(deadline);
 }
 

@@ -32,6 +32,28 @@ pub unsafe fn load_root(root: Frame) {
     flush_asid();
 }
 
+/// Turns on TLB tags if this port used them and returns how many views may use (0: untagged).
+/// riscv64 keeps every view on ASID 0 for now (the tagged path, `satp.ASID` = tag with a fence
+/// only when a tag is recycled, comes later; QEMU flushes on every `satp` write anyway).
+pub fn enable_tags(_features: &super::cpu::Features) -> u16 {
+    0
+}
+
+/// Turns tags on for another hart if the boot hart turned them on (never, for now).
+pub fn enable_tags_on_this_cpu() {}
+
+/// Loads `root` with TLB tag `tag`. Tags are off ([`enable_tags`] returned 0), so `tag` is 0
+/// and every load flushes the non-global entries, whatever `flush_all` says.
+///
+/// # Safety
+/// As for [`load_root`].
+pub unsafe fn load_root_tagged(root: Frame, tag: u16, flush_all: bool) {
+    debug_assert_eq!(tag, 0, "TLB tags are off on riscv64");
+    let _ = flush_all;
+    // SAFETY: guaranteed by the caller.
+    unsafe { load_root(root) };
+}
+
 /// Installs the kernel's own table at boot. riscv64 has one root register (`satp`), so this is
 /// [`load_root`]; ports with a separate kernel root (aarch64 TTBR1) differ here. The boot
 /// tables mapped everything global, so this flush must drop global entries too.

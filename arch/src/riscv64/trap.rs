@@ -12,8 +12,8 @@ use core::sync::atomic::{AtomicUsize, Ordering};
 use riscv::interrupt::supervisor::{Exception, Interrupt};
 
 use super::cpu::{
-    PERCPU_EMERGENCY_STACK, PERCPU_KERNEL_STACK, PERCPU_SCRATCH_SP, PERCPU_SCRATCH_T0, PERCPU_SCRATCH_T1, PERCPU_SCRATCH_TP,
-    SSTATUS_FS_INITIAL, SSTATUS_SIE, SSTATUS_SPIE, SSTATUS_SPP, SSTATUS_SUM, SSTATUS_UXL_64,
+    PERCPU_EMERGENCY_STACK, PERCPU_KERNEL_STACK, PERCPU_SCRATCH_SP, PERCPU_SCRATCH_T0, PERCPU_SCRATCH_T1, PERCPU_SCRATCH_TP, PERCPU_USER_TP,
+    SSTATUS_FS, SSTATUS_FS_INITIAL, SSTATUS_SIE, SSTATUS_SPIE, SSTATUS_SPP, SSTATUS_SUM, SSTATUS_UXL_64,
 };
 use super::layout::PHYS_MAP;
 use super::paging::Sv48;
@@ -91,6 +91,16 @@ const FRAME_STVAL: usize = 35 * 8;
 /// What the manuals call the instruction pointer (for reports).
 pub const IP_REGISTER: &str = "sepc";
 
+/// IPI message numbers. RISC-V interrupts have no vectors: the sender leaves the number in the
+/// target's mailbox (`interrupts::send_ipi`) and the entry hands it over in `stval`.
+pub const RESCHEDULE_VECTOR: u8 = 0;
+/// "Enter the kernel and check your thread".
+pub const KICK_VECTOR: u8 = 1;
+/// "Shoot down TLB entries".
+pub const SHOOTDOWN_VECTOR: u8 = 2;
+/// "Save your FP owner's registers" (another hart wants that thread's state).
+pub const FPU_SAVE_VECTOR: u8 = 3;
+
 /// `scause` bit 63: the trap is an interrupt (the rest is its number).
 const SCAUSE_INTERRUPT: u64 = 1 << 63;
 /// Size of an `ecall` instruction: a syscall resumes after it.
@@ -107,6 +117,19 @@ pub enum Access {
     Execute,
 }
 
+/// Kinds of inter-processor interrupt the kernel sends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IpiKind {
+    /// Look at the run queue.
+    Reschedule,
+    /// Enter the kernel and check the running thread.
+    Kick,
+    /// Shoot down TLB entries.
+    Shootdown,
+    /// Save the FP registers of this hart's FP owner (another hart wants that thread's state).
+    FpuSave,
+}
+
 /// Why the kernel was entered, in words every port shares.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Trap {
@@ -114,6 +137,8 @@ pub enum Trap {
     Syscall,
     /// The timer tick (supervisor timer interrupt).
     Timer,
+    /// An FP instruction while FP access is off (`sstatus.FS` Off: lazy FP switching).
+    FpuDisabled,
     /// A page fault at `address`; `present` says a translation existed (a rights violation).
     PageFault {
         /// The faulting address (`stval`).
@@ -131,6 +156,8 @@ pub enum Trap {
         /// Its name in the privileged specification.
         name: &'static str,
     },
+    /// An inter-processor interrupt.
+    Ipi(IpiKind),
     /// An interrupt nobody asked for (its number).
     Spurious(u8),
 }
@@ -177,22 +204,79 @@ impl TrapFrame {
     }
 
     /// A frame that starts user code at `ip` with stack `sp` and first argument `arg`,
-    /// interrupts enabled, the FPU in its initial state.
+    /// interrupts enabled. (Its FS field is informative: the return keeps the live FS, which
+    /// the kernel's lazy FP switching manages.)
     pub fn new_user(ip: u64, sp: u64, arg: u64) -> Self {
         TrapFrame { sepc: ip, sp, a0: arg, sstatus: SSTATUS_SPIE | SSTATUS_FS_INITIAL | SSTATUS_UXL_64, ..TrapFrame::default() }
+    }
+
+    /// The user registers as a Kernel Notification full frame (for a zero-copy save into a
+    /// ThMB). The frame layout in `tsumugi_abi::kn` is x86_64's so far (Kernel Notification is
+    /// not ported to riscv64 yet: the suites skip it), so registers go where their role matches:
+    /// the result/first argument `a0` in `rax` (the slot the kernel writes a syscall result
+    /// to), the other arguments in the x86_64 argument registers, callee-saved `s1`..`s5` in
+    /// `rbx`, `r12`..`r15`, the frame pointer in `rbp`, `ra` in `r11`, `sepc`/`sp`/`sstatus` in
+    /// `rip`/`rsp`/`rflags`. `s6`..`s11`, `gp` and the temporaries do not fit; a riscv64 layout
+    /// comes with the port of Kernel Notification.
+    pub fn to_full_frame(&self) -> tsumugi_abi::kn::FullFrame {
+        tsumugi_abi::kn::FullFrame {
+            rax: self.a0,
+            rbx: self.s1,
+            rcx: self.a3,
+            rdx: self.a2,
+            rsi: self.a1,
+            rdi: self.a0,
+            rbp: self.s0,
+            r8: self.a4,
+            r9: self.a5,
+            r10: self.a7,
+            r11: self.ra,
+            r12: self.s2,
+            r13: self.s3,
+            r14: self.s4,
+            r15: self.s5,
+            rip: self.sepc,
+            rsp: self.sp,
+            rflags: self.sstatus,
+        }
+    }
+
+    /// Turns the frame into an upcall: on return to user mode the hart enters `handler` with
+    /// stack pointer `stack_top` (16-byte aligned, as at a call) and `args` in `a0`..`a3`.
+    /// Interrupts are on in the handler.
+    pub fn set_upcall(&mut self, handler: u64, stack_top: u64, args: [u64; 4]) {
+        *self = TrapFrame::new_user(handler, stack_top & !15, args[0]);
+        self.a1 = args[1];
+        self.a2 = args[2];
+        self.a3 = args[3];
     }
 
     /// Classifies the trap.
     pub fn trap(&self) -> Trap {
         let code = self.scause & !SCAUSE_INTERRUPT;
         if self.scause & SCAUSE_INTERRUPT != 0 {
-            return if code == Interrupt::SupervisorTimer as u64 { Trap::Timer } else { Trap::Spurious(code as u8) };
+            return match code {
+                c if c == Interrupt::SupervisorTimer as u64 => Trap::Timer,
+                // The entry put the IPI message in stval (see trap_dispatch).
+                c if c == Interrupt::SupervisorSoft as u64 => match self.stval {
+                    m if m == u64::from(RESCHEDULE_VECTOR) => Trap::Ipi(IpiKind::Reschedule),
+                    m if m == u64::from(KICK_VECTOR) => Trap::Ipi(IpiKind::Kick),
+                    m if m == u64::from(SHOOTDOWN_VECTOR) => Trap::Ipi(IpiKind::Shootdown),
+                    m if m == u64::from(FPU_SAVE_VECTOR) => Trap::Ipi(IpiKind::FpuSave),
+                    _ => Trap::Spurious(code as u8),
+                },
+                _ => Trap::Spurious(code as u8),
+            };
         }
         let access = match code {
             c if c == Exception::UserEnvCall as u64 => return Trap::Syscall,
             c if c == Exception::InstructionPageFault as u64 => Access::Execute,
             c if c == Exception::LoadPageFault as u64 => Access::Read,
             c if c == Exception::StorePageFault as u64 => Access::Write,
+            // With FS Off every FP instruction is illegal. Treating any illegal instruction
+            // then as "FP wanted" is safe: if it was not an FP instruction, the retry with FP on
+            // traps again and is reported as what it is.
+            c if c == Exception::IllegalInstruction as u64 && self.sstatus & SSTATUS_FS == 0 => return Trap::FpuDisabled,
             _ => return Trap::Exception { vector: code as u8, name: exception_name(code as u8) },
         };
         Trap::PageFault { address: self.stval, access, present: translation_exists(self.stval) }
@@ -322,6 +406,7 @@ trap_entry:
     sd sp, {scratch_sp}(tp)
     csrrw sp, sscratch, zero            # sp = user tp (as a temporary); sscratch = 0
     sd sp, {scratch_tp}(tp)
+    sd sp, {user_tp}(tp)                # the LTN register, while in the kernel (cpu.rs)
     ld sp, {kernel_stack}(tp)
     addi sp, sp, -{frame_size}
 
@@ -381,10 +466,18 @@ trap_return:
     ld t0, {sepc}(sp)
     csrw sepc, t0
     ld t0, {sstatus}(sp)
+    li t1, {fs}                         # sstatus.FS is per-hart state the kernel manages
+    not t2, t1                          # (fpu.rs): keep the live value, not the frame's
+    and t0, t0, t2
+    csrr t2, sstatus
+    and t2, t2, t1
+    or t0, t0, t2
     csrw sstatus, t0
     andi t0, t0, {spp}
     bnez t0, 2f
     csrw sscratch, tp                   # back to user mode: the next trap finds PerCpu
+    ld t0, {user_tp}(tp)                # and the user's tp is the LTN register, which the
+    sd t0, 4*8(sp)                      # kernel may have changed: restored below
 2:  ld ra, 1*8(sp)
     ld gp, 3*8(sp)
     ld tp, 4*8(sp)
@@ -424,6 +517,7 @@ trap_return:
     scratch_t1 = const PERCPU_SCRATCH_T1,
     emergency = const PERCPU_EMERGENCY_STACK,
     kernel_stack = const PERCPU_KERNEL_STACK,
+    user_tp = const PERCPU_USER_TP,
     frame_size = const size_of::<TrapFrame>(),
     sepc = const FRAME_SEPC,
     sstatus = const FRAME_SSTATUS,
@@ -431,6 +525,7 @@ trap_return:
     stval = const FRAME_STVAL,
     sum = const SSTATUS_SUM,
     sie = const SSTATUS_SIE,
+    fs = const SSTATUS_FS,
     spp = const SSTATUS_SPP,
     dispatch = sym trap_dispatch,
 );
@@ -440,6 +535,9 @@ extern "C" fn trap_dispatch(frame: &mut TrapFrame) {
     if frame.scause == Exception::UserEnvCall as u64 {
         // The syscall resumes after the `ecall`, not on it.
         frame.sepc += ECALL_SIZE;
+    } else if frame.scause == SCAUSE_INTERRUPT | Interrupt::SupervisorSoft as u64 {
+        // Software interrupts carry no value of their own; hand the IPI message over in stval.
+        frame.stval = super::interrupts::take_ipi();
     }
     let handler = HANDLER.load(Ordering::Acquire);
     if handler == 0 {

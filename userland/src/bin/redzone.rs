@@ -9,8 +9,12 @@
 mod x86_64 {
     use libuthread::{println, sys, Clock};
 
-    /// Loops of the check.
+    /// Loops of one check.
     const ROUNDS: u64 = 20_000_000;
+    /// Preemptions (switches away and back) the check must live through.
+    const MIN_SWITCHES: usize = 5;
+    /// Give up after this many checks (then the test fails: it never got preempted).
+    const MAX_CHUNKS: usize = 200;
 
     /// Writes a pattern below rsp, re-reads it `rounds` times, returns how many reads differed.
     fn red_zone_check(rounds: u64) -> u64 {
@@ -61,16 +65,34 @@ mod x86_64 {
         bad
     }
 
-    pub fn main() -> i32 {
-        let t0 = sys::clock(Clock::Ticks).unwrap_or(0);
-        let bad = red_zone_check(ROUNDS);
-        let ticks = sys::clock(Clock::Ticks).unwrap_or(0) - t0;
-        println!("redzone: {bad} corrupted reads over {ticks} timer ticks");
-        if bad == 0 && ticks >= 4 {
-            0
-        } else {
-            1
+    fn spinner(_: usize) -> usize {
+        loop {
+            core::hint::spin_loop();
         }
+    }
+
+    pub fn main() -> i32 {
+        // Spinners on every CPU make the timer really switch this thread away and back.
+        let Ok((_, cpus)) = sys::counters(tsumugi_abi::stats::scope::ALL_CPUS) else { return 1 };
+        for _ in 0..cpus {
+            if sys::spawn(spinner, 0, 16 * 1024, false).is_err() {
+                return 1;
+            }
+        }
+        let Ok(switches) = sys::perf_open(tsumugi_abi::perf::Event::ContextSwitches) else { return 1 };
+        let _ = sys::perf_start(switches);
+        let t0 = sys::clock(Clock::Ticks).unwrap_or(0);
+        let mut bad = 0;
+        let mut chunks = 0;
+        // Keep checking until this thread was switched away (preempted) several times mid-check.
+        while sys::perf_read(switches).unwrap_or(0) < MIN_SWITCHES && chunks < MAX_CHUNKS {
+            bad += red_zone_check(ROUNDS);
+            chunks += 1;
+        }
+        let switched = sys::perf_read(switches).unwrap_or(0);
+        let ticks = sys::clock(Clock::Ticks).unwrap_or(0) - t0;
+        println!("redzone: {bad} corrupted reads over {chunks} checks, {ticks} timer ticks, switched away {switched} times");
+        sys::exit(if bad == 0 && switched >= MIN_SWITCHES { 0 } else { 1 })
     }
 }
 

@@ -1,0 +1,662 @@
+//! aarch64 kernel entries: the `VBAR_EL1` vector table, the common save/restore path, the
+//! stack-overflow escape, and the translation of an exception into an architecture-neutral
+//! [`Trap`].
+//!
+//! Every entry (synchronous exceptions including `svc`, IRQs, FIQs, SErrors, from EL0 or EL1)
+//! builds the same [`TrapFrame`] on the current kernel stack: all general registers, the
+//! interrupted sp, `ELR_EL1`/`SPSR_EL1`/`ESR_EL1`/`FAR_EL1`, and the FP/SIMD registers. The
+//! FP/SIMD state is saved on every entry because the kernel itself is compiled for a target
+//! with NEON (`aarch64-unknown-none`), so compiled kernel code may use any vector register;
+//! lazy FP switching (CPACR_EL1.FPEN traps, DESIGN §7) needs a kernel that does not.
+//!
+//! A trap from EL0 is taken on `SP_EL1`, which `trap_return` leaves at the top of the thread's
+//! kernel stack, so the frame lands exactly where the kernel reserved it. `SP_EL0` holds the
+//! user stack pointer only while user code runs: it is saved in the frame on entry and
+//! restored from it on the way back, so inside the kernel it is free as a scratch register.
+//!
+//! The "vector" a report shows is the exception class (`ESR_EL1.EC`) for synchronous
+//! exceptions, and [`VECTOR_IRQ`], [`VECTOR_FIQ`], [`VECTOR_SERROR`] (beyond the 6-bit EC) for
+//! the asynchronous ones.
+
+use core::arch::global_asm;
+use core::mem::{offset_of, size_of};
+use core::sync::atomic::{AtomicUsize, Ordering};
+
+use super::cpu::PERCPU_EMERGENCY_FRAME;
+
+/// The registers of an interrupted context, as the vector code saves them.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct TrapFrame {
+    /// x0..x30 (x29 is the frame pointer, x30 the link register).
+    pub x: [u64; 31],
+    /// The interrupted stack pointer (`SP_EL0` for EL0, the kernel's sp for EL1).
+    pub sp: u64,
+    /// `ELR_EL1`: where the exception was taken (the instruction after `svc`).
+    pub elr: u64,
+    /// `SPSR_EL1`: the interrupted PSTATE.
+    pub spsr: u64,
+    /// `ESR_EL1` (0 for interrupts).
+    pub esr: u64,
+    /// `FAR_EL1` (0 for interrupts).
+    pub far: u64,
+    /// Which of the 16 vector-table slots was taken (set by assembly).
+    pub kind: u64,
+    /// `ESR_EL1.EC`, or [`VECTOR_IRQ`]/[`VECTOR_FIQ`]/[`VECTOR_SERROR`].
+    pub vector: u64,
+    /// The GIC INTID acknowledged for an IRQ (`interrupts::NO_INTERRUPT` otherwise).
+    pub intid: u64,
+    /// Keeps the FP/SIMD block 16-byte aligned. (`TPIDR_EL0`, the LTN register, is not in the
+    /// frame: the kernel saves and loads it per thread through `cpu::user_ltn`.)
+    pub reserved: u64,
+    /// `FPCR`.
+    pub fpcr: u64,
+    /// `FPSR`.
+    pub fpsr: u64,
+    /// q0..q31.
+    pub q: [u128; 32],
+}
+
+/// Size of a frame, as the assembly reserves it.
+const FRAME_SIZE: usize = size_of::<TrapFrame>();
+const _: () = assert!(FRAME_SIZE == 0x350);
+// Kernel stacks reserve the frame at their 16-byte-aligned top; keep that alignment below it.
+const _: () = assert!(FRAME_SIZE % 16 == 0);
+const _: () = assert!(offset_of!(TrapFrame, sp) == 0xf8);
+const _: () = assert!(offset_of!(TrapFrame, elr) == 0x100);
+const _: () = assert!(offset_of!(TrapFrame, esr) == 0x110);
+const _: () = assert!(offset_of!(TrapFrame, kind) == 0x120);
+const _: () = assert!(offset_of!(TrapFrame, fpcr) == 0x140);
+const _: () = assert!(offset_of!(TrapFrame, q) == 0x150);
+
+/// What the manuals call the instruction pointer (for reports).
+pub const IP_REGISTER: &str = "elr";
+
+/// Pseudo exception class of an IRQ.
+pub const VECTOR_IRQ: u64 = 64;
+/// Pseudo exception class of an FIQ.
+pub const VECTOR_FIQ: u64 = 65;
+/// Pseudo exception class of an SError.
+pub const VECTOR_SERROR: u64 = 66;
+
+/// SGI (software-generated interrupt) of the "look at your run queue" inter-processor
+/// interrupt. SGIs are INTIDs 0..15; the kernel's IPI "vectors" are these INTIDs.
+pub const RESCHEDULE_VECTOR: u8 = 1;
+/// SGI of the "enter the kernel and check your thread" inter-processor interrupt.
+pub const KICK_VECTOR: u8 = 2;
+/// SGI of the "TLB shoot-down" inter-processor interrupt.
+pub const SHOOTDOWN_VECTOR: u8 = 3;
+/// SGI of the "save your FP owner's registers" inter-processor interrupt.
+pub const FPU_SAVE_VECTOR: u8 = 4;
+
+/// Exception classes (`ESR_EL1.EC`, Arm ARM D17.2.37).
+pub mod ec {
+    /// Unknown reason (undefined instruction).
+    pub const UNKNOWN: u64 = 0x00;
+    /// Access to SIMD/FP registers trapped by `CPACR_EL1.FPEN`.
+    pub const FP_ACCESS: u64 = 0x07;
+    /// `svc` from AArch64.
+    pub const SVC64: u64 = 0x15;
+    /// Instruction abort from a lower exception level.
+    pub const INSTRUCTION_ABORT_LOWER: u64 = 0x20;
+    /// Instruction abort without a change of level.
+    pub const INSTRUCTION_ABORT_SAME: u64 = 0x21;
+    /// Data abort from a lower exception level.
+    pub const DATA_ABORT_LOWER: u64 = 0x24;
+    /// Data abort without a change of level.
+    pub const DATA_ABORT_SAME: u64 = 0x25;
+}
+
+/// Abort syndrome bits (ISS of data and instruction aborts).
+mod iss {
+    /// Fault status code.
+    pub const FSC: u64 = 0x3f;
+    /// Data aborts: the access was a write.
+    pub const WNR: u64 = 1 << 6;
+    /// Data aborts: a cache-maintenance instruction caused it (reported as a write).
+    pub const CM: u64 = 1 << 8;
+    /// `FAR_EL1` does not hold the address.
+    pub const FNV: u64 = 1 << 10;
+    /// FSC >> 2 of a translation fault (no mapping at some level).
+    pub const FSC_TRANSLATION: u64 = 0b0001;
+    /// FSC >> 2 of an access-flag fault.
+    pub const FSC_ACCESS_FLAG: u64 = 0b0010;
+    /// FSC >> 2 of a permission fault.
+    pub const FSC_PERMISSION: u64 = 0b0011;
+}
+
+/// `SPSR_EL1.M[3:0]` of EL0 (EL0t).
+const SPSR_MODE_MASK: u64 = 0xf;
+/// `SPSR_EL1` of a fresh user context: EL0t, interrupts unmasked.
+const SPSR_EL0T: u64 = 0;
+/// Vector-table slot groups: slot = group * 4 + type.
+const SLOT_SYNC: u64 = 0;
+const SLOT_IRQ: u64 = 1;
+const SLOT_FIQ: u64 = 2;
+
+/// How a faulting access touched memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Access {
+    /// A data read.
+    Read,
+    /// A data write.
+    Write,
+    /// An instruction fetch.
+    Execute,
+}
+
+/// Kinds of inter-processor interrupt the kernel sends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IpiKind {
+    /// Look at the run queue.
+    Reschedule,
+    /// Enter the kernel and check the running thread.
+    Kick,
+    /// Shoot down TLB entries.
+    Shootdown,
+    /// Save this CPU's FP owner's registers (lazy FP switching).
+    FpuSave,
+}
+
+/// Why the kernel was entered, in words every port shares.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Trap {
+    /// The `svc` instruction from EL0.
+    Syscall,
+    /// The timer tick.
+    Timer,
+    /// A translation or permission fault at `address`; `present` says a translation existed
+    /// (a permission or access-flag fault rather than a translation fault).
+    PageFault {
+        /// The faulting address (`FAR_EL1`).
+        address: u64,
+        /// The kind of access.
+        access: Access,
+        /// Whether a translation existed (rights violation) or not.
+        present: bool,
+    },
+    /// Any other exception.
+    Exception {
+        /// The exception class (`ESR_EL1.EC`) or pseudo class.
+        vector: u8,
+        /// Its name.
+        name: &'static str,
+    },
+    /// User mode touched FP/SIMD while access was off (`ESR_EL1.EC` 0x07; see `fpu.rs`: access
+    /// stays on on this port, so it does not happen).
+    FpuDisabled,
+    /// An inter-processor interrupt.
+    Ipi(IpiKind),
+    /// An interrupt nobody asked for (GIC spurious INTID, or one nothing enabled); carries the
+    /// INTID, saturated to 255.
+    Spurious(u8),
+}
+
+impl TrapFrame {
+    /// Whether the trap came from user mode (EL0).
+    pub fn from_user(&self) -> bool {
+        self.spsr & SPSR_MODE_MASK == 0
+    }
+
+    /// The interrupted instruction pointer.
+    pub fn ip(&self) -> u64 {
+        self.elr
+    }
+
+    /// The interrupted stack pointer.
+    pub fn sp(&self) -> u64 {
+        self.sp
+    }
+
+    /// The interrupted frame pointer (start of a backtrace).
+    pub fn frame_pointer(&self) -> u64 {
+        self.x[29]
+    }
+
+    /// The exception class (`ESR_EL1.EC`) or pseudo class of the trap, for reports (see
+    /// [`exception_name`]).
+    pub fn vector(&self) -> u8 {
+        self.vector as u8
+    }
+
+    /// The syndrome (`ESR_EL1`; 0 for interrupts).
+    pub fn fault_code(&self) -> u64 {
+        self.esr
+    }
+
+    /// The syscall number (`x8`).
+    pub fn syscall_number(&self) -> usize {
+        self.x[8] as usize
+    }
+
+    /// The six syscall arguments (`x0..x5`).
+    pub fn syscall_args(&self) -> [usize; 6] {
+        [self.x[0], self.x[1], self.x[2], self.x[3], self.x[4], self.x[5]].map(|r| r as usize)
+    }
+
+    /// Sets the syscall result (`x0`).
+    pub fn set_syscall_result(&mut self, value: usize) {
+        self.x[0] = value as u64;
+    }
+
+    /// A frame that starts user code at `ip` with stack `sp` and first argument `arg`, at EL0
+    /// with interrupts enabled.
+    pub fn new_user(ip: u64, sp: u64, arg: u64) -> Self {
+        let mut frame = TrapFrame { elr: ip, sp, spsr: SPSR_EL0T, ..TrapFrame::default() };
+        frame.x[0] = arg;
+        frame.intid = u64::from(super::interrupts::NO_INTERRUPT);
+        frame
+    }
+
+    /// The user registers as a Kernel Notification full frame (for a zero-copy save into a
+    /// ThMB). The frame layout in `tsumugi_abi::kn` is x86_64's so far (Kernel Notification is
+    /// not ported to aarch64 yet: the suites skip it), so registers go where their role matches,
+    /// as on riscv64: `x0` (result and first argument) in `rax` and `rdi`, `x1`..`x5` in the
+    /// other x86_64 argument registers, the syscall number `x8` in `r10`, the link register in
+    /// `r11`, callee-saved `x19`..`x23` in `rbx`, `r12`..`r15`, the frame pointer in `rbp`,
+    /// `ELR`/`sp`/`SPSR` in `rip`/`rsp`/`rflags`. The other registers do not fit; an aarch64
+    /// layout comes with the port of Kernel Notification.
+    pub fn to_full_frame(&self) -> tsumugi_abi::kn::FullFrame {
+        let x = &self.x;
+        tsumugi_abi::kn::FullFrame {
+            rax: x[0],
+            rbx: x[19],
+            rcx: x[3],
+            rdx: x[2],
+            rsi: x[1],
+            rdi: x[0],
+            rbp: x[29],
+            r8: x[4],
+            r9: x[5],
+            r10: x[8],
+            r11: x[30],
+            r12: x[20],
+            r13: x[21],
+            r14: x[22],
+            r15: x[23],
+            rip: self.elr,
+            rsp: self.sp,
+            rflags: self.spsr,
+        }
+    }
+
+    /// Turns the frame into an upcall: on return to user mode the CPU enters `handler` with
+    /// stack pointer `stack_top` (16-byte aligned, as at a function's entry) and `args` in the
+    /// first four argument registers (`x0..x3`), interrupts on. The link register is 0, so a
+    /// handler that returns faults instead of running on.
+    pub fn set_upcall(&mut self, handler: u64, stack_top: u64, args: [u64; 4]) {
+        *self = TrapFrame::new_user(handler, stack_top & !15, args[0]);
+        self.x[1..4].copy_from_slice(&args[1..]);
+    }
+
+    /// Classifies the trap.
+    pub fn trap(&self) -> Trap {
+        match self.vector {
+            VECTOR_IRQ if self.intid == u64::from(super::timer::intid()) => Trap::Timer,
+            VECTOR_IRQ if self.intid == u64::from(RESCHEDULE_VECTOR) => Trap::Ipi(IpiKind::Reschedule),
+            VECTOR_IRQ if self.intid == u64::from(KICK_VECTOR) => Trap::Ipi(IpiKind::Kick),
+            VECTOR_IRQ if self.intid == u64::from(SHOOTDOWN_VECTOR) => Trap::Ipi(IpiKind::Shootdown),
+            VECTOR_IRQ if self.intid == u64::from(FPU_SAVE_VECTOR) => Trap::Ipi(IpiKind::FpuSave),
+            ec::FP_ACCESS if self.from_user() => Trap::FpuDisabled,
+            VECTOR_IRQ => Trap::Spurious(self.intid.min(255) as u8),
+            ec::SVC64 if self.from_user() => Trap::Syscall,
+            ec::INSTRUCTION_ABORT_LOWER | ec::INSTRUCTION_ABORT_SAME | ec::DATA_ABORT_LOWER | ec::DATA_ABORT_SAME => {
+                let present = match (self.esr & iss::FSC) >> 2 {
+                    iss::FSC_TRANSLATION => false,
+                    iss::FSC_ACCESS_FLAG | iss::FSC_PERMISSION => true,
+                    _ => return self.exception(),
+                };
+                let access = if matches!(self.vector, ec::INSTRUCTION_ABORT_LOWER | ec::INSTRUCTION_ABORT_SAME) {
+                    Access::Execute
+                } else if self.esr & iss::WNR != 0 && self.esr & iss::CM == 0 {
+                    Access::Write
+                } else {
+                    Access::Read
+                };
+                let address = if self.esr & iss::FNV != 0 { 0 } else { self.far };
+                Trap::PageFault { address, access, present }
+            }
+            _ => self.exception(),
+        }
+    }
+
+    fn exception(&self) -> Trap {
+        let vector = self.vector as u8;
+        Trap::Exception { vector, name: exception_name(vector) }
+    }
+
+    /// Writes the registers in the report format shared by every port.
+    pub fn dump(&self, out: &mut dyn core::fmt::Write) -> core::fmt::Result {
+        writeln!(out, "  elr {:#018x}  sp  {:#018x}  spsr {:#x}  esr {:#x}  far {:#x}", self.elr, self.sp, self.spsr, self.esr, self.far)?;
+        for row in 0..8 {
+            let mut line = [0u64; 4];
+            let first = row * 4;
+            let n = (31 - first).min(4);
+            line[..n].copy_from_slice(&self.x[first..first + n]);
+            write!(out, " ")?;
+            for (i, value) in line[..n].iter().enumerate() {
+                write!(out, " x{:<2} {:#018x}", first + i, value)?;
+            }
+            writeln!(out)?;
+        }
+        Ok(())
+    }
+}
+
+/// Name of an exception class (`ESR_EL1.EC`, Arm ARM D17.2.37) or pseudo class.
+pub fn exception_name(vector: u8) -> &'static str {
+    match u64::from(vector) {
+        ec::UNKNOWN => "undefined instruction",
+        0x01 => "trapped WFI/WFE",
+        ec::FP_ACCESS => "SIMD/FP access trap",
+        0x0e => "illegal execution state",
+        ec::SVC64 => "SVC",
+        0x16 => "HVC",
+        0x17 => "SMC",
+        0x18 => "trapped system register access",
+        0x19 => "SVE access trap",
+        0x1c => "pointer authentication failure",
+        ec::INSTRUCTION_ABORT_LOWER => "instruction abort from EL0",
+        ec::INSTRUCTION_ABORT_SAME => "instruction abort from EL1",
+        0x22 => "PC alignment fault",
+        ec::DATA_ABORT_LOWER => "data abort from EL0",
+        ec::DATA_ABORT_SAME => "data abort from EL1",
+        0x26 => "SP alignment fault",
+        0x2c => "floating-point exception",
+        0x2f => "SError",
+        0x30 | 0x31 => "breakpoint",
+        0x32 | 0x33 => "software step",
+        0x34 | 0x35 => "watchpoint",
+        0x3c => "BRK instruction",
+        VECTOR_IRQ => "IRQ",
+        VECTOR_FIQ => "FIQ",
+        VECTOR_SERROR => "SError interrupt",
+        _ => "reserved exception class",
+    }
+}
+
+/// The kernel's handler for every entry. It may not return (the thread is switched away), in
+/// which case the frame stays on that thread's stack until it is resumed.
+pub type Handler = fn(&mut TrapFrame);
+
+static HANDLER: AtomicUsize = AtomicUsize::new(0);
+
+// The vector table: 16 slots of 0x80 bytes, 2 KiB aligned (Arm ARM D1.10.2). Each slot saves
+// x0/x1 in a new frame, puts its slot number in x0 and jumps to trap_common, which saves the
+// rest and calls trap_dispatch(frame). trap_return restores a frame and `eret`s; entering user
+// mode for the first time also goes through it.
+//
+// Slot 4 (synchronous, from EL1) first checks for a kernel stack overflow: a data abort whose
+// address lies within a few pages below sp means the stack ran into its guard page, and
+// pushing a frame there would fault again forever. Such a trap moves to the per-CPU emergency
+// stack (el1_stack_overflow) so the kernel can still print its report. The check needs a
+// scratch register before anything is saved: SP_EL0 (see the module comment).
+global_asm!(
+    r#"
+    .macro vector_slot kind
+    .balign 0x80
+    sub     sp, sp, #{frame_size}
+    stp     x0, x1, [sp]
+    mov     x0, #\kind
+    b       trap_common
+    .endm
+
+    .section .text.vectors, "ax"
+    .balign 2048
+    .global aarch64_vectors
+aarch64_vectors:
+    vector_slot 0                           /* EL1 with SP_EL0: synchronous */
+    vector_slot 1                           /*                  IRQ */
+    vector_slot 2                           /*                  FIQ */
+    vector_slot 3                           /*                  SError */
+
+    .balign 0x80                            /* EL1 with SP_EL1: synchronous */
+    msr     sp_el0, x0                      /* scratch: the user's SP_EL0 is in its frame */
+    mrs     x0, esr_el1
+    lsr     x0, x0, #26
+    cmp     x0, #{ec_data_abort_same}
+    b.ne    1f
+    mrs     x0, far_el1
+    sub     x0, sp, x0                      /* how far below sp the fault is ... */
+    add     x0, x0, #1, lsl #12             /* ... counting one page above sp too */
+    cmp     x0, #4, lsl #12
+    b.lo    el1_stack_overflow
+1:  mrs     x0, sp_el0
+    sub     sp, sp, #{frame_size}
+    stp     x0, x1, [sp]
+    mov     x0, #4
+    b       trap_common
+
+    vector_slot 5                           /* EL1 with SP_EL1: IRQ */
+    vector_slot 6                           /*                  FIQ */
+    vector_slot 7                           /*                  SError */
+    vector_slot 8                           /* EL0 AArch64: synchronous (svc, aborts) */
+    vector_slot 9                           /*              IRQ */
+    vector_slot 10                          /*              FIQ */
+    vector_slot 11                          /*              SError */
+    vector_slot 12                          /* EL0 AArch32 (never enabled) */
+    vector_slot 13
+    vector_slot 14
+    vector_slot 15
+
+    .section .text.trap_common, "ax"
+    /* x0 = slot, x0/x1 saved at [sp]. Work out the interrupted sp: SP_EL0 if the trap came
+       from EL0 (SPSR.M[3:0] == 0), else the kernel sp above this frame. */
+trap_common:
+    mrs     x1, spsr_el1
+    tst     x1, #0xf
+    b.ne    1f
+    mrs     x1, sp_el0
+    b       trap_common_with_sp
+1:  add     x1, sp, #{frame_size}
+    /* x0 = slot, x1 = interrupted sp. */
+trap_common_with_sp:
+    stp     x2, x3, [sp, #0x10]
+    stp     x4, x5, [sp, #0x20]
+    stp     x6, x7, [sp, #0x30]
+    stp     x8, x9, [sp, #0x40]
+    stp     x10, x11, [sp, #0x50]
+    stp     x12, x13, [sp, #0x60]
+    stp     x14, x15, [sp, #0x70]
+    stp     x16, x17, [sp, #0x80]
+    stp     x18, x19, [sp, #0x90]
+    stp     x20, x21, [sp, #0xa0]
+    stp     x22, x23, [sp, #0xb0]
+    stp     x24, x25, [sp, #0xc0]
+    stp     x26, x27, [sp, #0xd0]
+    stp     x28, x29, [sp, #0xe0]
+    stp     x30, x1, [sp, #0xf0]            /* x30, sp */
+    mrs     x2, elr_el1
+    mrs     x3, spsr_el1
+    stp     x2, x3, [sp, #0x100]
+    mrs     x2, esr_el1
+    mrs     x3, far_el1
+    stp     x2, x3, [sp, #0x110]
+    str     x0, [sp, #0x120]                /* kind */
+    mrs     x2, fpcr
+    mrs     x3, fpsr
+    stp     x2, x3, [sp, #0x140]
+    add     x2, sp, #0x150
+    stp     q0, q1, [x2, #0x000]
+    stp     q2, q3, [x2, #0x020]
+    stp     q4, q5, [x2, #0x040]
+    stp     q6, q7, [x2, #0x060]
+    stp     q8, q9, [x2, #0x080]
+    stp     q10, q11, [x2, #0x0a0]
+    stp     q12, q13, [x2, #0x0c0]
+    stp     q14, q15, [x2, #0x0e0]
+    stp     q16, q17, [x2, #0x100]
+    stp     q18, q19, [x2, #0x120]
+    stp     q20, q21, [x2, #0x140]
+    stp     q22, q23, [x2, #0x160]
+    stp     q24, q25, [x2, #0x180]
+    stp     q26, q27, [x2, #0x1a0]
+    stp     q28, q29, [x2, #0x1c0]
+    stp     q30, q31, [x2, #0x1e0]
+    mov     x0, sp
+    bl      {dispatch}
+
+    /* Restore the frame at sp and return to it. */
+    .global trap_return
+trap_return:
+    add     x2, sp, #0x150
+    ldp     q0, q1, [x2, #0x000]
+    ldp     q2, q3, [x2, #0x020]
+    ldp     q4, q5, [x2, #0x040]
+    ldp     q6, q7, [x2, #0x060]
+    ldp     q8, q9, [x2, #0x080]
+    ldp     q10, q11, [x2, #0x0a0]
+    ldp     q12, q13, [x2, #0x0c0]
+    ldp     q14, q15, [x2, #0x0e0]
+    ldp     q16, q17, [x2, #0x100]
+    ldp     q18, q19, [x2, #0x120]
+    ldp     q20, q21, [x2, #0x140]
+    ldp     q22, q23, [x2, #0x160]
+    ldp     q24, q25, [x2, #0x180]
+    ldp     q26, q27, [x2, #0x1a0]
+    ldp     q28, q29, [x2, #0x1c0]
+    ldp     q30, q31, [x2, #0x1e0]
+    ldp     x2, x3, [sp, #0x140]
+    msr     fpcr, x2
+    msr     fpsr, x3
+    ldp     x2, x3, [sp, #0x100]
+    msr     elr_el1, x2
+    msr     spsr_el1, x3
+    tst     x3, #0xf                        /* back to EL0: its sp goes to SP_EL0 */
+    b.ne    2f
+    ldr     x1, [sp, #0xf8]
+    msr     sp_el0, x1
+2:  ldp     x2, x3, [sp, #0x10]
+    ldp     x4, x5, [sp, #0x20]
+    ldp     x6, x7, [sp, #0x30]
+    ldp     x8, x9, [sp, #0x40]
+    ldp     x10, x11, [sp, #0x50]
+    ldp     x12, x13, [sp, #0x60]
+    ldp     x14, x15, [sp, #0x70]
+    ldp     x16, x17, [sp, #0x80]
+    ldp     x18, x19, [sp, #0x90]
+    ldp     x20, x21, [sp, #0xa0]
+    ldp     x22, x23, [sp, #0xb0]
+    ldp     x24, x25, [sp, #0xc0]
+    ldp     x26, x27, [sp, #0xd0]
+    ldp     x28, x29, [sp, #0xe0]
+    ldr     x30, [sp, #0xf0]
+    ldp     x0, x1, [sp]
+    add     sp, sp, #{frame_size}           /* for EL0: the kernel stack top again */
+    eret
+
+    /* The kernel stack overflowed (x0 in SP_EL0, sp at the faulting stack). Swap sp with the
+       per-CPU emergency frame without a free register (sp += f; x0 = sp - f = old sp;
+       sp -= old sp), then save as trap_common does, with the old sp as the interrupted sp. */
+el1_stack_overflow:
+    mrs     x0, tpidr_el1
+    cbz     x0, 9f                          /* no per-CPU block yet: nothing to report on */
+    ldr     x0, [x0, #{emergency_frame}]
+    add     sp, sp, x0
+    sub     x0, sp, x0
+    sub     sp, sp, x0
+    str     x1, [sp, #8]
+    mov     x1, x0
+    mrs     x0, sp_el0
+    str     x0, [sp]
+    mov     x0, #4
+    b       trap_common_with_sp
+9:  wfe
+    b       9b
+    "#,
+    frame_size = const FRAME_SIZE,
+    ec_data_abort_same = const ec::DATA_ABORT_SAME,
+    emergency_frame = const PERCPU_EMERGENCY_FRAME,
+    dispatch = sym trap_dispatch,
+);
+
+extern "C" {
+    static aarch64_vectors: u8;
+}
+
+/// Called by `trap_common` with the frame it built.
+extern "C" fn trap_dispatch(frame: &mut TrapFrame) {
+    match frame.kind & 3 {
+        SLOT_SYNC => {
+            frame.vector = (frame.esr >> 26) & 0x3f;
+            frame.intid = u64::from(super::interrupts::NO_INTERRUPT);
+            if frame.vector == ec::UNKNOWN && !frame.from_user() && frame.elr == super::cpu::semihosting_call as *const () as u64 {
+                // Semihosting is off, so its `hlt` is undefined: report failure to the caller.
+                frame.elr += 4;
+                frame.x[0] = u64::MAX;
+                return;
+            }
+        }
+        SLOT_IRQ => {
+            frame.vector = VECTOR_IRQ;
+            frame.esr = 0;
+            frame.far = 0;
+            let intid = super::interrupts::acknowledge();
+            frame.intid = u64::from(intid);
+            if intid == super::timer::intid() {
+                super::timer::rearm();
+            }
+            call_handler(frame);
+            // End the interrupt if the kernel did not (one it does not know about): an active
+            // interrupt would hold off every other one of its priority.
+            super::interrupts::end_if_active(intid);
+            return;
+        }
+        SLOT_FIQ => {
+            frame.vector = VECTOR_FIQ;
+            frame.intid = u64::from(super::interrupts::NO_INTERRUPT);
+        }
+        _ => {
+            frame.vector = VECTOR_SERROR;
+            frame.intid = u64::from(super::interrupts::NO_INTERRUPT);
+        }
+    }
+    call_handler(frame);
+}
+
+fn call_handler(frame: &mut TrapFrame) {
+    let handler = HANDLER.load(Ordering::Acquire);
+    if handler == 0 {
+        // No kernel handler yet: nothing sensible can continue.
+        super::serial::write_str_panic("trap before the kernel installed its handler\n");
+        super::cpu::shutdown(tsumugi_abi::exit::STATUS_KERNEL_PANIC);
+    }
+    // SAFETY: HANDLER only ever holds a `Handler` stored by `install`.
+    let handler: Handler = unsafe { core::mem::transmute::<usize, Handler>(handler) };
+    handler(frame);
+}
+
+/// Installs the vector table on this CPU, routing every entry to `handler`.
+pub fn install(handler: Handler) {
+    HANDLER.store(handler as usize, Ordering::Release);
+    load_on_this_cpu();
+}
+
+/// Points this CPU's `VBAR_EL1` at the vector table (the boot code already did on the boot CPU).
+pub fn load_on_this_cpu() {
+    // SAFETY: the vector table is 'static, 2 KiB aligned, and every slot is a valid entry.
+    unsafe {
+        core::arch::asm!("msr vbar_el1, {}", "isb", in(reg) core::ptr::addr_of!(aarch64_vectors), options(nostack, preserves_flags));
+    }
+}
+
+/// Starts (or resumes) the context in `frame`, which must lie at the top of the current
+/// thread's kernel stack, by restoring it with `eret`.
+///
+/// # Safety
+/// `frame` must be a valid frame for EL0 (`SPSR` EL0t, user addresses) or a kernel frame the
+/// kernel built; the kernel stack above it must hold nothing still needed.
+pub unsafe fn enter(frame: *const TrapFrame) -> ! {
+    // SAFETY: the caller guarantees the frame; trap_return restores it and never returns.
+    // Interrupts are masked first so none is taken on the half-restored state (the frame's
+    // SPSR decides what they are after `eret`).
+    unsafe {
+        core::arch::asm!(
+            "msr daifset, #2",
+            "mov sp, {frame}",
+            "b trap_return",
+            frame = in(reg) frame,
+            options(noreturn)
+        )
+    }
+}

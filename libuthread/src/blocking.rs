@@ -1,0 +1,119 @@
+//! How the sync primitives and channels wait: the one interface between them and the scheduler.
+//!
+//! A waiting thread puts a [`WaitNode`] — on its own stack, so waiting allocates nothing — on the
+//! object's wait list inside [`block`]'s `publish` step; whoever takes the node off the list
+//! later calls [`wake`] exactly once. Under `--cfg loom` the same interface is backed by loom's
+//! threads, so the primitives' hand-off protocols are model-checked unchanged.
+
+use core::ptr;
+
+use crate::queue::{Fifo, Linked};
+
+/// Handle of a blocked thread: its ThMB (or, under loom, a stack cell with a loom thread).
+#[cfg(not(loom))]
+pub(crate) type Waiter = *mut crate::thmb::Thmb;
+
+/// Handle of a blocked thread: its ThMB (or, under loom, a stack cell with a loom thread).
+#[cfg(loom)]
+pub(crate) type Waiter = *const loom_impl::LoomWaiter;
+
+/// A node of a wait list, living on the waiting thread's stack while it waits. `data` is what
+/// the primitive needs to know about the waiter (a reader/writer kind, a value slot…).
+pub(crate) struct WaitNode<D> {
+    /// The waiting thread, set in `publish`.
+    pub(crate) waiter: Waiter,
+    next: *mut WaitNode<D>,
+    /// Per-primitive data.
+    pub(crate) data: D,
+}
+
+impl<D> WaitNode<D> {
+    /// A node not yet in any list.
+    pub(crate) fn new(data: D) -> Self {
+        WaitNode { waiter: ptr::null_mut(), next: ptr::null_mut(), data }
+    }
+}
+
+// SAFETY: `next` is the link field; only the list holding the node touches it.
+unsafe impl<D> Linked for WaitNode<D> {
+    unsafe fn next_link(this: *mut Self) -> *mut *mut Self {
+        // SAFETY: the caller passes a live node.
+        unsafe { &raw mut (*this).next }
+    }
+}
+
+/// A wait list.
+pub(crate) type WaitList<D> = Fifo<WaitNode<D>>;
+
+/// Blocks the calling user thread. `publish(me)` runs first, inside the library's critical
+/// section: it either makes `me` reachable by a waker (pushes a node) and returns `true`, or
+/// finds that waiting is unnecessary and returns `false` (then `block` returns at once). Once
+/// published, `block` returns after the matching [`wake`]; it may not return earlier (no
+/// spurious wake-ups).
+///
+/// Panics when called outside a user thread or inside a critical section.
+#[cfg(not(loom))]
+pub(crate) fn block(publish: impl FnOnce(Waiter) -> bool) {
+    crate::sched::block_current(publish)
+}
+
+/// Makes a thread blocked in [`block`] runnable again. Call once per published node, after
+/// taking it off its list; the node may be gone as soon as this returns.
+///
+/// # Safety
+/// `waiter` comes from a node the caller removed from a wait list (and so owns the wake-up).
+#[cfg(not(loom))]
+pub(crate) unsafe fn wake(waiter: Waiter) {
+    // SAFETY: forwarded contract.
+    unsafe { crate::sched::wake(waiter) }
+}
+
+/// Wakes every node of `list` (a barrier's batch release, `notify_all`, disconnection).
+///
+/// # Safety
+/// The caller took `list` off its object, so it owns every node's wake-up.
+pub(crate) unsafe fn wake_all<D>(list: WaitList<D>) {
+    for node in list {
+        // SAFETY: the node is live until woken; we own its wake-up.
+        unsafe { wake((*node).waiter) };
+    }
+}
+
+#[cfg(loom)]
+pub(crate) use loom_impl::{block, wake};
+
+#[cfg(loom)]
+mod loom_impl {
+    use super::Waiter;
+    use loom::sync::atomic::{AtomicBool, Ordering};
+
+    /// A loom thread blocked in `block`.
+    pub(crate) struct LoomWaiter {
+        thread: loom::thread::Thread,
+        woken: AtomicBool,
+    }
+
+    /// `block` for loom: the waiter lives on the blocked thread's stack.
+    pub(crate) fn block(publish: impl FnOnce(Waiter) -> bool) {
+        let me = LoomWaiter { thread: loom::thread::current(), woken: AtomicBool::new(false) };
+        if !publish(&me) {
+            return;
+        }
+        while !me.woken.load(Ordering::Acquire) {
+            loom::thread::park();
+        }
+    }
+
+    /// `wake` for loom.
+    ///
+    /// # Safety
+    /// As the real `wake`.
+    pub(crate) unsafe fn wake(waiter: Waiter) {
+        // SAFETY: the waiter is still blocked (it waits for `woken`), so its cell is live; take
+        // the thread handle before setting `woken`, after which the cell may disappear.
+        let thread = unsafe { (*waiter).thread.clone() };
+        // SAFETY: as above.
+        unsafe { (*waiter).woken.store(true, Ordering::Release) };
+        thread.unpark();
+    }
+}

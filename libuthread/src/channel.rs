@@ -1,0 +1,595 @@
+//! Channels between user threads: [`mpsc`] (`std::sync::mpsc`'s shape) and [`mpmc`] (cloneable
+//! receivers), both bounded and unbounded, over one core.
+//!
+//! The core hands values over directly where it can: a sender that finds a receiver waiting
+//! puts the value into the receiver's slot and wakes it; a receiver that frees room in a full
+//! bounded channel moves the first waiting sender's value in and wakes it. A bound of 0 makes
+//! a rendezvous channel (a send completes when a receiver takes the value). Wait nodes live on
+//! the waiting threads' stacks, so waiting allocates nothing.
+
+use alloc::collections::VecDeque;
+use alloc::sync::Arc;
+use core::fmt;
+
+use crate::blocking::{self, WaitList, WaitNode};
+use crate::spin::SpinLock;
+
+/// What a waiting receiver or sender carries.
+struct Slot<T>(Option<T>);
+
+struct State<T> {
+    buffer: VecDeque<T>,
+    /// `None`: unbounded.
+    bound: Option<usize>,
+    senders: usize,
+    receivers: usize,
+    /// Receivers waiting with an empty slot.
+    receiving: WaitList<Slot<T>>,
+    /// Senders waiting with their value in the slot (taken by a receiver).
+    sending: WaitList<Slot<T>>,
+}
+
+struct Chan<T> {
+    state: SpinLock<State<T>>,
+}
+
+impl<T> Chan<T> {
+    fn new(bound: Option<usize>) -> Arc<Chan<T>> {
+        Arc::new(Chan {
+            state: SpinLock::new(State {
+                buffer: VecDeque::new(),
+                bound,
+                senders: 1,
+                receivers: 1,
+                receiving: WaitList::new(),
+                sending: WaitList::new(),
+            }),
+        })
+    }
+
+    /// Sends `value`, waiting for room when `block`; gives it back when it cannot be sent.
+    fn send(&self, value: T, block: bool) -> Result<(), TrySendError<T>> {
+        let mut node = WaitNode::new(Slot(Some(value)));
+        let mut outcome = Ok(());
+        let mut waited = false;
+        blocking::block(|me| {
+            let mut state = self.state.lock();
+            let value = node.data.0.take().expect("value");
+            if state.receivers == 0 {
+                outcome = Err(TrySendError::Disconnected(value));
+                return false;
+            }
+            let receiver = state.receiving.pop_front();
+            if !receiver.is_null() {
+                // Straight into a waiting receiver's slot.
+                // SAFETY: the receiver's node is live until we wake it; we own the wake-up.
+                unsafe {
+                    (*receiver).data.0 = Some(value);
+                    let waiter = (*receiver).waiter;
+                    drop(state);
+                    blocking::wake(waiter);
+                }
+                return false;
+            }
+            if state.bound.is_none_or(|bound| state.buffer.len() < bound) {
+                state.buffer.push_back(value);
+                return false;
+            }
+            if !block {
+                outcome = Err(TrySendError::Full(value));
+                return false;
+            }
+            node.data.0 = Some(value);
+            node.waiter = me;
+            // SAFETY: the node lives on this stack until a receiver (or the last receiver's
+            // drop) takes it off and wakes us.
+            unsafe { state.sending.push_back(&mut node) };
+            waited = true;
+            true
+        });
+        if waited {
+            // A receiver took the value, or the channel lost its receivers and left it here.
+            if let Some(value) = node.data.0.take() {
+                return Err(TrySendError::Disconnected(value));
+            }
+        }
+        outcome
+    }
+
+    /// Receives a value, waiting for one when `block`.
+    fn recv(&self, block: bool) -> Result<T, TryRecvError> {
+        let mut node: WaitNode<Slot<T>> = WaitNode::new(Slot(None));
+        let mut outcome = Err(TryRecvError::Empty);
+        let mut waited = false;
+        blocking::block(|me| {
+            let mut state = self.state.lock();
+            if let Some(value) = state.buffer.pop_front() {
+                // Room freed: move the first waiting sender's value in.
+                let sender = state.sending.pop_front();
+                if !sender.is_null() {
+                    // SAFETY: the sender's node is live until woken; we own the wake-up.
+                    unsafe {
+                        let moved = (*sender).data.0.take().expect("sender value");
+                        state.buffer.push_back(moved);
+                        let waiter = (*sender).waiter;
+                        drop(state);
+                        blocking::wake(waiter);
+                    }
+                }
+                outcome = Ok(value);
+                return false;
+            }
+            let sender = state.sending.pop_front();
+            if !sender.is_null() {
+                // Rendezvous: take the value from the waiting sender.
+                // SAFETY: as above.
+                unsafe {
+                    outcome = Ok((*sender).data.0.take().expect("sender value"));
+                    let waiter = (*sender).waiter;
+                    drop(state);
+                    blocking::wake(waiter);
+                }
+                return false;
+            }
+            if state.senders == 0 {
+                outcome = Err(TryRecvError::Disconnected);
+                return false;
+            }
+            if !block {
+                return false;
+            }
+            node.waiter = me;
+            // SAFETY: the node lives on this stack until a sender (or the last sender's drop)
+            // takes it off and wakes us.
+            unsafe { state.receiving.push_back(&mut node) };
+            waited = true;
+            true
+        });
+        if waited {
+            return node.data.0.take().ok_or(TryRecvError::Disconnected);
+        }
+        outcome
+    }
+
+    fn add_sender(&self) {
+        self.state.lock().senders += 1;
+    }
+
+    fn add_receiver(&self) {
+        self.state.lock().receivers += 1;
+    }
+
+    fn drop_sender(&self) {
+        let waiting = {
+            let mut state = self.state.lock();
+            state.senders -= 1;
+            if state.senders > 0 {
+                return;
+            }
+            state.receiving.take_all()
+        };
+        // Receivers waiting on an empty channel with no senders left: their slots stay empty.
+        // SAFETY: we took them all off the list.
+        unsafe { blocking::wake_all(waiting) };
+    }
+
+    fn drop_receiver(&self) {
+        let (waiting, buffered) = {
+            let mut state = self.state.lock();
+            state.receivers -= 1;
+            if state.receivers > 0 {
+                return;
+            }
+            (state.sending.take_all(), core::mem::take(&mut state.buffer))
+        };
+        // Senders keep their values (their `send` reports the disconnection); buffered values
+        // are dropped here, outside the lock, since dropping them may run any code.
+        // SAFETY: we took them all off the list.
+        unsafe { blocking::wake_all(waiting) };
+        drop(buffered);
+    }
+}
+
+/// The value could not be sent: every receiver is gone. Carries the value back.
+#[derive(PartialEq, Eq, Clone, Copy)]
+pub struct SendError<T>(pub T);
+
+/// Why a non-blocking send failed. Carries the value back.
+#[derive(PartialEq, Eq, Clone, Copy)]
+pub enum TrySendError<T> {
+    /// The channel is full (or, for a bound of 0, no receiver is waiting).
+    Full(T),
+    /// Every receiver is gone.
+    Disconnected(T),
+}
+
+/// Nothing can be received any more: the channel is empty and every sender is gone.
+#[derive(PartialEq, Eq, Clone, Copy, Debug)]
+pub struct RecvError;
+
+/// Why a non-blocking receive failed.
+#[derive(PartialEq, Eq, Clone, Copy, Debug)]
+pub enum TryRecvError {
+    /// Nothing buffered right now.
+    Empty,
+    /// Empty, and every sender is gone.
+    Disconnected,
+}
+
+impl<T> fmt::Debug for SendError<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("SendError { .. }")
+    }
+}
+impl<T> fmt::Display for SendError<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("sending on a closed channel")
+    }
+}
+impl<T> core::error::Error for SendError<T> {}
+
+impl<T> fmt::Debug for TrySendError<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TrySendError::Full(_) => f.write_str("Full(..)"),
+            TrySendError::Disconnected(_) => f.write_str("Disconnected(..)"),
+        }
+    }
+}
+impl<T> fmt::Display for TrySendError<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TrySendError::Full(_) => f.write_str("sending on a full channel"),
+            TrySendError::Disconnected(_) => f.write_str("sending on a closed channel"),
+        }
+    }
+}
+impl<T> core::error::Error for TrySendError<T> {}
+
+impl fmt::Display for RecvError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("receiving on a closed channel")
+    }
+}
+impl core::error::Error for RecvError {}
+
+impl fmt::Display for TryRecvError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TryRecvError::Empty => f.write_str("receiving on an empty channel"),
+            TryRecvError::Disconnected => f.write_str("receiving on a closed channel"),
+        }
+    }
+}
+impl core::error::Error for TryRecvError {}
+
+fn blocking_send<T>(chan: &Chan<T>, value: T) -> Result<(), SendError<T>> {
+    chan.send(value, true).map_err(|e| match e {
+        TrySendError::Disconnected(v) | TrySendError::Full(v) => SendError(v),
+    })
+}
+
+fn blocking_recv<T>(chan: &Chan<T>) -> Result<T, RecvError> {
+    chan.recv(true).map_err(|_| RecvError)
+}
+
+/// Multi-producer, single-consumer channels, shaped like `std::sync::mpsc`.
+///
+/// ```
+/// use libuthread::mpsc;
+/// libuthread::run(2, || {
+///     let (tx, rx) = mpsc::channel();
+///     for i in 0..3 {
+///         let tx = tx.clone();
+///         libuthread::spawn(move || tx.send(i).unwrap());
+///     }
+///     drop(tx);
+///     let mut got: Vec<i32> = rx.iter().collect();
+///     got.sort();
+///     assert_eq!(got, [0, 1, 2]);
+/// });
+/// ```
+pub mod mpsc {
+    use super::*;
+
+    pub use super::{RecvError, SendError, TryRecvError, TrySendError};
+
+    /// An unbounded channel: `send` never waits.
+    pub fn channel<T>() -> (Sender<T>, Receiver<T>) {
+        let chan = Chan::new(None);
+        (Sender { chan: chan.clone() }, Receiver { chan })
+    }
+
+    /// A channel holding at most `bound` values: `send` waits while it is full. A bound of 0
+    /// makes every send wait for a receiver (rendezvous).
+    ///
+    /// ```
+    /// use libuthread::mpsc;
+    /// libuthread::run(1, || {
+    ///     let (tx, rx) = mpsc::sync_channel(1);
+    ///     tx.send(1).unwrap();
+    ///     assert!(matches!(tx.try_send(2), Err(mpsc::TrySendError::Full(2))));
+    ///     assert_eq!(rx.recv().unwrap(), 1);
+    /// });
+    /// ```
+    pub fn sync_channel<T>(bound: usize) -> (SyncSender<T>, Receiver<T>) {
+        let chan = Chan::new(Some(bound));
+        (SyncSender { chan: chan.clone() }, Receiver { chan })
+    }
+
+    /// The sending half of [`channel`]; clone it for more producers.
+    pub struct Sender<T> {
+        chan: Arc<Chan<T>>,
+    }
+
+    impl<T> Sender<T> {
+        /// Sends a value; fails only when the receiver is gone.
+        pub fn send(&self, value: T) -> Result<(), SendError<T>> {
+            blocking_send(&self.chan, value)
+        }
+    }
+
+    impl<T> Clone for Sender<T> {
+        fn clone(&self) -> Self {
+            self.chan.add_sender();
+            Sender { chan: self.chan.clone() }
+        }
+    }
+
+    impl<T> Drop for Sender<T> {
+        fn drop(&mut self) {
+            self.chan.drop_sender();
+        }
+    }
+
+    impl<T> fmt::Debug for Sender<T> {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("Sender { .. }")
+        }
+    }
+
+    /// The sending half of [`sync_channel`]; clone it for more producers.
+    pub struct SyncSender<T> {
+        chan: Arc<Chan<T>>,
+    }
+
+    impl<T> SyncSender<T> {
+        /// Sends a value, waiting while the channel is full.
+        pub fn send(&self, value: T) -> Result<(), SendError<T>> {
+            blocking_send(&self.chan, value)
+        }
+
+        /// Sends a value if that needs no waiting.
+        pub fn try_send(&self, value: T) -> Result<(), TrySendError<T>> {
+            self.chan.send(value, false)
+        }
+    }
+
+    impl<T> Clone for SyncSender<T> {
+        fn clone(&self) -> Self {
+            self.chan.add_sender();
+            SyncSender { chan: self.chan.clone() }
+        }
+    }
+
+    impl<T> Drop for SyncSender<T> {
+        fn drop(&mut self) {
+            self.chan.drop_sender();
+        }
+    }
+
+    impl<T> fmt::Debug for SyncSender<T> {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("SyncSender { .. }")
+        }
+    }
+
+    /// The receiving half (one consumer: not `Clone`; see [`mpmc`](crate::mpmc) for that).
+    pub struct Receiver<T> {
+        chan: Arc<Chan<T>>,
+    }
+
+    impl<T> Receiver<T> {
+        /// Receives a value, waiting for one; fails when the channel is empty and every sender
+        /// is gone.
+        pub fn recv(&self) -> Result<T, RecvError> {
+            blocking_recv(&self.chan)
+        }
+
+        /// Receives a value if one is there.
+        pub fn try_recv(&self) -> Result<T, TryRecvError> {
+            self.chan.recv(false)
+        }
+
+        /// Iterates over received values until every sender is gone.
+        pub fn iter(&self) -> Iter<'_, T> {
+            Iter { receiver: self }
+        }
+    }
+
+    impl<T> Drop for Receiver<T> {
+        fn drop(&mut self) {
+            self.chan.drop_receiver();
+        }
+    }
+
+    impl<T> fmt::Debug for Receiver<T> {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("Receiver { .. }")
+        }
+    }
+
+    /// Blocking iterator of [`Receiver::iter`].
+    #[derive(Debug)]
+    pub struct Iter<'a, T> {
+        receiver: &'a Receiver<T>,
+    }
+
+    impl<T> Iterator for Iter<'_, T> {
+        type Item = T;
+        fn next(&mut self) -> Option<T> {
+            self.receiver.recv().ok()
+        }
+    }
+
+    impl<'a, T> IntoIterator for &'a Receiver<T> {
+        type Item = T;
+        type IntoIter = Iter<'a, T>;
+        fn into_iter(self) -> Iter<'a, T> {
+            self.iter()
+        }
+    }
+
+    /// Owning blocking iterator.
+    #[derive(Debug)]
+    pub struct IntoIter<T> {
+        receiver: Receiver<T>,
+    }
+
+    impl<T> Iterator for IntoIter<T> {
+        type Item = T;
+        fn next(&mut self) -> Option<T> {
+            self.receiver.recv().ok()
+        }
+    }
+
+    impl<T> IntoIterator for Receiver<T> {
+        type Item = T;
+        type IntoIter = IntoIter<T>;
+        fn into_iter(self) -> IntoIter<T> {
+            IntoIter { receiver: self }
+        }
+    }
+}
+
+/// Multi-producer, multi-consumer channels: both halves can be cloned; each value goes to one
+/// receiver.
+///
+/// ```
+/// use libuthread::mpmc;
+/// libuthread::run(4, || {
+///     let (tx, rx) = mpmc::bounded(4);
+///     let consumers: Vec<_> = (0..3)
+///         .map(|_| {
+///             let rx = rx.clone();
+///             libuthread::spawn(move || rx.iter().count())
+///         })
+///         .collect();
+///     drop(rx);
+///     for i in 0..100 {
+///         tx.send(i).unwrap();
+///     }
+///     drop(tx);
+///     let total: usize = consumers.into_iter().map(|c| c.join().unwrap()).sum();
+///     assert_eq!(total, 100);
+/// });
+/// ```
+pub mod mpmc {
+    use super::*;
+
+    pub use super::{RecvError, SendError, TryRecvError, TrySendError};
+
+    /// An unbounded channel.
+    pub fn unbounded<T>() -> (Sender<T>, Receiver<T>) {
+        let chan = Chan::new(None);
+        (Sender { chan: chan.clone() }, Receiver { chan })
+    }
+
+    /// A channel holding at most `bound` values (0: rendezvous).
+    pub fn bounded<T>(bound: usize) -> (Sender<T>, Receiver<T>) {
+        let chan = Chan::new(Some(bound));
+        (Sender { chan: chan.clone() }, Receiver { chan })
+    }
+
+    /// The sending half; cloneable.
+    pub struct Sender<T> {
+        chan: Arc<Chan<T>>,
+    }
+
+    impl<T> Sender<T> {
+        /// Sends a value, waiting while a bounded channel is full; fails when every receiver
+        /// is gone.
+        pub fn send(&self, value: T) -> Result<(), SendError<T>> {
+            blocking_send(&self.chan, value)
+        }
+
+        /// Sends a value if that needs no waiting.
+        pub fn try_send(&self, value: T) -> Result<(), TrySendError<T>> {
+            self.chan.send(value, false)
+        }
+    }
+
+    impl<T> Clone for Sender<T> {
+        fn clone(&self) -> Self {
+            self.chan.add_sender();
+            Sender { chan: self.chan.clone() }
+        }
+    }
+
+    impl<T> Drop for Sender<T> {
+        fn drop(&mut self) {
+            self.chan.drop_sender();
+        }
+    }
+
+    impl<T> fmt::Debug for Sender<T> {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("Sender { .. }")
+        }
+    }
+
+    /// The receiving half; cloneable.
+    pub struct Receiver<T> {
+        chan: Arc<Chan<T>>,
+    }
+
+    impl<T> Receiver<T> {
+        /// Receives a value, waiting for one; fails when the channel is empty and every sender
+        /// is gone.
+        pub fn recv(&self) -> Result<T, RecvError> {
+            blocking_recv(&self.chan)
+        }
+
+        /// Receives a value if one is there.
+        pub fn try_recv(&self) -> Result<T, TryRecvError> {
+            self.chan.recv(false)
+        }
+
+        /// Iterates over received values until every sender is gone.
+        pub fn iter(&self) -> Iter<'_, T> {
+            Iter { receiver: self }
+        }
+    }
+
+    impl<T> Clone for Receiver<T> {
+        fn clone(&self) -> Self {
+            self.chan.add_receiver();
+            Receiver { chan: self.chan.clone() }
+        }
+    }
+
+    impl<T> Drop for Receiver<T> {
+        fn drop(&mut self) {
+            self.chan.drop_receiver();
+        }
+    }
+
+    impl<T> fmt::Debug for Receiver<T> {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("Receiver { .. }")
+        }
+    }
+
+    /// Blocking iterator of [`Receiver::iter`].
+    #[derive(Debug)]
+    pub struct Iter<'a, T> {
+        receiver: &'a Receiver<T>,
+    }
+
+    impl<T> Iterator for Iter<'_, T> {
+        type Item = T;
+        fn next(&mut self) -> Option<T> {
+            self.receiver.recv().ok()
+        }
+    }
+}

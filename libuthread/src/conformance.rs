@@ -1,0 +1,406 @@
+//! The conformance suite: one set of checks written against the public API only, run hosted
+//! (`tests/conformance.rs`, with 1 and 4 vCPUs) and on Tsumugi (a user program) alike. Every
+//! check works with any number of vCPUs.
+//!
+//! ```
+//! libuthread::run(2, || {
+//!     let mut failures = Vec::new();
+//!     libuthread::conformance::run_all(&mut |name, result| {
+//!         if let Err(why) = result {
+//!             failures.push(format!("{name}: {why}"));
+//!         }
+//!     });
+//!     assert!(failures.is_empty(), "{failures:?}");
+//! });
+//! ```
+
+use alloc::collections::VecDeque;
+use alloc::format;
+use alloc::string::String;
+use alloc::sync::Arc;
+use alloc::vec::Vec;
+use core::cell::Cell;
+use core::sync::atomic::{AtomicUsize, Ordering};
+use core::time::Duration;
+
+use crate::{mpmc, mpsc, Barrier, Condvar, Mutex, Once, RwLock};
+
+/// One check's verdict.
+pub type Outcome = Result<(), String>;
+
+/// A check: its name and its function.
+pub type Check = (&'static str, fn() -> Outcome);
+
+/// The checks, by name.
+pub const CHECKS: &[Check] = &[
+    ("spawn_join_10000", spawn_join_10000),
+    ("channel_ping_pong", channel_ping_pong),
+    ("mpmc_fan_in_fan_out", mpmc_fan_in_fan_out),
+    ("mutex_counter_64_threads", mutex_counter_64_threads),
+    ("condvar_producer_consumer", condvar_producer_consumer),
+    ("barrier_rounds", barrier_rounds),
+    ("rwlock_readers_writers", rwlock_readers_writers),
+    ("once_runs_once", once_runs_once),
+    ("thread_locals_survive_migration", thread_locals_survive_migration),
+    ("sleep_ordering", sleep_ordering),
+];
+
+/// Runs every check in order, calling `report(name, outcome)` after each. Call it from a user
+/// thread (inside [`run`](crate::run)).
+pub fn run_all(report: &mut dyn FnMut(&str, Outcome)) {
+    for (name, check) in CHECKS {
+        report(name, check());
+    }
+}
+
+macro_rules! ensure {
+    ($cond:expr, $($why:tt)*) => {
+        if !$cond {
+            return Err(format!($($why)*));
+        }
+    };
+}
+
+/// Spawns 10,000 threads (in waves of 1,000, every one joined) and checks their results.
+fn spawn_join_10000() -> Outcome {
+    let mut sum = 0u64;
+    for wave in 0..10u64 {
+        let handles: Vec<_> = (0..1000u64).map(|i| crate::spawn(move || wave * 1000 + i)).collect();
+        for h in handles {
+            sum += h.join().map_err(|_| String::from("a thread panicked"))?;
+        }
+    }
+    ensure!(sum == 9_999 * 10_000 / 2, "sum of results {sum}");
+    Ok(())
+}
+
+/// Two threads bounce a counter 10,000 times over a pair of channels (one of them a
+/// rendezvous channel).
+fn channel_ping_pong() -> Outcome {
+    const ROUNDS: u32 = 10_000;
+    let (ping_tx, ping_rx) = mpsc::channel::<u32>();
+    let (pong_tx, pong_rx) = mpsc::sync_channel::<u32>(0);
+    let echo = crate::spawn(move || {
+        let mut seen = 0;
+        for value in ping_rx.iter() {
+            seen += 1;
+            if pong_tx.send(value + 1).is_err() {
+                break;
+            }
+        }
+        seen
+    });
+    let mut value = 0;
+    for _ in 0..ROUNDS {
+        ping_tx.send(value).map_err(|_| String::from("echo hung up"))?;
+        value = pong_rx.recv().map_err(|_| String::from("echo hung up"))?;
+    }
+    drop(ping_tx);
+    let seen = echo.join().map_err(|_| String::from("echo panicked"))?;
+    ensure!(value == ROUNDS && seen == ROUNDS, "value {value}, echo saw {seen}");
+    Ok(())
+}
+
+/// Four producers and three consumers share a bounded mpmc channel; every value arrives once.
+fn mpmc_fan_in_fan_out() -> Outcome {
+    let (tx, rx) = mpmc::bounded::<u64>(8);
+    let producers: Vec<_> = (0..4u64)
+        .map(|p| {
+            let tx = tx.clone();
+            crate::spawn(move || {
+                for i in 0..500 {
+                    tx.send(p * 1000 + i).unwrap();
+                }
+            })
+        })
+        .collect();
+    drop(tx);
+    let consumers: Vec<_> = (0..3)
+        .map(|_| {
+            let rx = rx.clone();
+            crate::spawn(move || rx.iter().fold((0u64, 0u64), |(n, s), v| (n + 1, s + v)))
+        })
+        .collect();
+    drop(rx);
+    for p in producers {
+        p.join().map_err(|_| String::from("producer panicked"))?;
+    }
+    let (mut n, mut s) = (0, 0);
+    for c in consumers {
+        let (cn, cs) = c.join().map_err(|_| String::from("consumer panicked"))?;
+        n += cn;
+        s += cs;
+    }
+    let expect: u64 = (0..4u64).map(|p| (0..500).map(|i| p * 1000 + i).sum::<u64>()).sum();
+    ensure!(n == 2000 && s == expect, "received {n} values summing to {s}");
+    Ok(())
+}
+
+/// 64 threads add 1,000 each to a mutex-protected counter, yielding inside the critical
+/// section now and then so the lock is contended and handed off.
+fn mutex_counter_64_threads() -> Outcome {
+    let counter = Arc::new(Mutex::new(0u64));
+    let handles: Vec<_> = (0..64)
+        .map(|_| {
+            let counter = counter.clone();
+            crate::spawn(move || {
+                for i in 0..1000 {
+                    let mut guard = counter.lock();
+                    let seen = *guard;
+                    if i % 64 == 0 {
+                        crate::yield_now(); // holding the lock: others must queue
+                    }
+                    *guard = seen + 1;
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().map_err(|_| String::from("a thread panicked"))?;
+    }
+    let total = *counter.lock();
+    ensure!(total == 64_000, "counter {total}");
+    Ok(())
+}
+
+/// A bounded queue built from a mutex and two condition variables: four producers, four
+/// consumers, every item consumed once.
+fn condvar_producer_consumer() -> Outcome {
+    struct Queue {
+        items: Mutex<(VecDeque<u64>, usize)>, // (items, producers still running)
+        not_empty: Condvar,
+        not_full: Condvar,
+    }
+    const CAPACITY: usize = 4;
+    let q = Arc::new(Queue { items: Mutex::new((VecDeque::new(), 4)), not_empty: Condvar::new(), not_full: Condvar::new() });
+    let producers: Vec<_> = (0..4u64)
+        .map(|p| {
+            let q = q.clone();
+            crate::spawn(move || {
+                for i in 0..1000 {
+                    let mut g = q.not_full.wait_while(q.items.lock(), |(items, _)| items.len() >= CAPACITY);
+                    g.0.push_back(p * 10_000 + i);
+                    drop(g);
+                    q.not_empty.notify_one();
+                }
+                q.items.lock().1 -= 1;
+                q.not_empty.notify_all();
+            })
+        })
+        .collect();
+    let consumers: Vec<_> = (0..4)
+        .map(|_| {
+            let q = q.clone();
+            crate::spawn(move || {
+                let (mut n, mut sum) = (0u64, 0u64);
+                loop {
+                    let mut g = q.not_empty.wait_while(q.items.lock(), |(items, running)| items.is_empty() && *running > 0);
+                    match g.0.pop_front() {
+                        Some(v) => {
+                            drop(g);
+                            q.not_full.notify_one();
+                            n += 1;
+                            sum += v;
+                        }
+                        None => return (n, sum),
+                    }
+                }
+            })
+        })
+        .collect();
+    for p in producers {
+        p.join().map_err(|_| String::from("producer panicked"))?;
+    }
+    let (mut n, mut sum) = (0, 0);
+    for c in consumers {
+        let (cn, cs) = c.join().map_err(|_| String::from("consumer panicked"))?;
+        n += cn;
+        sum += cs;
+    }
+    let expect: u64 = (0..4u64).map(|p| (0..1000).map(|i| p * 10_000 + i).sum::<u64>()).sum();
+    ensure!(n == 4000 && sum == expect, "consumed {n} items summing to {sum}");
+    Ok(())
+}
+
+/// Eight threads pass a barrier 50 times; nobody gets ahead of a round, and each round has
+/// exactly one leader.
+fn barrier_rounds() -> Outcome {
+    const THREADS: usize = 8;
+    const ROUNDS: usize = 50;
+    let barrier = Arc::new(Barrier::new(THREADS));
+    let arrived = Arc::new(AtomicUsize::new(0));
+    let leaders = Arc::new(AtomicUsize::new(0));
+    let handles: Vec<_> = (0..THREADS)
+        .map(|_| {
+            let (barrier, arrived, leaders) = (barrier.clone(), arrived.clone(), leaders.clone());
+            crate::spawn(move || -> Result<(), String> {
+                for round in 0..ROUNDS {
+                    arrived.fetch_add(1, Ordering::SeqCst);
+                    if barrier.wait().is_leader() {
+                        leaders.fetch_add(1, Ordering::SeqCst);
+                    }
+                    let seen = arrived.load(Ordering::SeqCst);
+                    if seen < (round + 1) * THREADS {
+                        return Err(format!("round {round}: passed with only {seen} arrivals"));
+                    }
+                    // Keep the next round's arrivals out until everyone has looked.
+                    barrier.wait();
+                }
+                Ok(())
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().map_err(|_| String::from("a thread panicked"))??;
+    }
+    let leaders = leaders.load(Ordering::SeqCst);
+    ensure!(leaders == ROUNDS, "{leaders} leaders in {ROUNDS} rounds");
+    Ok(())
+}
+
+/// Readers check an invariant that writers keep (`a == b`), with writers and readers
+/// interleaving; the final value counts every write.
+fn rwlock_readers_writers() -> Outcome {
+    let lock = Arc::new(RwLock::new((0u64, 0u64)));
+    let broken = Arc::new(AtomicUsize::new(0));
+    let writers: Vec<_> = (0..4)
+        .map(|_| {
+            let lock = lock.clone();
+            crate::spawn(move || {
+                for _ in 0..500 {
+                    let mut g = lock.write();
+                    g.0 += 1;
+                    crate::yield_now();
+                    g.1 += 1;
+                }
+            })
+        })
+        .collect();
+    let readers: Vec<_> = (0..8)
+        .map(|_| {
+            let (lock, broken) = (lock.clone(), broken.clone());
+            crate::spawn(move || {
+                for _ in 0..500 {
+                    let g = lock.read();
+                    if g.0 != g.1 {
+                        broken.fetch_add(1, Ordering::SeqCst);
+                    }
+                    drop(g);
+                    crate::yield_now();
+                }
+            })
+        })
+        .collect();
+    for h in writers.into_iter().chain(readers) {
+        h.join().map_err(|_| String::from("a thread panicked"))?;
+    }
+    let (a, b) = *lock.read();
+    let broken = broken.load(Ordering::SeqCst);
+    ensure!(broken == 0, "{broken} reads saw a half-done write");
+    ensure!(a == 2000 && b == 2000, "final value ({a}, {b})");
+    Ok(())
+}
+
+/// Sixteen threads race into one `Once`; its closure runs exactly once and everyone returns
+/// after it finished.
+fn once_runs_once() -> Outcome {
+    let once = Arc::new(Once::new());
+    let runs = Arc::new(AtomicUsize::new(0));
+    let handles: Vec<_> = (0..16)
+        .map(|_| {
+            let (once, runs) = (once.clone(), runs.clone());
+            crate::spawn(move || {
+                once.call_once(|| {
+                    crate::yield_now();
+                    runs.fetch_add(1, Ordering::SeqCst);
+                });
+                runs.load(Ordering::SeqCst)
+            })
+        })
+        .collect();
+    for h in handles {
+        let seen = h.join().map_err(|_| String::from("a thread panicked"))?;
+        ensure!(seen == 1, "a caller returned before the closure finished ({seen})");
+    }
+    ensure!(runs.load(Ordering::SeqCst) == 1, "closure ran {} times", runs.load(Ordering::SeqCst));
+    Ok(())
+}
+
+crate::thread_local! {
+    static TAG: Cell<usize> = Cell::new(usize::MAX);
+}
+
+/// Each thread stores its own tag in a thread-local and checks it after every switch (yields,
+/// barrier waits, sleeps: chances to move to another vCPU); with more than one vCPU, threads
+/// must actually have moved.
+fn thread_locals_survive_migration() -> Outcome {
+    const THREADS: usize = 8;
+    let barrier = Arc::new(Barrier::new(THREADS));
+    let handles: Vec<_> = (0..THREADS)
+        .map(|tag| {
+            let barrier = barrier.clone();
+            crate::spawn(move || -> Result<usize, String> {
+                if TAG.with(Cell::get) != usize::MAX {
+                    return Err(String::from("a new thread saw another thread's value"));
+                }
+                TAG.with(|t| t.set(tag));
+                let mut vcpus = 0u64;
+                for round in 0..100 {
+                    vcpus |= 1 << crate::current_vcpu().unwrap_or(0);
+                    match round % 3 {
+                        0 => crate::yield_now(),
+                        1 => {
+                            barrier.wait();
+                        }
+                        _ => crate::sleep(Duration::from_micros(50)),
+                    }
+                    let seen = TAG.with(Cell::get);
+                    if seen != tag {
+                        return Err(format!("thread {tag} found {seen} after a switch"));
+                    }
+                }
+                Ok(vcpus.count_ones() as usize)
+            })
+        })
+        .collect();
+    let mut moved = 0;
+    for h in handles {
+        if h.join().map_err(|_| String::from("a thread panicked"))?? > 1 {
+            moved += 1;
+        }
+    }
+    ensure!(TAG.with(Cell::get) == usize::MAX, "the checking thread's own value changed");
+    ensure!(crate::vcpu_count() == 1 || moved > 0, "no thread ever ran on a second vCPU");
+    Ok(())
+}
+
+/// Threads started together with different sleep lengths wake in order of their lengths, each
+/// after at least its length.
+fn sleep_ordering() -> Outcome {
+    const MILLIS: [u64; 5] = [50, 10, 40, 20, 30];
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let start = Arc::new(Barrier::new(MILLIS.len()));
+    let handles: Vec<_> = MILLIS
+        .iter()
+        .map(|&ms| {
+            let (order, start) = (order.clone(), start.clone());
+            crate::spawn(move || {
+                start.wait();
+                let begin = crate::platform::now_nanos();
+                crate::sleep(Duration::from_millis(ms));
+                let slept = crate::platform::now_nanos() - begin;
+                order.lock().push(ms);
+                slept
+            })
+        })
+        .collect();
+    for (h, ms) in handles.into_iter().zip(MILLIS) {
+        let slept = h.join().map_err(|_| String::from("a thread panicked"))?;
+        ensure!(slept >= ms * 1_000_000, "a {ms} ms sleep took {slept} ns");
+    }
+    let order = order.lock().clone();
+    let mut sorted = order.clone();
+    sorted.sort_unstable();
+    ensure!(order == sorted, "woke in order {order:?}");
+    Ok(())
+}

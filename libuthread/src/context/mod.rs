@@ -1,0 +1,119 @@
+//! Context switching: the per-architecture register window, the switch into the scheduler, and
+//! the two ways back into a thread (restore its WINDOW, restore its FULL frame), all in user
+//! mode. Every architecture provides the same items in `context/<arch>.rs`; this file selects
+//! one and holds what is common.
+//!
+//! # What is saved, when (DESIGN §7)
+//! - A **voluntary** switch (yield, block, exit) happens at a call, so the ABI's caller-saved
+//!   registers are dead: only the callee-saved *window* is saved (`switch_out`), and the ThMB
+//!   mask becomes `WINDOW`. No kernel entry.
+//! - An **involuntary** stop is the kernel's: it writes the full frame into the ThMB (mask
+//!   `FULL`). The library never needs to make a FULL save itself: every switch it starts is a
+//!   call.
+//! - Resuming restores exactly what the mask says (`resume_window`, `resume_full`).
+//!
+//! # Restartable resume sequences
+//! A resume writes LTN (the target ThMB) as its first step, so from there on a kernel stop
+//! saves into the target's ThMB although the vCPU is still executing the library's resume code.
+//! Such a stop loses nothing: the resume sequences only *read* the ThMB, the window and the
+//! library's copy of the full frame (`crate::thmb::Thmb`'s `resume` field) are never written
+//! by the kernel, and [`interrupted_resume`] recognises the stop by its instruction pointer so
+//! the scheduler simply starts the resume again (like Linux's restartable sequences).
+
+#[cfg(target_arch = "x86_64")]
+#[path = "x86_64.rs"]
+mod arch;
+
+pub use arch::Window;
+pub(crate) use arch::{init_window, raw};
+
+use crate::prim::{AtomicBool, Ordering};
+use crate::thmb::Thmb;
+
+/// The function a stack switch lands in: `entry(a0, a1)`, never returning.
+pub(crate) type Entry = unsafe extern "sysv64" fn(usize, usize) -> !;
+
+/// Whether the resume sequences write LTN themselves (x86_64: `wrgsbase` usable in user mode).
+/// Tsumugi enables FSGSBASE wherever the CPU has it; the hosted platform sets this from
+/// `AT_HWCAP2` and otherwise sets LTN through the OS before resuming (safe there: hosted vCPUs
+/// are never preempted by an upcall).
+static LTN_IN_RESUME: AtomicBool = AtomicBool::new(true);
+
+/// Chooses whether resume sequences write LTN themselves (see [`LTN_IN_RESUME`]).
+#[cfg_attr(target_os = "none", allow(dead_code))]
+pub(crate) fn set_ltn_in_resume(yes: bool) {
+    LTN_IN_RESUME.store(yes, Ordering::Relaxed);
+}
+
+/// Saves the caller's window into `from` (mask `WINDOW`), moves to `stack_top` and calls
+/// `entry(a0, a1)` there. Returns when `from` is resumed by [`resume_window`].
+///
+/// # Safety
+/// `from` is a valid ThMB nobody else touches until this call has moved off the caller's stack;
+/// `stack_top` is the 16-byte-aligned top of a stack nobody else uses; `entry` never returns.
+#[inline(always)]
+pub(crate) unsafe fn switch_out(from: *mut Thmb, stack_top: usize, entry: Entry, a0: usize, a1: usize) {
+    // SAFETY: forwarded contract.
+    unsafe { raw::libuthread_switch_out(from, stack_top, entry, a0, a1) }
+}
+
+/// Moves to `stack_top` and calls `entry(a0, a1)` there, saving nothing.
+///
+/// # Safety
+/// As [`switch_out`]; whatever ran on the current stack is abandoned.
+#[inline(always)]
+pub(crate) unsafe fn call_on_stack(stack_top: usize, entry: Entry, a0: usize, a1: usize) -> ! {
+    // SAFETY: forwarded contract.
+    unsafe { raw::libuthread_call_on_stack(stack_top, entry, a0, a1) }
+}
+
+/// Resumes `to` from its saved window, with LTN = `ltn` (the thread itself, or 0 for a root
+/// context).
+///
+/// # Safety
+/// `to` holds a window saved by [`switch_out`] (or built by [`init_window`]) whose stack is
+/// intact and owned by the caller now; the caller is in a critical section.
+pub(crate) unsafe fn resume_window(to: *mut Thmb, ltn: *mut Thmb) -> ! {
+    let in_resume = LTN_IN_RESUME.load(Ordering::Relaxed);
+    if !in_resume {
+        crate::platform::set_ltn(ltn);
+    }
+    // SAFETY: forwarded contract.
+    unsafe { raw::libuthread_resume_window(to, ltn, in_resume as u64) }
+}
+
+/// Resumes `to` from the library's copy of its full frame (`Thmb::resume`), with LTN = `to`.
+///
+/// # Safety
+/// `to.resume` holds a frame the kernel saved for `to`, whose stack is intact; the caller is in
+/// a critical section.
+pub(crate) unsafe fn resume_full(to: *mut Thmb) -> ! {
+    let in_resume = LTN_IN_RESUME.load(Ordering::Relaxed);
+    if !in_resume {
+        crate::platform::set_ltn(to);
+    }
+    // SAFETY: forwarded contract.
+    unsafe { raw::libuthread_resume_full(to, in_resume as u64) }
+}
+
+/// Which resume sequence a kernel stop at `rip` interrupted, if any.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Interrupted {
+    /// A window resume: the thread's window is intact; resume it again.
+    Window,
+    /// A full resume: the library's copy of the full frame is intact; resume it again.
+    Full,
+}
+
+/// Recognises a kernel stop inside a resume sequence by its instruction pointer.
+pub fn interrupted_resume(rip: u64) -> Option<Interrupted> {
+    let rip = rip as usize;
+    let (window, full) = arch::resume_ranges();
+    if window.contains(&rip) {
+        Some(Interrupted::Window)
+    } else if full.contains(&rip) {
+        Some(Interrupted::Full)
+    } else {
+        None
+    }
+}

@@ -1,0 +1,283 @@
+//! x86_64 context switching (System V ABI). Every entry point is plain `global_asm!`: a switch
+//! changes the stack pointer, which no Rust function (and no `asm!` block inside one) may do,
+//! and the FULL restore must load every general-purpose register, so no compiler-managed
+//! register may survive it.
+//!
+//! Entry points (all `extern "sysv64"`, all in `.text`, `.hidden`):
+//!
+//! | symbol | Rust signature | does |
+//! |---|---|---|
+//! | `libuthread_switch_out` | `(from: *mut Thmb, stack_top: usize, entry: Entry, a0: usize, a1: usize)` | save window, mask = WINDOW, `entry(a0, a1)` on `stack_top`; returns when `from` is resumed |
+//! | `libuthread_call_on_stack` | `(stack_top: usize, entry: Entry, a0: usize, a1: usize) -> !` | `entry(a0, a1)` on `stack_top`, nothing saved |
+//! | `libuthread_resume_window` | `(to: *mut Thmb, ltn: *mut Thmb, write_ltn: u64) -> !` | [LTN = `ltn`], restore window, jump |
+//! | `libuthread_resume_full` | `(to: *mut Thmb, write_ltn: u64) -> !` | [LTN = `to`], restore `to.resume` entirely, jump |
+//! | `libuthread_thread_start` | (jumped to by a window resume) | first instruction of every user thread |
+//!
+//! `Entry` is `unsafe extern "sysv64" fn(usize, usize) -> !`.
+
+use core::mem::offset_of;
+use core::ops::Range;
+
+use tsumugi_abi::kn::{mask, FullFrame, MASK_OFFSET};
+
+use crate::thmb::{Thmb, RESUME_OFFSET, WINDOW_OFFSET};
+
+/// The callee-saved register window of the x86_64 System V ABI: what a voluntary switch (a call)
+/// must preserve. MXCSR's control bits and the x87 control word are callee-saved too; the
+/// vector and x87 data registers are caller-saved, so they are dead at the switch.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Window {
+    /// `rbx`.
+    pub rbx: u64,
+    /// `rbp` (the frame pointer when frame pointers are kept).
+    pub rbp: u64,
+    /// `r12`.
+    pub r12: u64,
+    /// `r13`.
+    pub r13: u64,
+    /// `r14`.
+    pub r14: u64,
+    /// `r15`.
+    pub r15: u64,
+    /// The stack pointer as it is after the switch call returns.
+    pub rsp: u64,
+    /// Where the thread resumes (the switch call's return address).
+    pub rip: u64,
+    /// SSE control/status register.
+    pub mxcsr: u32,
+    /// x87 control word.
+    pub fpucw: u16,
+    /// Padding.
+    pub _pad: u16,
+}
+
+const _: () = assert!(core::mem::size_of::<Window>() == 72);
+const _: () = assert!(offset_of!(Window, rsp) == 48 && offset_of!(Window, rip) == 56);
+const _: () = assert!(offset_of!(Window, mxcsr) == 64 && offset_of!(Window, fpucw) == 68);
+
+/// MXCSR at process start: all exceptions masked, round to nearest.
+const MXCSR_DEFAULT: u32 = 0x1F80;
+/// x87 control word at process start: all exceptions masked, 64-bit precision, round to nearest.
+const FPUCW_DEFAULT: u16 = 0x037F;
+
+/// Builds the window of a thread that has never run: it "resumes" at `libuthread_thread_start`
+/// with `r12` = its ThMB and `r13` = `entry`, on an empty stack whose top is `stack_top`.
+pub(crate) fn init_window(window: &mut Window, stack_top: usize, thmb: *mut Thmb, entry: unsafe extern "sysv64" fn(*mut Thmb) -> !) {
+    debug_assert_eq!(stack_top % 16, 0);
+    *window = Window {
+        rsp: stack_top as u64,
+        rip: raw::libuthread_thread_start as *const () as u64,
+        r12: thmb as u64,
+        r13: entry as *const () as u64,
+        mxcsr: MXCSR_DEFAULT,
+        fpucw: FPUCW_DEFAULT,
+        ..Window::default()
+    };
+}
+
+/// The instruction ranges of the two resume sequences (see `interrupted_resume`).
+pub(crate) fn resume_ranges() -> (Range<usize>, Range<usize>) {
+    use raw::*;
+    (
+        libuthread_resume_window as *const () as usize..libuthread_resume_window_end as *const () as usize,
+        libuthread_resume_full as *const () as usize..libuthread_resume_full_end as *const () as usize,
+    )
+}
+
+// Offsets used by the assembly, checked against the Rust layout at compile time (the `const`
+// operands below are computed from `offset_of!`, so they cannot drift).
+const W: usize = WINDOW_OFFSET;
+const R: usize = RESUME_OFFSET;
+const _: () = assert!(MASK_OFFSET == 0);
+
+core::arch::global_asm!(
+    ".pushsection .text.libuthread_context, \"ax\", @progbits",
+    // ---------------------------------------------------------------------------------------
+    // libuthread_switch_out(from = rdi, stack_top = rsi, entry = rdx, a0 = rcx, a1 = r8)
+    // A voluntary switch: the caller's caller-saved registers are dead (this is a call), so
+    // only the window is saved. Its rip/rsp are those the caller sees when this call returns.
+    ".globl libuthread_switch_out",
+    ".hidden libuthread_switch_out",
+    ".type libuthread_switch_out, @function",
+    ".p2align 4",
+    "libuthread_switch_out:",
+    "    mov [rdi + {w_rbx}], rbx",
+    "    mov [rdi + {w_rbp}], rbp",
+    "    mov [rdi + {w_r12}], r12",
+    "    mov [rdi + {w_r13}], r13",
+    "    mov [rdi + {w_r14}], r14",
+    "    mov [rdi + {w_r15}], r15",
+    "    mov rax, [rsp]",                         // our return address: where the thread resumes
+    "    mov [rdi + {w_rip}], rax",
+    "    lea rax, [rsp + 8]",                     // rsp as it is after that return
+    "    mov [rdi + {w_rsp}], rax",
+    "    stmxcsr dword ptr [rdi + {w_mxcsr}]",    // callee-saved control state of SSE ...
+    "    fnstcw word ptr [rdi + {w_fpucw}]",      // ... and of the x87 unit
+    "    mov qword ptr [rdi + {mask_off}], {mask_window}", // the window is now valid
+    "    mov rsp, rsi",                           // onto the scheduler's stack (16-aligned top)
+    "    xor ebp, ebp",                           // a backtrace ends here
+    "    mov rdi, rcx",                           // entry(a0, a1)
+    "    mov rsi, r8",
+    "    call rdx",                               // `call` gives entry the ABI's alignment
+    "    ud2",                                    // entry never returns
+    ".size libuthread_switch_out, . - libuthread_switch_out",
+    // ---------------------------------------------------------------------------------------
+    // libuthread_call_on_stack(stack_top = rdi, entry = rsi, a0 = rdx, a1 = rcx) -> !
+    ".globl libuthread_call_on_stack",
+    ".hidden libuthread_call_on_stack",
+    ".type libuthread_call_on_stack, @function",
+    ".p2align 4",
+    "libuthread_call_on_stack:",
+    "    mov rsp, rdi",                           // abandon the current stack
+    "    xor ebp, ebp",
+    "    mov rax, rsi",
+    "    mov rdi, rdx",                           // entry(a0, a1)
+    "    mov rsi, rcx",
+    "    call rax",
+    "    ud2",
+    ".size libuthread_call_on_stack, . - libuthread_call_on_stack",
+    // ---------------------------------------------------------------------------------------
+    // libuthread_resume_window(to = rdi, ltn = rsi, write_ltn = rdx) -> !
+    // Restartable: from the wrgsbase on, a kernel stop saves into `to` (not harmful: only the
+    // window is read here and the kernel never writes it); no stack is read after LTN is set.
+    ".globl libuthread_resume_window",
+    ".hidden libuthread_resume_window",
+    ".type libuthread_resume_window, @function",
+    ".p2align 4",
+    "libuthread_resume_window:",
+    "    test rdx, rdx",
+    "    jz 2f",
+    "    wrgsbase rsi",                           // LTN = the thread (or 0 for a root context)
+    "2:",
+    "    ldmxcsr dword ptr [rdi + {w_mxcsr}]",
+    "    fldcw word ptr [rdi + {w_fpucw}]",
+    "    mov rbx, [rdi + {w_rbx}]",
+    "    mov rbp, [rdi + {w_rbp}]",
+    "    mov r12, [rdi + {w_r12}]",
+    "    mov r13, [rdi + {w_r13}]",
+    "    mov r14, [rdi + {w_r14}]",
+    "    mov r15, [rdi + {w_r15}]",
+    "    mov rsp, [rdi + {w_rsp}]",               // the thread's stack, exactly as it left it
+    "    jmp qword ptr [rdi + {w_rip}]",          // = the `ret` of its switch_out
+    ".globl libuthread_resume_window_end",
+    ".hidden libuthread_resume_window_end",
+    "libuthread_resume_window_end:",
+    ".size libuthread_resume_window, . - libuthread_resume_window",
+    // ---------------------------------------------------------------------------------------
+    // libuthread_resume_full(to = rdi, write_ltn = rsi) -> !
+    // Restores every general-purpose register, rflags, rsp and rip from `to.resume` without
+    // entering the kernel and without touching the thread's stack (its red zone below rsp may
+    // hold live data). GS base = `to` gives an addressing base that needs no register:
+    //   1. LTN (GS base) = to;
+    //   2. rflags via push/popfq on the *scheduler's* stack (the only stack use);
+    //   3. each GPR with `mov reg, gs:[off]` (movs leave flags alone);
+    //   4. rsp last, then `jmp gs:[rip]`.
+    // Restartable like the window resume: the kernel writes only `to.header`, never `to.resume`.
+    ".globl libuthread_resume_full",
+    ".hidden libuthread_resume_full",
+    ".type libuthread_resume_full, @function",
+    ".p2align 4",
+    "libuthread_resume_full:",
+    "    test rsi, rsi",
+    "    jz 2f",
+    "    wrgsbase rdi",                           // 1. LTN = to
+    "2:",
+    "    push qword ptr [rdi + {r_rflags}]",      // 2. onto the scheduler's stack ...
+    "    popfq",                                  //    ... and into rflags
+    "    mov rax, qword ptr gs:[{r_rax}]",        // 3. every GPR, flags untouched from here
+    "    mov rbx, qword ptr gs:[{r_rbx}]",
+    "    mov rcx, qword ptr gs:[{r_rcx}]",
+    "    mov rdx, qword ptr gs:[{r_rdx}]",
+    "    mov rsi, qword ptr gs:[{r_rsi}]",
+    "    mov rdi, qword ptr gs:[{r_rdi}]",
+    "    mov rbp, qword ptr gs:[{r_rbp}]",
+    "    mov r8, qword ptr gs:[{r_r8}]",
+    "    mov r9, qword ptr gs:[{r_r9}]",
+    "    mov r10, qword ptr gs:[{r_r10}]",
+    "    mov r11, qword ptr gs:[{r_r11}]",
+    "    mov r12, qword ptr gs:[{r_r12}]",
+    "    mov r13, qword ptr gs:[{r_r13}]",
+    "    mov r14, qword ptr gs:[{r_r14}]",
+    "    mov r15, qword ptr gs:[{r_r15}]",
+    "    mov rsp, qword ptr gs:[{r_rsp}]",        // 4. the thread's stack, nothing pushed on it
+    "    jmp qword ptr gs:[{r_rip}]",
+    ".globl libuthread_resume_full_end",
+    ".hidden libuthread_resume_full_end",
+    "libuthread_resume_full_end:",
+    ".size libuthread_resume_full, . - libuthread_resume_full",
+    // ---------------------------------------------------------------------------------------
+    // libuthread_thread_start: a new thread's first instruction, reached by a window resume
+    // of the window `init_window` built: r12 = its ThMB, r13 = its Rust entry, rsp = the empty
+    // stack's 16-aligned top. The CFI marks the outermost frame so backtraces stop here.
+    ".globl libuthread_thread_start",
+    ".hidden libuthread_thread_start",
+    ".type libuthread_thread_start, @function",
+    ".p2align 4",
+    "libuthread_thread_start:",
+    "    .cfi_startproc",
+    "    .cfi_undefined rip",
+    "    xor ebp, ebp",
+    "    mov rdi, r12",                           // entry(thmb)
+    "    call r13",
+    "    ud2",                                    // entry never returns
+    "    .cfi_endproc",
+    ".size libuthread_thread_start, . - libuthread_thread_start",
+    ".popsection",
+    mask_off = const MASK_OFFSET,
+    mask_window = const mask::WINDOW,
+    w_rbx = const W + offset_of!(Window, rbx),
+    w_rbp = const W + offset_of!(Window, rbp),
+    w_r12 = const W + offset_of!(Window, r12),
+    w_r13 = const W + offset_of!(Window, r13),
+    w_r14 = const W + offset_of!(Window, r14),
+    w_r15 = const W + offset_of!(Window, r15),
+    w_rsp = const W + offset_of!(Window, rsp),
+    w_rip = const W + offset_of!(Window, rip),
+    w_mxcsr = const W + offset_of!(Window, mxcsr),
+    w_fpucw = const W + offset_of!(Window, fpucw),
+    r_rax = const R + offset_of!(FullFrame, rax),
+    r_rbx = const R + offset_of!(FullFrame, rbx),
+    r_rcx = const R + offset_of!(FullFrame, rcx),
+    r_rdx = const R + offset_of!(FullFrame, rdx),
+    r_rsi = const R + offset_of!(FullFrame, rsi),
+    r_rdi = const R + offset_of!(FullFrame, rdi),
+    r_rbp = const R + offset_of!(FullFrame, rbp),
+    r_r8 = const R + offset_of!(FullFrame, r8),
+    r_r9 = const R + offset_of!(FullFrame, r9),
+    r_r10 = const R + offset_of!(FullFrame, r10),
+    r_r11 = const R + offset_of!(FullFrame, r11),
+    r_r12 = const R + offset_of!(FullFrame, r12),
+    r_r13 = const R + offset_of!(FullFrame, r13),
+    r_r14 = const R + offset_of!(FullFrame, r14),
+    r_r15 = const R + offset_of!(FullFrame, r15),
+    r_rip = const R + offset_of!(FullFrame, rip),
+    r_rsp = const R + offset_of!(FullFrame, rsp),
+    r_rflags = const R + offset_of!(FullFrame, rflags),
+);
+
+/// The assembly's symbols.
+pub(crate) mod raw {
+    use super::super::Entry;
+    use crate::thmb::Thmb;
+
+    // The assembly touches only the `#[repr(C)]` prefix of a ThMB (header, window, resume
+    // copy), whose offsets are checked above; the rest of the type need not be FFI-safe.
+    #[allow(improper_ctypes)]
+    extern "sysv64" {
+        /// See the module table.
+        pub(crate) fn libuthread_switch_out(from: *mut Thmb, stack_top: usize, entry: Entry, a0: usize, a1: usize);
+        /// See the module table.
+        pub(crate) fn libuthread_call_on_stack(stack_top: usize, entry: Entry, a0: usize, a1: usize) -> !;
+        /// See the module table.
+        pub(crate) fn libuthread_resume_window(to: *mut Thmb, ltn: *mut Thmb, write_ltn: u64) -> !;
+        /// End of the window resume sequence (a label, not a function).
+        pub(crate) fn libuthread_resume_window_end();
+        /// See the module table.
+        pub(crate) fn libuthread_resume_full(to: *mut Thmb, write_ltn: u64) -> !;
+        /// End of the full resume sequence (a label, not a function).
+        pub(crate) fn libuthread_resume_full_end();
+        /// A new thread's first instruction (jumped to, never called from Rust).
+        pub(crate) fn libuthread_thread_start();
+    }
+}

@@ -1,0 +1,295 @@
+//! The hosted platform: the library on Linux, for `cargo test`, proptest, loom and benchmarks.
+//! vCPUs are OS threads; there are no upcalls, so scheduling is cooperative. LTN is the GS base
+//! register, which Linux user programs leave free (glibc's thread pointer is FS).
+
+extern crate std;
+
+use std::boxed::Box;
+use std::collections::BinaryHeap;
+use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
+use std::sync::{Condvar, Mutex, OnceLock};
+use std::vec::Vec;
+
+use tsumugi_abi::kn::MAX_VCPUS;
+
+use crate::thmb::Thmb;
+use crate::token::ParkToken;
+
+// ------------------------------------------------------------------------------------------
+// LTN.
+
+/// 0: not probed yet; 1: `rdgsbase`/`wrgsbase` usable; 2: not (use `arch_prctl`).
+static FSGSBASE: AtomicU8 = AtomicU8::new(0);
+
+/// `AT_HWCAP2` bit saying the kernel enabled FSGSBASE for user mode.
+const HWCAP2_FSGSBASE: u64 = 1 << 1;
+/// `arch_prctl` codes (asm/prctl.h).
+const ARCH_SET_GS: libc::c_int = 0x1001;
+const ARCH_GET_GS: libc::c_int = 0x1004;
+
+#[cold]
+fn probe_fsgsbase() -> bool {
+    // SAFETY: getauxval only reads the process's auxiliary vector.
+    let hwcap2 = unsafe { libc::getauxval(libc::AT_HWCAP2) };
+    let usable = hwcap2 & HWCAP2_FSGSBASE != 0;
+    FSGSBASE.store(if usable { 1 } else { 2 }, Ordering::Relaxed);
+    crate::context::set_ltn_in_resume(usable);
+    usable
+}
+
+#[inline]
+fn fsgsbase() -> bool {
+    match FSGSBASE.load(Ordering::Relaxed) {
+        1 => true,
+        2 => false,
+        _ => probe_fsgsbase(),
+    }
+}
+
+/// The LTN register: the running user thread's ThMB, or null.
+#[inline]
+pub fn ltn() -> *mut Thmb {
+    if fsgsbase() {
+        let value: usize;
+        // SAFETY: rdgsbase only reads GS base; the kernel enabled it (AT_HWCAP2).
+        unsafe { core::arch::asm!("rdgsbase {}", out(reg) value, options(nomem, nostack, preserves_flags)) };
+        value as *mut Thmb
+    } else {
+        let mut value: usize = 0;
+        // SAFETY: ARCH_GET_GS writes GS base to `value`.
+        unsafe { libc::syscall(libc::SYS_arch_prctl, ARCH_GET_GS, &mut value as *mut usize) };
+        value as *mut Thmb
+    }
+}
+
+/// Sets the LTN register.
+#[inline]
+pub fn set_ltn(t: *mut Thmb) {
+    if fsgsbase() {
+        // SAFETY: wrgsbase only changes GS base, which nothing else in a Linux process uses.
+        unsafe { core::arch::asm!("wrgsbase {}", in(reg) t as usize, options(nomem, nostack, preserves_flags)) };
+    } else {
+        // SAFETY: ARCH_SET_GS only changes GS base.
+        unsafe { libc::syscall(libc::SYS_arch_prctl, ARCH_SET_GS, t as usize) };
+    }
+}
+
+// ------------------------------------------------------------------------------------------
+// vCPUs.
+
+/// The number of CPUs this process may use.
+pub fn default_vcpus() -> usize {
+    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+}
+
+/// OS threads of the previous runtime, joined before new ones start (so a retiring vCPU has
+/// left its scheduler stack before a new one takes it).
+static THREADS: Mutex<Vec<std::thread::JoinHandle<()>>> = Mutex::new(Vec::new());
+
+std::thread_local! {
+    /// The OS thread's own context while it serves as a vCPU, resumed by `retire_vcpu`.
+    static ROOT: core::cell::Cell<*mut Thmb> = const { core::cell::Cell::new(core::ptr::null_mut()) };
+}
+
+/// Stack for the few instructions between an OS thread's start and its first scheduler entry.
+const TRAMPOLINE_STACK: usize = 16 * 1024;
+
+unsafe extern "sysv64" fn vcpu_trampoline(main: usize, vcpu: usize) -> ! {
+    // SAFETY: `start_vcpus` passes a `fn(usize) -> !`.
+    let main: fn(usize) -> ! = unsafe { core::mem::transmute::<usize, fn(usize) -> !>(main) };
+    main(vcpu)
+}
+
+/// Starts vCPUs `1..n` as OS threads, each running `vcpu_main(index)`; the caller is vCPU 0.
+pub fn start_vcpus(n: usize, vcpu_main: fn(usize) -> !) {
+    fsgsbase(); // probe once, before any resume sequence runs
+    let mut threads = THREADS.lock().unwrap();
+    for old in threads.drain(..) {
+        let _ = old.join();
+    }
+    for vcpu in 1..n {
+        let handle = std::thread::Builder::new()
+            .name(std::format!("uthread-vcpu-{vcpu}"))
+            .stack_size(64 * 1024)
+            .spawn(move || {
+                let (base, len) = alloc_stack(TRAMPOLINE_STACK).expect("trampoline stack");
+                let mut root = Box::new(Thmb::blank());
+                ROOT.with(|r| r.set(&mut *root));
+                // SAFETY: `root` outlives the switch (this frame waits in it until
+                // `retire_vcpu` resumes it); the trampoline stack is ours.
+                unsafe {
+                    crate::context::switch_out(&mut *root, base + len, vcpu_trampoline, vcpu_main as usize, vcpu)
+                };
+                ROOT.with(|r| r.set(core::ptr::null_mut()));
+                free_stack(base, len);
+            })
+            .expect("libuthread: cannot start a vCPU thread");
+        threads.push(handle);
+    }
+}
+
+/// Ends vCPU `vcpu` (≥ 1) for good: its OS thread returns.
+pub fn retire_vcpu(vcpu: usize) -> ! {
+    let _ = vcpu;
+    let root = ROOT.with(|r| r.get());
+    assert!(!root.is_null(), "retire_vcpu on a thread that is no vCPU");
+    // SAFETY: the OS thread's body waits in `switch_out` with its window saved in `root`.
+    unsafe { crate::context::resume_window(root, core::ptr::null_mut()) }
+}
+
+// ------------------------------------------------------------------------------------------
+// Park / unpark.
+
+static TOKENS: [ParkToken; MAX_VCPUS] = [const { ParkToken::new() }; MAX_VCPUS];
+
+fn futex_wait(word: &AtomicU32, expected: u32) {
+    // SAFETY: FUTEX_WAIT only reads `word` and sleeps; a null timeout waits indefinitely.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
+            expected,
+            core::ptr::null::<libc::timespec>(),
+        )
+    };
+}
+
+fn futex_wake(word: &AtomicU32) {
+    // SAFETY: FUTEX_WAKE only wakes sleepers on `word`.
+    unsafe { libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG, 1) };
+}
+
+/// Blocks the calling vCPU until `unpark(vcpu)` (a token left earlier makes it return at once).
+pub fn park(vcpu: usize) {
+    TOKENS[vcpu].park(futex_wait);
+}
+
+/// Wakes vCPU `vcpu` (or makes its next `park` return at once).
+pub fn unpark(vcpu: usize) {
+    TOKENS[vcpu].unpark(futex_wake);
+}
+
+// ------------------------------------------------------------------------------------------
+// Sleep: a timer thread plays the kernel's part (BLOCKED … UNBLOCKED), so a sleeping thread
+// gives its vCPU to others, as on Tsumugi.
+
+/// A sleeper: `(deadline, sequence, runtime generation, ThMB address)`, earliest first.
+type Sleeper = core::cmp::Reverse<(u64, u64, u64, usize)>;
+
+struct Timer {
+    queue: Mutex<BinaryHeap<Sleeper>>,
+    changed: Condvar,
+    sequence: std::sync::atomic::AtomicU64,
+}
+
+fn timer() -> &'static Timer {
+    static TIMER: OnceLock<&'static Timer> = OnceLock::new();
+    TIMER.get_or_init(|| {
+        let timer: &'static Timer = Box::leak(Box::new(Timer {
+            queue: Mutex::new(BinaryHeap::new()),
+            changed: Condvar::new(),
+            sequence: std::sync::atomic::AtomicU64::new(0),
+        }));
+        std::thread::Builder::new()
+            .name("uthread-timer".into())
+            .spawn(move || timer_main(timer))
+            .expect("libuthread: cannot start the timer thread");
+        timer
+    })
+}
+
+fn timer_main(timer: &'static Timer) {
+    let mut queue = timer.queue.lock().unwrap();
+    loop {
+        let now = now_nanos();
+        match queue.peek().copied() {
+            Some(core::cmp::Reverse((deadline, _, generation, t))) if deadline <= now => {
+                queue.pop();
+                if generation == crate::sched::generation() {
+                    // SAFETY: the sleeper published this entry and waits for exactly this
+                    // wake-up; its runtime is still the running one.
+                    unsafe { crate::blocking::wake(t as *mut Thmb) };
+                }
+            }
+            Some(core::cmp::Reverse((deadline, ..))) => {
+                let wait = std::time::Duration::from_nanos(deadline - now);
+                queue = timer.changed.wait_timeout(queue, wait).unwrap().0;
+            }
+            None => queue = timer.changed.wait(queue).unwrap(),
+        }
+    }
+}
+
+/// Blocks the calling user thread for at least `nanos`; its vCPU runs other threads meanwhile.
+/// Outside a user thread, the OS thread sleeps.
+pub fn sleep_current(nanos: u64) {
+    if ltn().is_null() {
+        std::thread::sleep(std::time::Duration::from_nanos(nanos));
+        return;
+    }
+    let deadline = now_nanos().saturating_add(nanos);
+    let timer = timer();
+    let generation = crate::sched::generation();
+    crate::blocking::block(|me| {
+        let sequence = timer.sequence.fetch_add(1, Ordering::Relaxed);
+        timer.queue.lock().unwrap().push(core::cmp::Reverse((deadline, sequence, generation, me as usize)));
+        timer.changed.notify_one();
+        true
+    });
+}
+
+/// Nanoseconds on a monotonic clock.
+pub fn now_nanos() -> u64 {
+    static START: OnceLock<std::time::Instant> = OnceLock::new();
+    START.get_or_init(std::time::Instant::now).elapsed().as_nanos() as u64
+}
+
+// ------------------------------------------------------------------------------------------
+// Memory, console, exit.
+
+const PAGE: usize = 4096;
+
+/// Maps a stack of at least `size` bytes with an inaccessible guard page below it; returns
+/// `(base, len)` of the whole mapping (its top, `base + len`, is the stack's top).
+pub fn alloc_stack(size: usize) -> Option<(usize, usize)> {
+    let len = size.div_ceil(PAGE) * PAGE + PAGE;
+    // SAFETY: a fresh anonymous private mapping; nothing else refers to it.
+    let base = unsafe {
+        libc::mmap(
+            core::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | libc::MAP_STACK,
+            -1,
+            0,
+        )
+    };
+    if base == libc::MAP_FAILED {
+        return None;
+    }
+    // SAFETY: the lowest page of the mapping we just made becomes the guard.
+    if unsafe { libc::mprotect(base, PAGE, libc::PROT_NONE) } != 0 {
+        // SAFETY: unmapping what we mapped.
+        unsafe { libc::munmap(base, len) };
+        return None;
+    }
+    Some((base as usize, len))
+}
+
+/// Unmaps a stack from [`alloc_stack`].
+pub fn free_stack(base: usize, len: usize) {
+    // SAFETY: the caller gives back a mapping of `alloc_stack` that nothing uses any more.
+    unsafe { libc::munmap(base as *mut libc::c_void, len) };
+}
+
+/// Ends the process.
+pub fn exit_process(code: i32) -> ! {
+    std::process::exit(code)
+}
+
+/// Writes to standard error.
+pub fn console_write(bytes: &[u8]) {
+    use std::io::Write;
+    let _ = std::io::stderr().write_all(bytes);
+}

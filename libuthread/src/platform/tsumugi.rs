@@ -1,0 +1,248 @@
+//! The Tsumugi platform: vCPUs are kernel threads handed out through Kernel Notification
+//! (`tsumugi_abi::kn`), the LTN register is the GS base, blocking calls hand the vCPU back
+//! through `BLOCKED`/`UNBLOCKED` upcalls, and the heap and stacks are regions of the single
+//! address space.
+//!
+//! The upcall handler ([`knh`]) runs on the vCPU's upcall stack with LTN = 0: it drains the
+//! event ring into the core (`requeue_full` for `PREEMPTED`/`UNBLOCKED`, `note_blocked` for
+//! `BLOCKED`) and re-enters the vCPU's scheduler loop. The ring is drained again whenever a vCPU
+//! comes back from parking, so completions reach the library even when no upcall brings them.
+
+use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use tsumugi_abi::kn::{Event, EventKind, Registration, RingHeader, MAX_VCPUS, RING_SLOTS_OFFSET};
+use tsumugi_abi::stats::scope;
+use tsumugi_abi::syscall::{region_flags, rights};
+
+use crate::sys;
+use crate::thmb::Thmb;
+
+/// Slots of the event ring (a power of two).
+const RING_SLOTS: usize = 256;
+/// Bytes of each vCPU's upcall stack.
+const UPCALL_STACK: usize = 64 * 1024;
+/// Bytes of each heap region the allocator adds when it runs out.
+const HEAP_CHUNK: usize = 4 << 20;
+
+/// The ring's address (0 until `start_vcpus`).
+static RING: AtomicUsize = AtomicUsize::new(0);
+/// Serialises draining (several vCPUs may drain at once).
+static DRAINING: AtomicBool = AtomicBool::new(false);
+/// The core's vCPU entry, for vCPUs the kernel starts.
+static VCPU_MAIN: AtomicUsize = AtomicUsize::new(0);
+/// Upcall-stack tops, one per vCPU, read by the kernel at registration.
+static mut STACK_TOPS: [u64; MAX_VCPUS] = [0; MAX_VCPUS];
+
+/// The running user thread's ThMB (one register read).
+#[inline(always)]
+pub fn ltn() -> *mut Thmb {
+    sys::ltn_read() as *mut Thmb
+}
+
+/// Sets the LTN register.
+#[inline(always)]
+pub fn set_ltn(t: *mut Thmb) {
+    sys::ltn_write(t as usize);
+}
+
+/// The number of CPUs the kernel runs.
+pub fn default_vcpus() -> usize {
+    sys::counters(scope::ALL_CPUS).map(|(_, cpus)| cpus).unwrap_or(1).max(1)
+}
+
+/// Registers for Kernel Notification with `n` vCPUs; the kernel starts vCPUs 1..n, each
+/// entering [`knh`] with `VcpuGranted`, which calls `vcpu_main(v)`. The caller is vCPU 0.
+pub fn start_vcpus(n: usize, vcpu_main: fn(usize) -> !) {
+    let n = n.clamp(1, MAX_VCPUS);
+    VCPU_MAIN.store(vcpu_main as usize, Ordering::Release);
+    let ring_bytes = RING_SLOTS_OFFSET + RING_SLOTS * core::mem::size_of::<Event>();
+    let ring = sys::region_create(ring_bytes, rights::READ | rights::WRITE, 0).unwrap_or_else(|e| fatal("ring region", e));
+    // SAFETY: the region was just created writable for this thread and is big enough for the
+    // header; nobody else knows it yet.
+    unsafe {
+        let h = ring as *mut RingHeader;
+        (*h).head = 0;
+        (*h).tail = 0;
+        (*h).capacity = RING_SLOTS as u64;
+        (*h).held_back = 0;
+    }
+    RING.store(ring, Ordering::Release);
+    let stacks = sys::region_create(n * UPCALL_STACK, rights::READ | rights::WRITE, region_flags::LAZY).unwrap_or_else(|e| fatal("upcall stacks", e));
+    // SAFETY: written before registration, read by the kernel during it; not touched after.
+    let tops = unsafe { &mut *core::ptr::addr_of_mut!(STACK_TOPS) };
+    for (v, top) in tops.iter_mut().enumerate().take(n) {
+        *top = (stacks + (v + 1) * UPCALL_STACK) as u64;
+    }
+    let reg = Registration { handler: knh as *const () as u64, ring: ring as u64, upcall_stacks: tops.as_ptr() as u64, vcpus: n as u64 };
+    if let Err(e) = sys::kn_register(&reg) {
+        fatal("kn_register", e);
+    }
+}
+
+fn fatal(what: &str, e: Option<tsumugi_abi::syscall::Errno>) -> ! {
+    crate::println!("libuthread: {what} failed: {e:?}");
+    sys::exit(tsumugi_abi::exit::STATUS_USER_PANIC as usize)
+}
+
+/// The Kernel Notification Handler: entered by the kernel on a vCPU's upcall stack with
+/// LTN = 0. Never returns.
+extern "C" fn knh(kind: u64, _thread: u64, vcpu: u64, _arg: u64) -> ! {
+    drain_events();
+    let vcpu = vcpu as usize;
+    if kind == EventKind::VcpuGranted as u64 {
+        let main = VCPU_MAIN.load(Ordering::Acquire);
+        // SAFETY: stored from a `fn(usize) -> !` in start_vcpus before any vCPU was granted.
+        let main: fn(usize) -> ! = unsafe { core::mem::transmute::<usize, fn(usize) -> !>(main) };
+        main(vcpu)
+    }
+    crate::sched::enter_vcpu_loop(vcpu)
+}
+
+/// Feeds the ring's events to the core, in order.
+pub fn drain_events() {
+    let ring = RING.load(Ordering::Acquire);
+    if ring == 0 || DRAINING.swap(true, Ordering::Acquire) {
+        return;
+    }
+    let h = ring as *mut RingHeader;
+    loop {
+        // SAFETY: the ring is this program's; the kernel only writes slots at and past `tail`
+        // and then advances `tail`, the library only advances `head` (under DRAINING).
+        let (head, tail) = unsafe { (core::ptr::read_volatile(&(*h).head), core::ptr::read_volatile(&(*h).tail)) };
+        if head == tail {
+            break;
+        }
+        let slot = ring + RING_SLOTS_OFFSET + (head as usize % RING_SLOTS) * core::mem::size_of::<Event>();
+        // SAFETY: a slot the kernel filled (head < tail).
+        let e = unsafe { core::ptr::read_volatile(slot as *const Event) };
+        // SAFETY: as above.
+        unsafe { core::ptr::write_volatile(&mut (*h).head, head + 1) };
+        let t = e.thread as *mut Thmb;
+        match EventKind::from_u64(e.kind) {
+            // SAFETY: the kernel names ThMBs this program's threads ran with (their LTN).
+            Some(EventKind::Blocked) => unsafe { crate::sched::note_blocked(t) },
+            // SAFETY: as above; the kernel wrote the thread's full frame before posting.
+            Some(EventKind::Unblocked) | Some(EventKind::Preempted) => unsafe { crate::sched::requeue_full(t) },
+            Some(EventKind::Fault) => {
+                crate::println!("libuthread: thread {:#x} faulted at {:#x} (access {}); ending the program", e.thread, e.arg0, e.arg1);
+                sys::exit(tsumugi_abi::exit::STATUS_USER_PANIC as usize);
+            }
+            Some(EventKind::Signal) | Some(EventKind::VcpuGranted) | Some(EventKind::VcpuRevoked) | None => {}
+        }
+    }
+    DRAINING.store(false, Ordering::Release);
+}
+
+/// Ends a vCPU for good: it parks and only reads events.
+pub fn retire_vcpu(_vcpu: usize) -> ! {
+    loop {
+        let _ = sys::vcpu_park();
+        drain_events();
+    }
+}
+
+/// Parks the calling vCPU until unparked or an event arrives, then hands new events to the
+/// core.
+pub fn park(_vcpu: usize) {
+    let _ = sys::vcpu_park();
+    drain_events();
+}
+
+/// Wakes vCPU `vcpu`.
+pub fn unpark(vcpu: usize) {
+    let _ = sys::vcpu_unpark(vcpu);
+}
+
+/// Blocks the running user thread for `nanos`: with LTN set, the kernel saves the thread into
+/// its ThMB and hands this vCPU back (`BLOCKED`); the thread resumes here after `UNBLOCKED`,
+/// restored in user mode by the core.
+pub fn sleep_current(nanos: u64) {
+    let _ = sys::sleep_nanos(nanos);
+}
+
+/// Monotonic nanoseconds.
+pub fn now_nanos() -> u64 {
+    sys::clock(crate::Clock::MonotonicNanos).unwrap_or(0) as u64
+}
+
+/// A stack of `size` bytes (zero-on-touch region).
+pub fn alloc_stack(size: usize) -> Option<(usize, usize)> {
+    let size = (size + 4095) & !4095;
+    sys::region_create(size, rights::READ | rights::WRITE, region_flags::LAZY).ok().map(|base| (base, size))
+}
+
+/// Gives a stack back. Regions live as long as the program (the core pools stacks, so few are
+/// ever made); nothing to do.
+pub fn free_stack(_base: usize, _len: usize) {}
+
+/// Ends the program.
+pub fn exit_process(code: i32) -> ! {
+    sys::exit(code as usize)
+}
+
+/// Writes to the console.
+pub fn console_write(bytes: &[u8]) {
+    let _ = sys::console_write(bytes);
+}
+
+/// The program heap: linked-list allocators, one per zero-on-touch region, a region added
+/// when none has room (regions are not contiguous: each keeps its own list).
+mod heap {
+    use core::alloc::{GlobalAlloc, Layout};
+    use core::ptr::NonNull;
+    use linked_list_allocator::Heap;
+
+    use super::HEAP_CHUNK;
+    use crate::sys;
+    use tsumugi_abi::syscall::{region_flags, rights};
+
+    /// Most heap regions.
+    const MAX_BLOCKS: usize = 64;
+
+    struct Blocks {
+        heaps: [Heap; MAX_BLOCKS],
+        used: usize,
+    }
+
+    struct RegionHeap(spin::Mutex<Blocks>);
+
+    // SAFETY: every allocation and free goes through the locked blocks; a pointer is freed into
+    // the block whose range holds it, which is the block it came from.
+    unsafe impl GlobalAlloc for RegionHeap {
+        unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+            let mut b = self.0.lock();
+            let used = b.used;
+            for heap in b.heaps[..used].iter_mut().rev() {
+                if let Ok(p) = heap.allocate_first_fit(layout) {
+                    return p.as_ptr();
+                }
+            }
+            if used == MAX_BLOCKS {
+                return core::ptr::null_mut();
+            }
+            let chunk = (layout.size() + layout.align() + 64).div_ceil(HEAP_CHUNK) * HEAP_CHUNK;
+            let Ok(region) = sys::region_create(chunk, rights::READ | rights::WRITE, region_flags::LAZY) else {
+                return core::ptr::null_mut();
+            };
+            // SAFETY: a fresh writable region nobody else uses.
+            unsafe { b.heaps[used].init(region as *mut u8, chunk) };
+            b.used += 1;
+            b.heaps[used].allocate_first_fit(layout).map_or(core::ptr::null_mut(), NonNull::as_ptr)
+        }
+
+        unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+            let mut b = self.0.lock();
+            let used = b.used;
+            for heap in b.heaps[..used].iter_mut() {
+                let start = heap.bottom() as usize;
+                if (start..start + heap.size()).contains(&(ptr as usize)) {
+                    // SAFETY: allocated from this block with this layout.
+                    unsafe { heap.deallocate(NonNull::new_unchecked(ptr), layout) };
+                    return;
+                }
+            }
+        }
+    }
+
+    #[global_allocator]
+    static HEAP: RegionHeap = RegionHeap(spin::Mutex::new(Blocks { heaps: [const { Heap::empty() }; MAX_BLOCKS], used: 0 }));
+}

@@ -1,0 +1,253 @@
+//! The state word of a user thread and the handshake between a thread that blocks and the
+//! thread (or timer, or kernel event) that wakes it.
+//!
+//! Blocking happens in three steps: the thread marks itself `PARKING`, makes itself visible to
+//! its waker (puts a node on a wait list), then gives up its vCPU. The waker can act at any
+//! point after the second step, even before the thread's register window is saved, so neither
+//! side may assume the other has finished:
+//!
+//! | state at wake | waker does | who makes the thread run again |
+//! |---|---|---|
+//! | `PARKING` | `→ NOTIFIED` | the scheduler, once the window is saved (`commit_park` fails) |
+//! | `PARKED` | `→ READY` | the waker: it queues the thread |
+//! | `IN_PLACE` | `→ WOKEN` | the waker unparks the vCPU the thread is still sitting on |
+//!
+//! `IN_PLACE` is MULiTh's fast path: a thread that blocks when its vCPU has nothing else to run
+//! keeps the vCPU and parks it (no context switch at all); the waker unparks that vCPU.
+
+
+// Under loom only the model checks use these (the scheduler is not built).
+#![cfg_attr(loom, allow(dead_code))]
+
+use crate::prim::{AtomicU32, Ordering};
+
+/// Never run yet, or queued (`READY`).
+pub(crate) const READY: u32 = 0;
+/// On a vCPU.
+pub(crate) const RUNNING: u32 = 1;
+/// Decided to block; may not have left its vCPU yet.
+pub(crate) const PARKING: u32 = 2;
+/// Woken while still `PARKING`.
+pub(crate) const NOTIFIED: u32 = 3;
+/// Off its vCPU, window saved, in no ready queue.
+pub(crate) const PARKED: u32 = 4;
+/// Blocked but still holding its (parked) vCPU.
+pub(crate) const IN_PLACE: u32 = 5;
+/// Woken while `IN_PLACE`.
+pub(crate) const WOKEN: u32 = 6;
+/// Blocked in the kernel (a `BLOCKED` event); runs again after `UNBLOCKED`.
+#[cfg_attr(loom, allow(dead_code))]
+pub(crate) const KERNEL_BLOCKED: u32 = 7;
+
+/// What a waker must do after [`RunState::wake`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Wake {
+    /// Nothing: the thread had not left its vCPU; the scheduler requeues it.
+    Notified,
+    /// Queue the thread (it is now `READY` and the waker owns it until queued).
+    Enqueue,
+    /// Unpark the vCPU the thread is parked on.
+    UnparkInPlace,
+}
+
+/// The state word.
+#[repr(transparent)]
+pub(crate) struct RunState(AtomicU32);
+
+impl RunState {
+    /// A thread that has not run yet.
+    #[cfg(not(loom))]
+    pub(crate) const fn new() -> Self {
+        RunState(AtomicU32::new(READY))
+    }
+
+    /// A thread that has not run yet.
+    #[cfg(loom)]
+    pub(crate) fn new() -> Self {
+        RunState(AtomicU32::new(READY))
+    }
+
+    /// The current state (for assertions and tests).
+    #[allow(dead_code)]
+    pub(crate) fn get(&self) -> u32 {
+        self.0.load(Ordering::Acquire)
+    }
+
+    /// Sets the state outright; only its owner (the running thread, or the scheduler that holds
+    /// it off every list) may.
+    pub(crate) fn set(&self, state: u32) {
+        self.0.store(state, Ordering::Release);
+    }
+
+    /// The running thread decides to block (before it becomes visible to a waker).
+    pub(crate) fn begin_park(&self) {
+        self.set(PARKING);
+    }
+
+    /// The thread found it need not block after all (it never became visible to a waker).
+    #[cfg_attr(loom, allow(dead_code))]
+    pub(crate) fn cancel_park(&self) {
+        self.set(RUNNING);
+    }
+
+    /// The scheduler, after saving the window: `PARKING → PARKED`. `false`: the thread was woken
+    /// meanwhile and must be made runnable again by the caller.
+    pub(crate) fn commit_park(&self) -> bool {
+        match self.0.compare_exchange(PARKING, PARKED, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => true,
+            Err(NOTIFIED) => false,
+            Err(other) => unreachable!("commit_park in state {other}"),
+        }
+    }
+
+    /// The thread stays on its vCPU and parks it: `PARKING → IN_PLACE`. `false`: it was woken
+    /// already (state back to `RUNNING`).
+    pub(crate) fn park_in_place(&self) -> bool {
+        match self.0.compare_exchange(PARKING, IN_PLACE, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => true,
+            Err(NOTIFIED) => {
+                self.set(RUNNING);
+                false
+            }
+            Err(other) => unreachable!("park_in_place in state {other}"),
+        }
+    }
+
+    /// The in-place parker gives its vCPU to other work: `IN_PLACE → PARKING` (then it switches
+    /// out as an ordinary block). `false`: it was woken first (state back to `RUNNING`).
+    pub(crate) fn leave_in_place(&self) -> bool {
+        match self.0.compare_exchange(IN_PLACE, PARKING, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => true,
+            Err(WOKEN) => {
+                self.set(RUNNING);
+                false
+            }
+            Err(other) => unreachable!("leave_in_place in state {other}"),
+        }
+    }
+
+    /// The in-place parker looks whether it was woken (and if so takes the wake-up).
+    pub(crate) fn take_in_place_wake(&self) -> bool {
+        if self.0.load(Ordering::Acquire) == WOKEN {
+            self.set(RUNNING);
+            true
+        } else {
+            false
+        }
+    }
+
+    /// A waker wakes the thread (exactly once per block: it removed the thread's node from a
+    /// wait list, or owns its timer entry).
+    pub(crate) fn wake(&self) -> Wake {
+        let mut state = self.0.load(Ordering::Acquire);
+        loop {
+            let (next, action) = match state {
+                PARKING => (NOTIFIED, Wake::Notified),
+                PARKED => (READY, Wake::Enqueue),
+                IN_PLACE => (WOKEN, Wake::UnparkInPlace),
+                other => unreachable!("wake in state {other}"),
+            };
+            match self.0.compare_exchange_weak(state, next, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => return action,
+                Err(now) => state = now,
+            }
+        }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wake_before_the_window_is_saved_is_kept() {
+        let s = RunState::new();
+        s.set(RUNNING);
+        s.begin_park();
+        assert_eq!(s.wake(), Wake::Notified);
+        assert!(!s.commit_park());
+    }
+
+    #[test]
+    fn wake_after_the_switch_queues() {
+        let s = RunState::new();
+        s.set(RUNNING);
+        s.begin_park();
+        assert!(s.commit_park());
+        assert_eq!(s.wake(), Wake::Enqueue);
+        assert_eq!(s.get(), READY);
+    }
+
+    #[test]
+    fn in_place_round_trips() {
+        let s = RunState::new();
+        s.set(RUNNING);
+        s.begin_park();
+        assert!(s.park_in_place());
+        assert!(!s.take_in_place_wake());
+        assert_eq!(s.wake(), Wake::UnparkInPlace);
+        assert!(s.take_in_place_wake());
+        assert_eq!(s.get(), RUNNING);
+        s.begin_park();
+        assert!(s.park_in_place());
+        assert!(s.leave_in_place());
+        assert!(s.commit_park());
+    }
+}
+
+#[cfg(all(test, loom))]
+mod loom_tests {
+    use super::*;
+    use loom::sync::atomic::AtomicUsize;
+    use loom::sync::Arc;
+
+    /// Whatever the interleaving, exactly one side makes the blocked thread runnable again, and
+    /// the in-place parker never sleeps through its wake-up.
+    #[test]
+    fn loom_handshake_resumes_exactly_once() {
+        loom::model(|| {
+            let state = Arc::new(RunState::new());
+            let published = Arc::new(loom::sync::atomic::AtomicBool::new(false));
+            let resumed = Arc::new(AtomicUsize::new(0));
+            state.set(RUNNING);
+
+            let waker = {
+                let (state, published, resumed) = (state.clone(), published.clone(), resumed.clone());
+                loom::thread::spawn(move || {
+                    while !published.load(Ordering::Acquire) {
+                        loom::thread::yield_now();
+                    }
+                    match state.wake() {
+                        Wake::Enqueue => {
+                            resumed.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Wake::Notified | Wake::UnparkInPlace => {}
+                    }
+                })
+            };
+
+            state.begin_park();
+            published.store(true, Ordering::Release);
+            // The scheduler side: try the in-place path, give it up once, then switch out.
+            if state.park_in_place() {
+                if !state.take_in_place_wake() {
+                    if state.leave_in_place() {
+                        if !state.commit_park() {
+                            resumed.fetch_add(1, Ordering::Relaxed);
+                        }
+                    } else {
+                        resumed.fetch_add(1, Ordering::Relaxed);
+                    }
+                } else {
+                    resumed.fetch_add(1, Ordering::Relaxed);
+                }
+            } else {
+                resumed.fetch_add(1, Ordering::Relaxed);
+            }
+            waker.join().unwrap();
+            // A thread parked for good (commit_park succeeded, waker then enqueued) counts once
+            // through the waker; every other path counts once through the scheduler.
+            assert_eq!(resumed.load(Ordering::Relaxed), 1);
+        });
+    }
+}

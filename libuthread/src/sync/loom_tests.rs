@@ -1,0 +1,131 @@
+//! Loom model checks of the primitives' hand-off protocols, over the loom-backed blocking
+//! layer (`blocking::loom_impl`): every interleaving (within a preemption bound) of the
+//! threads below must keep the invariants and must not deadlock.
+
+use loom::sync::atomic::{AtomicUsize, Ordering};
+use loom::sync::Arc;
+
+use crate::channel::mpsc;
+use crate::sync::{Barrier, Condvar, Mutex, RwLock};
+
+fn model(f: impl Fn() + Sync + Send + 'static) {
+    let mut builder = loom::model::Builder::new();
+    builder.preemption_bound = Some(3);
+    builder.check(f);
+}
+
+/// Two lockers: mutual exclusion holds, and a waiter that queued is handed the lock.
+#[test]
+fn loom_mutex_hands_off() {
+    model(|| {
+        let mutex = Arc::new(Mutex::new(0usize));
+        let inside = Arc::new(AtomicUsize::new(0));
+        let other = {
+            let (mutex, inside) = (mutex.clone(), inside.clone());
+            loom::thread::spawn(move || {
+                let mut g = mutex.lock();
+                assert_eq!(inside.fetch_add(1, Ordering::SeqCst), 0);
+                *g += 1;
+                inside.fetch_sub(1, Ordering::SeqCst);
+            })
+        };
+        {
+            let mut g = mutex.lock();
+            assert_eq!(inside.fetch_add(1, Ordering::SeqCst), 0);
+            *g += 1;
+            inside.fetch_sub(1, Ordering::SeqCst);
+        }
+        other.join().unwrap();
+        assert_eq!(*mutex.lock(), 2);
+    });
+}
+
+/// A notification sent between the waiter's check and its wait is not lost.
+#[test]
+fn loom_condvar_does_not_lose_a_notification() {
+    model(|| {
+        let pair = Arc::new((Mutex::new(false), Condvar::new()));
+        let notifier = {
+            let pair = pair.clone();
+            loom::thread::spawn(move || {
+                *pair.0.lock() = true;
+                pair.1.notify_one();
+            })
+        };
+        let guard = pair.1.wait_while(pair.0.lock(), |ready| !*ready);
+        assert!(*guard);
+        drop(guard);
+        notifier.join().unwrap();
+    });
+}
+
+/// Two threads meet at a barrier: exactly one leader, and neither passes early.
+#[test]
+fn loom_barrier_releases_the_batch() {
+    model(|| {
+        let barrier = Arc::new(Barrier::new(2));
+        let arrived = Arc::new(AtomicUsize::new(0));
+        let other = {
+            let (barrier, arrived) = (barrier.clone(), arrived.clone());
+            loom::thread::spawn(move || {
+                arrived.fetch_add(1, Ordering::SeqCst);
+                let leader = barrier.wait().is_leader();
+                assert_eq!(arrived.load(Ordering::SeqCst), 2);
+                leader
+            })
+        };
+        arrived.fetch_add(1, Ordering::SeqCst);
+        let leader = barrier.wait().is_leader();
+        assert_eq!(arrived.load(Ordering::SeqCst), 2);
+        let other_leader = other.join().unwrap();
+        assert!(leader ^ other_leader);
+    });
+}
+
+/// A writer and a reader: the reader never sees a half-done write, and both finish.
+#[test]
+fn loom_rwlock_writer_and_reader() {
+    model(|| {
+        let lock = Arc::new(RwLock::new((0usize, 0usize)));
+        let writer = {
+            let lock = lock.clone();
+            loom::thread::spawn(move || {
+                let mut g = lock.write();
+                g.0 += 1;
+                g.1 += 1;
+            })
+        };
+        {
+            let g = lock.read();
+            assert_eq!(g.0, g.1);
+        }
+        writer.join().unwrap();
+        assert_eq!(*lock.read(), (1, 1));
+    });
+}
+
+/// A rendezvous channel: the send completes only with the receive, and the value arrives.
+#[test]
+fn loom_rendezvous_channel() {
+    model(|| {
+        let (tx, rx) = mpsc::sync_channel::<usize>(0);
+        let sender = loom::thread::spawn(move || tx.send(7).is_ok());
+        assert_eq!(rx.recv().unwrap(), 7);
+        assert!(sender.join().unwrap());
+    });
+}
+
+/// A receiver waiting on an empty channel learns that the last sender is gone.
+#[test]
+fn loom_channel_disconnect_wakes_the_receiver() {
+    model(|| {
+        let (tx, rx) = mpsc::channel::<usize>();
+        let sender = loom::thread::spawn(move || {
+            tx.send(1).unwrap();
+            drop(tx);
+        });
+        assert_eq!(rx.recv().unwrap(), 1);
+        assert!(rx.recv().is_err());
+        sender.join().unwrap();
+    });
+}

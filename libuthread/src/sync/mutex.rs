@@ -1,0 +1,247 @@
+//! A mutex with direct hand-off (S3's Auto Lock).
+
+use core::cell::UnsafeCell;
+use core::fmt;
+use core::marker::PhantomData;
+use core::ops::{Deref, DerefMut};
+
+use crate::blocking::{self, WaitList, WaitNode};
+use crate::prim::{AtomicU32, Ordering};
+use crate::spin::SpinLock;
+
+/// Held.
+const LOCKED: u32 = 1;
+/// Held, and somebody waits (set and cleared only under `waiters`' lock).
+const WAITERS: u32 = 2;
+
+/// A mutual-exclusion lock for user threads.
+///
+/// `lock` tries once; if the lock is held, the caller queues and gives up its vCPU (or parks
+/// it, when nothing else is runnable). `unlock` with waiters does not release the lock: it
+/// passes ownership to the first waiter and makes it runnable, so the waiter resumes already
+/// owning the lock, without retrying (S3's Auto Lock: no thundering herd, FIFO fairness).
+///
+/// ```
+/// use std::sync::Arc;
+/// use libuthread::Mutex;
+/// libuthread::run(2, || {
+///     let data = Arc::new(Mutex::new(Vec::new()));
+///     let d = data.clone();
+///     libuthread::spawn(move || d.lock().push(1)).join().unwrap();
+///     data.lock().push(2);
+///     assert_eq!(*data.lock(), [1, 2]);
+/// });
+/// ```
+pub struct Mutex<T: ?Sized> {
+    state: AtomicU32,
+    waiters: SpinLock<WaitList<()>>,
+    value: UnsafeCell<T>,
+}
+
+// SAFETY: the lock hands `&mut T` to one holder at a time, so `T: Send` suffices, as in std.
+unsafe impl<T: ?Sized + Send> Send for Mutex<T> {}
+// SAFETY: as above.
+unsafe impl<T: ?Sized + Send> Sync for Mutex<T> {}
+
+impl<T> Mutex<T> {
+    /// An unlocked mutex holding `value`.
+    ///
+    /// ```
+    /// static COUNT: libuthread::Mutex<u32> = libuthread::Mutex::new(0);
+    /// libuthread::run(1, || *COUNT.lock() += 1);
+    /// ```
+    #[cfg(not(loom))]
+    pub const fn new(value: T) -> Self {
+        Mutex { state: AtomicU32::new(0), waiters: SpinLock::new(WaitList::new()), value: UnsafeCell::new(value) }
+    }
+
+    /// An unlocked mutex holding `value`.
+    #[cfg(loom)]
+    pub fn new(value: T) -> Self {
+        Mutex { state: AtomicU32::new(0), waiters: SpinLock::new(WaitList::new()), value: UnsafeCell::new(value) }
+    }
+
+    /// The value, consuming the mutex.
+    ///
+    /// ```
+    /// assert_eq!(libuthread::Mutex::new(5).into_inner(), 5);
+    /// ```
+    pub fn into_inner(self) -> T {
+        self.value.into_inner()
+    }
+}
+
+impl<T: ?Sized> Mutex<T> {
+    /// Takes the lock, waiting (off the vCPU) while another thread holds it.
+    ///
+    /// Must be called from a user thread when it may have to wait.
+    ///
+    /// ```
+    /// let m = libuthread::Mutex::new(1);
+    /// libuthread::run(1, move || *m.lock() += 1);
+    /// ```
+    pub fn lock(&self) -> MutexGuard<'_, T> {
+        if self.state.compare_exchange(0, LOCKED, Ordering::Acquire, Ordering::Relaxed).is_err() {
+            self.lock_slow();
+        }
+        MutexGuard { mutex: self, _not_send: PhantomData }
+    }
+
+    /// Takes the lock if it is free.
+    ///
+    /// ```
+    /// let m = libuthread::Mutex::new(());
+    /// let g = m.try_lock().unwrap();
+    /// assert!(m.try_lock().is_none());
+    /// drop(g);
+    /// assert!(m.try_lock().is_some());
+    /// ```
+    pub fn try_lock(&self) -> Option<MutexGuard<'_, T>> {
+        self.state
+            .compare_exchange(0, LOCKED, Ordering::Acquire, Ordering::Relaxed)
+            .ok()
+            .map(|_| MutexGuard { mutex: self, _not_send: PhantomData })
+    }
+
+    /// Whether the lock is held right now (a hint: it may change at once).
+    ///
+    /// ```
+    /// let m = libuthread::Mutex::new(0);
+    /// let g = m.lock();
+    /// assert!(m.is_locked());
+    /// ```
+    pub fn is_locked(&self) -> bool {
+        self.state.load(Ordering::Relaxed) & LOCKED != 0
+    }
+
+    /// The value, through exclusive access to the mutex itself.
+    ///
+    /// ```
+    /// let mut m = libuthread::Mutex::new(1);
+    /// *m.get_mut() = 2;
+    /// assert_eq!(*m.lock(), 2);
+    /// ```
+    pub fn get_mut(&mut self) -> &mut T {
+        self.value.get_mut()
+    }
+
+    #[cold]
+    fn lock_slow(&self) {
+        let mut node = WaitNode::new(());
+        blocking::block(|me| {
+            node.waiter = me;
+            let mut waiters = self.waiters.lock();
+            let mut state = self.state.load(Ordering::Relaxed);
+            loop {
+                if state & LOCKED == 0 {
+                    // Released meanwhile: take it, no need to wait.
+                    match self.state.compare_exchange(state, state | LOCKED, Ordering::Acquire, Ordering::Relaxed) {
+                        Ok(_) => return false,
+                        Err(now) => state = now,
+                    }
+                } else {
+                    match self.state.compare_exchange(state, state | WAITERS, Ordering::Relaxed, Ordering::Relaxed) {
+                        Ok(_) => break,
+                        Err(now) => state = now,
+                    }
+                }
+            }
+            // SAFETY: the node lives on this stack until `block` returns, i.e. until the
+            // releaser took it off the list and woke us.
+            unsafe { waiters.push_back(&mut node) };
+            true
+        });
+        // Here we own the lock: taken in `publish`, or handed over by `unlock`.
+    }
+
+    /// Releases the lock held by the caller (the guard's drop).
+    ///
+    /// # Safety
+    /// The caller holds the lock and gives up its guard.
+    pub(crate) unsafe fn unlock(&self) {
+        if self.state.compare_exchange(LOCKED, 0, Ordering::Release, Ordering::Relaxed).is_err() {
+            self.unlock_slow();
+        }
+    }
+
+    #[cold]
+    fn unlock_slow(&self) {
+        let mut waiters = self.waiters.lock();
+        let next = waiters.pop_front();
+        if next.is_null() {
+            self.state.store(0, Ordering::Release);
+            return;
+        }
+        // Hand-off: the lock stays LOCKED and now belongs to `next`.
+        let state = if waiters.is_empty() { LOCKED } else { LOCKED | WAITERS };
+        self.state.store(state, Ordering::Release);
+        // SAFETY: the node is live until woken (its thread waits in `block`).
+        let waiter = unsafe { (*next).waiter };
+        drop(waiters);
+        // SAFETY: we took the node off the list, so the wake-up is ours.
+        unsafe { blocking::wake(waiter) };
+    }
+
+    /// Gives the lock to a thread that is about to wait on a condition variable: like
+    /// `unlock`, but usable from inside `block`'s publish step.
+    ///
+    /// # Safety
+    /// As [`Mutex::unlock`].
+    pub(crate) unsafe fn unlock_for_wait(&self) {
+        // SAFETY: forwarded.
+        unsafe { self.unlock() }
+    }
+}
+
+impl<T: Default> Default for Mutex<T> {
+    fn default() -> Self {
+        Mutex::new(T::default())
+    }
+}
+
+impl<T: ?Sized + fmt::Debug> fmt::Debug for Mutex<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.try_lock() {
+            Some(guard) => f.debug_struct("Mutex").field("data", &&*guard).finish(),
+            None => f.debug_struct("Mutex").field("data", &format_args!("<locked>")).finish(),
+        }
+    }
+}
+
+/// Proof of holding a [`Mutex`]; unlocks (handing off to a waiter) on drop.
+#[must_use = "the lock is released at once if the guard is not kept"]
+pub struct MutexGuard<'a, T: ?Sized> {
+    pub(crate) mutex: &'a Mutex<T>,
+    _not_send: PhantomData<*const ()>,
+}
+
+// SAFETY: sharing the guard shares `&T`.
+unsafe impl<T: ?Sized + Sync> Sync for MutexGuard<'_, T> {}
+
+impl<T: ?Sized> Deref for MutexGuard<'_, T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        // SAFETY: the guard proves we hold the lock.
+        unsafe { &*self.mutex.value.get() }
+    }
+}
+
+impl<T: ?Sized> DerefMut for MutexGuard<'_, T> {
+    fn deref_mut(&mut self) -> &mut T {
+        // SAFETY: as above, and `&mut self` is unique.
+        unsafe { &mut *self.mutex.value.get() }
+    }
+}
+
+impl<T: ?Sized> Drop for MutexGuard<'_, T> {
+    fn drop(&mut self) {
+        // SAFETY: the guard proves we hold the lock, and it is going away.
+        unsafe { self.mutex.unlock() };
+    }
+}
+
+impl<T: ?Sized + fmt::Debug> fmt::Debug for MutexGuard<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&**self, f)
+    }
+}

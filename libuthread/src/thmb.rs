@@ -1,0 +1,189 @@
+//! The ThMB (thread management block): one per user thread, in ordinary user memory; **a
+//! thread's id is its ThMB's address**. It begins with the kernel's [`ThmbHeader`] (the save
+//! mask and the full frame the kernel writes at an involuntary stop), followed by what only the
+//! library reads and writes.
+//!
+//! Layout (x86_64, checked at compile time):
+//!
+//! | offset | field | written by |
+//! |---|---|---|
+//! | `0x000` | `header.mask` | kernel (FULL), library (`switch_out`: WINDOW; dispatch: NONE) |
+//! | `0x008` | `header.full` (18 × u64) | kernel |
+//! | `0x098` | `window` (72 bytes) | library, at a voluntary switch |
+//! | `0x0e0` | `state` (u32) | library |
+//! | `0x0e8` | `vcpu` | library |
+//! | `0x0f0` | `resume` (a copy of `header.full`) | library |
+//! | `0x180…` | links, stack, entry, result, join word, thread-locals, name | library |
+
+use alloc::boxed::Box;
+use alloc::string::String;
+use alloc::vec::Vec;
+use core::any::Any;
+use core::cell::{Cell, UnsafeCell};
+use core::mem::offset_of;
+use core::ptr;
+
+use tsumugi_abi::kn::{FullFrame, ThmbHeader, THMB_ALIGN};
+
+use crate::context::Window;
+use crate::prim::{AtomicUsize, Ordering};
+use crate::queue::Linked;
+use crate::runstate::RunState;
+
+/// A thread's body, type-erased: runs the closure and boxes its result.
+pub(crate) type Body = Box<dyn FnOnce() -> Box<dyn Any + Send> + Send>;
+
+/// What a thread ended with: its boxed result, or (hosted) the payload of its panic.
+pub(crate) type Outcome = Result<Box<dyn Any + Send>, Box<dyn Any + Send>>;
+
+/// `join` word: the thread is still running and nobody waits.
+pub(crate) const JOIN_RUNNING: usize = 0;
+/// `join` word: the thread has exited (its result is ready).
+pub(crate) const JOIN_EXITED: usize = 1;
+/// `join` word: the `JoinHandle` was dropped; the thread drops its own result at exit.
+pub(crate) const JOIN_DETACHED: usize = 2;
+
+/// A thread management block. See the module documentation for the layout.
+#[repr(C, align(64))]
+pub struct Thmb {
+    /// The kernel's part: save mask and full frame.
+    pub header: ThmbHeader,
+    /// The callee-saved window of the last voluntary switch.
+    pub(crate) window: Window,
+    /// Scheduling state ([`crate::runstate`]).
+    pub(crate) state: RunState,
+    /// The vCPU running the thread, or the last one that did.
+    pub(crate) vcpu: AtomicUsize,
+    /// The library's copy of the last full frame, which the FULL resume reads (the kernel may
+    /// overwrite `header.full` while a resume is under way; see `context`).
+    pub(crate) resume: FullFrame,
+
+    // -- Linked into at most one ready queue at a time; guarded by that queue's lock.
+    pub(crate) run_next: Cell<*mut Thmb>,
+
+    // -- Owned by the thread while it runs and by the scheduler while it is off every vCPU.
+    /// Its stack `(base, len)`, or `(0, 0)` before it first runs (lazy creation).
+    pub(crate) stack: Cell<(usize, usize)>,
+    /// Stack size asked for at spawn.
+    pub(crate) stack_size: usize,
+    /// The body, until the thread starts.
+    pub(crate) body: UnsafeCell<Option<Body>>,
+    /// Its thread-locals ([`crate::local`]), indexed by key.
+    pub(crate) locals: UnsafeCell<Vec<Option<Box<dyn Any>>>>,
+    /// Its name.
+    pub(crate) name: Option<String>,
+    /// Whether this is the runtime's main thread (its exit ends the runtime).
+    pub(crate) is_main: bool,
+
+    // -- Written once by the exiting thread before `join` says EXITED; read by the joiner after.
+    pub(crate) outcome: UnsafeCell<Option<Outcome>>,
+
+    // -- Atomic.
+    /// `JOIN_RUNNING`, `JOIN_EXITED`, `JOIN_DETACHED`, or the waiting joiner's ThMB address.
+    pub(crate) join: AtomicUsize,
+    /// References: one for the running thread, one for its `JoinHandle`.
+    pub(crate) refs: AtomicUsize,
+}
+
+/// Offset of the saved window.
+pub const WINDOW_OFFSET: usize = offset_of!(Thmb, window);
+/// Offset of the state word.
+pub const STATE_OFFSET: usize = offset_of!(Thmb, state);
+/// Offset of the library's copy of the full frame.
+pub const RESUME_OFFSET: usize = offset_of!(Thmb, resume);
+
+const _: () = assert!(offset_of!(Thmb, header) == 0);
+const _: () = assert!(core::mem::align_of::<Thmb>() as u64 == THMB_ALIGN);
+#[cfg(target_arch = "x86_64")]
+const _: () = assert!(WINDOW_OFFSET == 0x98 && STATE_OFFSET == 0xe0 && RESUME_OFFSET == 0xf0);
+
+const ZERO_FRAME: FullFrame = FullFrame {
+    rax: 0,
+    rbx: 0,
+    rcx: 0,
+    rdx: 0,
+    rsi: 0,
+    rdi: 0,
+    rbp: 0,
+    r8: 0,
+    r9: 0,
+    r10: 0,
+    r11: 0,
+    r12: 0,
+    r13: 0,
+    r14: 0,
+    r15: 0,
+    rip: 0,
+    rsp: 0,
+    rflags: 0,
+};
+
+const ZERO_WINDOW: Window =
+    Window { rbx: 0, rbp: 0, r12: 0, r13: 0, r14: 0, r15: 0, rsp: 0, rip: 0, mxcsr: 0, fpucw: 0, _pad: 0 };
+
+impl Thmb {
+    /// A blank ThMB (also used for root contexts, which only ever use the window).
+    pub(crate) const fn blank() -> Thmb {
+        Thmb {
+            header: ThmbHeader { mask: 0, full: ZERO_FRAME },
+            window: ZERO_WINDOW,
+            state: RunState::new(),
+            vcpu: AtomicUsize::new(0),
+            resume: ZERO_FRAME,
+            run_next: Cell::new(ptr::null_mut()),
+            stack: Cell::new((0, 0)),
+            stack_size: 0,
+            body: UnsafeCell::new(None),
+            locals: UnsafeCell::new(Vec::new()),
+            name: None,
+            is_main: false,
+            outcome: UnsafeCell::new(None),
+            join: AtomicUsize::new(JOIN_RUNNING),
+            refs: AtomicUsize::new(0),
+        }
+    }
+
+    /// A new, never-run thread with `refs` references.
+    pub(crate) fn new_thread(body: Body, name: Option<String>, stack_size: usize, refs: usize) -> Box<Thmb> {
+        let mut t = Box::new(Thmb::blank());
+        *t.body.get_mut() = Some(body);
+        t.name = name;
+        t.stack_size = stack_size;
+        t.refs = AtomicUsize::new(refs);
+        t
+    }
+
+    /// The save mask as the kernel may have left it.
+    pub(crate) fn mask(this: *const Thmb) -> u64 {
+        // SAFETY: `this` is a live ThMB; volatile because the kernel writes it behind the
+        // compiler's back (while this vCPU was stopped).
+        unsafe { ptr::read_volatile(&raw const (*this).header.mask) }
+    }
+
+    /// Sets the save mask.
+    pub(crate) fn set_mask(this: *mut Thmb, mask: u64) {
+        // SAFETY: as in `mask`.
+        unsafe { ptr::write_volatile(&raw mut (*this).header.mask, mask) }
+    }
+
+    /// Drops one reference; frees the ThMB on the last.
+    ///
+    /// # Safety
+    /// `this` is live and the caller owns one of its references.
+    pub(crate) unsafe fn release(this: *mut Thmb) {
+        // SAFETY: caller's reference keeps it live until the decrement.
+        if unsafe { (*this).refs.fetch_sub(1, Ordering::AcqRel) } == 1 {
+            // SAFETY: the last reference: nobody else can reach it; it came from `Box`.
+            drop(unsafe { Box::from_raw(this) });
+        }
+    }
+}
+
+// SAFETY: `run_next` is the ready-queue link; only the queue holding the thread (under its
+// lock) touches it.
+unsafe impl Linked for Thmb {
+    unsafe fn next_link(this: *mut Self) -> *mut *mut Self {
+        // SAFETY: the caller passes a live ThMB.
+        unsafe { (*this).run_next.as_ptr() }
+    }
+}

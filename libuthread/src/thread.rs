@@ -1,0 +1,288 @@
+//! User threads: spawning, joining, identity, yielding and sleeping — the `std::thread`-like
+//! part of the API.
+
+use alloc::boxed::Box;
+use alloc::string::String;
+use core::any::Any;
+use core::marker::PhantomData;
+use core::num::NonZeroUsize;
+use core::ptr::NonNull;
+use core::time::Duration;
+
+use crate::platform;
+use crate::prim::Ordering;
+use crate::sched;
+use crate::thmb::{Thmb, JOIN_DETACHED, JOIN_EXITED, JOIN_RUNNING};
+
+/// A thread's identity: the address of its ThMB. Unique among live threads; an address may be
+/// reused after its thread has exited and been joined (or detached).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ThreadId(NonZeroUsize);
+
+impl ThreadId {
+    /// The ThMB address.
+    ///
+    /// ```
+    /// libuthread::run(1, || assert_eq!(libuthread::current().id().as_usize() % 64, 0));
+    /// ```
+    pub fn as_usize(self) -> usize {
+        self.0.get()
+    }
+}
+
+/// A handle to the calling thread, from [`current`]. It cannot leave the thread (not `Send`),
+/// which is what keeps [`Thread::name`]'s borrow valid.
+#[derive(Debug)]
+pub struct Thread {
+    thmb: NonNull<Thmb>,
+    _not_send: PhantomData<*const ()>,
+}
+
+impl Thread {
+    /// The thread's id.
+    ///
+    /// ```
+    /// libuthread::run(1, || {
+    ///     let me = libuthread::current().id();
+    ///     let other = libuthread::spawn(|| libuthread::current().id()).join().unwrap();
+    ///     assert_ne!(me, other);
+    /// });
+    /// ```
+    pub fn id(&self) -> ThreadId {
+        ThreadId(NonZeroUsize::new(self.thmb.as_ptr() as usize).expect("non-null"))
+    }
+
+    /// The name given with [`Builder::name`] (the runtime's first thread is `"main"`).
+    ///
+    /// ```
+    /// libuthread::run(1, || {
+    ///     let h = libuthread::Builder::new().name("worker".into()).spawn(|| {
+    ///         libuthread::current().name().map(String::from)
+    ///     });
+    ///     assert_eq!(h.join().unwrap().as_deref(), Some("worker"));
+    /// });
+    /// ```
+    pub fn name(&self) -> Option<&str> {
+        // SAFETY: a `Thread` exists only inside its own (so live) thread.
+        unsafe { (*self.thmb.as_ptr()).name.as_deref() }
+    }
+}
+
+/// The calling user thread: one read of the LTN register.
+///
+/// Panics outside a user thread (outside [`run`](crate::run)); see [`try_current`].
+///
+/// ```
+/// libuthread::run(1, || println!("I am {:?}", libuthread::current().id()));
+/// ```
+#[inline]
+pub fn current() -> Thread {
+    try_current().expect("libuthread::current() outside a user thread")
+}
+
+/// The calling user thread, or `None` outside one.
+///
+/// ```
+/// assert!(libuthread::try_current().is_none());
+/// libuthread::run(1, || assert!(libuthread::try_current().is_some()));
+/// ```
+#[inline]
+pub fn try_current() -> Option<Thread> {
+    NonNull::new(platform::ltn()).map(|thmb| Thread { thmb, _not_send: PhantomData })
+}
+
+/// The index of the vCPU running the calling thread at this moment (it may change at any
+/// switch), or `None` outside a user thread.
+///
+/// ```
+/// libuthread::run(2, || assert!(libuthread::current_vcpu().unwrap() < 2));
+/// ```
+pub fn current_vcpu() -> Option<usize> {
+    let t = platform::ltn();
+    // SAFETY: a non-null LTN is the live calling thread.
+    (!t.is_null()).then(|| unsafe { (*t).vcpu.load(Ordering::Relaxed) })
+}
+
+/// Number of vCPUs of the running runtime (0 outside [`run`](crate::run)).
+///
+/// ```
+/// libuthread::run(3, || assert_eq!(libuthread::vcpu_count(), 3));
+/// ```
+pub fn vcpu_count() -> usize {
+    sched::vcpu_count()
+}
+
+/// Lets the other ready threads of this vCPU run first; returns at once when there are none.
+///
+/// ```
+/// libuthread::run(1, || {
+///     let h = libuthread::spawn(|| 7);
+///     libuthread::yield_now(); // the new thread runs now
+///     assert!(h.is_finished());
+/// });
+/// ```
+pub fn yield_now() {
+    sched::yield_current()
+}
+
+/// Blocks the calling thread for at least `duration`; other threads keep running (on Tsumugi
+/// the vCPU goes to another thread while the kernel times the sleep; hosted, a timer thread
+/// wakes it).
+///
+/// ```
+/// use std::time::{Duration, Instant};
+/// libuthread::run(1, || {
+///     let start = Instant::now();
+///     libuthread::sleep(Duration::from_millis(5));
+///     assert!(start.elapsed() >= Duration::from_millis(5));
+/// });
+/// ```
+pub fn sleep(duration: Duration) {
+    let nanos = u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX);
+    platform::sleep_current(nanos)
+}
+
+/// Spawns a thread running `f` with the default settings; see [`Builder`].
+///
+/// Creation is lazy: this allocates the ThMB and queues it (handing it to an idle vCPU if
+/// there is one); the thread gets a stack only when it first runs.
+///
+/// Panics outside [`run`](crate::run).
+///
+/// ```
+/// libuthread::run(4, || {
+///     let handles: Vec<_> = (0..10).map(|i| libuthread::spawn(move || i * i)).collect();
+///     let sum: i32 = handles.into_iter().map(|h| h.join().unwrap()).sum();
+///     assert_eq!(sum, 285);
+/// });
+/// ```
+pub fn spawn<F, T>(f: F) -> JoinHandle<T>
+where
+    F: FnOnce() -> T + Send + 'static,
+    T: Send + 'static,
+{
+    Builder::new().spawn(f)
+}
+
+/// Thread settings: name and stack size.
+///
+/// ```
+/// libuthread::run(1, || {
+///     let h = libuthread::Builder::new()
+///         .name("deep".into())
+///         .stack_size(1 << 20)
+///         .spawn(|| 1 + 1);
+///     assert_eq!(h.join().unwrap(), 2);
+/// });
+/// ```
+#[derive(Debug, Default)]
+pub struct Builder {
+    name: Option<String>,
+    stack_size: Option<usize>,
+}
+
+impl Builder {
+    /// Default settings: no name, a 256 KiB stack.
+    pub fn new() -> Builder {
+        Builder::default()
+    }
+
+    /// Names the thread (see [`Thread::name`]).
+    pub fn name(mut self, name: String) -> Builder {
+        self.name = Some(name);
+        self
+    }
+
+    /// Sets the stack size in bytes (rounded up to whole pages by the platform; stacks of
+    /// the same size are pooled).
+    pub fn stack_size(mut self, size: usize) -> Builder {
+        self.stack_size = Some(size);
+        self
+    }
+
+    /// Spawns the thread. Infallible: creation is lazy, so the only resource that can run out
+    /// (a stack) is taken when the thread first runs — if the platform has none left then,
+    /// the program ends with a message.
+    ///
+    /// Panics outside [`run`](crate::run).
+    pub fn spawn<F, T>(self, f: F) -> JoinHandle<T>
+    where
+        F: FnOnce() -> T + Send + 'static,
+        T: Send + 'static,
+    {
+        let body: crate::thmb::Body = Box::new(move || Box::new(f()) as Box<dyn Any + Send>);
+        let size = self.stack_size.unwrap_or(sched::DEFAULT_STACK_SIZE).max(16 * 1024);
+        let t = sched::spawn(Thmb::new_thread(body, self.name, size, 2));
+        JoinHandle { thmb: t, _marker: PhantomData }
+    }
+}
+
+/// Owns the right to join a thread. Dropping it detaches the thread.
+#[derive(Debug)]
+pub struct JoinHandle<T> {
+    thmb: *mut Thmb,
+    _marker: PhantomData<fn() -> T>,
+}
+
+// SAFETY: the handle only reaches the ThMB through atomics and the once-written outcome; the
+// result it yields is a `T: Send`.
+unsafe impl<T: Send> Send for JoinHandle<T> {}
+// SAFETY: `&JoinHandle` only reads the id and the join word.
+unsafe impl<T: Send> Sync for JoinHandle<T> {}
+
+impl<T: 'static> JoinHandle<T> {
+    /// Waits for the thread to finish and returns its result, or (hosted) the payload of the
+    /// panic that ended it. The waiting thread gives up its vCPU — or, when nothing else is
+    /// runnable, keeps and parks it until the exiting thread unparks it.
+    ///
+    /// ```
+    /// libuthread::run(2, || {
+    ///     let h = libuthread::spawn(|| "done");
+    ///     assert_eq!(h.join().unwrap(), "done");
+    /// });
+    /// ```
+    pub fn join(self) -> Result<T, Box<dyn Any + Send + 'static>> {
+        let t = self.thmb;
+        core::mem::forget(self);
+        // SAFETY: our reference keeps `t` live.
+        let join = unsafe { &(*t).join };
+        if join.load(Ordering::Acquire) != JOIN_EXITED {
+            crate::blocking::block(|me| {
+                join.compare_exchange(JOIN_RUNNING, me as usize, Ordering::AcqRel, Ordering::Acquire).is_ok()
+            });
+        }
+        // Synchronise with the exiting thread's write of its outcome.
+        let exited = join.load(Ordering::Acquire);
+        debug_assert_eq!(exited, JOIN_EXITED);
+        // SAFETY: EXITED: the outcome is written and only we read it.
+        let outcome = unsafe { (*(*t).outcome.get()).take() }.expect("libuthread: joined thread left no result");
+        // SAFETY: our reference.
+        unsafe { Thmb::release(t) };
+        outcome.map(|value| *value.downcast::<T>().expect("libuthread: result of another type"))
+    }
+
+    /// The thread's id.
+    pub fn id(&self) -> ThreadId {
+        ThreadId(NonZeroUsize::new(self.thmb as usize).expect("non-null"))
+    }
+
+    /// Whether the thread has finished (so [`join`](Self::join) would not wait).
+    pub fn is_finished(&self) -> bool {
+        // SAFETY: our reference keeps the ThMB live.
+        unsafe { (*self.thmb).join.load(Ordering::Acquire) == JOIN_EXITED }
+    }
+}
+
+impl<T> Drop for JoinHandle<T> {
+    fn drop(&mut self) {
+        let t = self.thmb;
+        // SAFETY: our reference keeps `t` live.
+        if unsafe { (*t).join.swap(JOIN_DETACHED, Ordering::AcqRel) } == JOIN_EXITED {
+            // The result is ours to drop, here in user context.
+            // SAFETY: EXITED: written, and nobody else reads it.
+            drop(unsafe { (*(*t).outcome.get()).take() });
+        }
+        // SAFETY: our reference.
+        unsafe { Thmb::release(t) };
+    }
+}

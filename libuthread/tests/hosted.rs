@@ -1,0 +1,77 @@
+//! Hosted-only behaviour: panics travel like `std::thread`'s, and misuse is reported.
+#![cfg(not(loom))]
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+#[test]
+fn a_panicking_thread_is_reported_to_its_joiner() {
+    let message = libuthread::run(2, || {
+        let h = libuthread::spawn(|| -> u32 { panic!("boom") });
+        let payload = h.join().unwrap_err();
+        payload.downcast_ref::<&str>().map(|s| s.to_string())
+    });
+    assert_eq!(message.as_deref(), Some("boom"));
+}
+
+#[test]
+fn a_panic_in_main_continues_in_the_caller() {
+    let caught = std::panic::catch_unwind(|| libuthread::run(1, || panic!("main failed")));
+    assert!(caught.is_err());
+    // The runtime is usable again afterwards.
+    assert_eq!(libuthread::run(1, || 5), 5);
+}
+
+#[test]
+fn run_inside_a_user_thread_is_refused() {
+    let refused = libuthread::run(1, || {
+        libuthread::spawn(|| std::panic::catch_unwind(|| libuthread::run(1, || ())).is_err()).join().unwrap()
+    });
+    assert!(refused);
+}
+
+static DROPPED: AtomicUsize = AtomicUsize::new(0);
+
+struct Noisy;
+impl Drop for Noisy {
+    fn drop(&mut self) {
+        DROPPED.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+libuthread::thread_local!(static LOCAL: Noisy = Noisy);
+
+#[test]
+fn thread_locals_are_dropped_at_exit_and_detached_results_too() {
+    libuthread::run(2, || {
+        let hs: Vec<_> = (0..5).map(|_| libuthread::spawn(|| LOCAL.with(|_| ()))).collect();
+        hs.into_iter().for_each(|h| h.join().unwrap());
+        // Detached threads drop their own results.
+        for _ in 0..3 {
+            drop(libuthread::spawn(|| Noisy));
+        }
+        while DROPPED.load(Ordering::SeqCst) < 8 {
+            libuthread::sleep(std::time::Duration::from_millis(1));
+        }
+    });
+    assert_eq!(DROPPED.load(Ordering::SeqCst), 8);
+}
+
+#[test]
+fn current_outside_a_runtime() {
+    assert!(libuthread::try_current().is_none());
+    assert!(std::panic::catch_unwind(libuthread::current).is_err());
+}
+
+#[test]
+fn run_returns_while_detached_threads_still_yield() {
+    let value = libuthread::run(2, || {
+        for _ in 0..3 {
+            drop(libuthread::spawn(|| loop {
+                libuthread::yield_now();
+            }));
+        }
+        libuthread::yield_now();
+        7
+    });
+    assert_eq!(value, 7);
+}
