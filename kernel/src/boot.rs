@@ -146,6 +146,9 @@ fn configure_scheduler(cmdline: &str) {
         None => DEFAULT_QUANTUM,
     };
     scheduler::configure(policy, quantum);
+    if let Some(w) = bootopt::get(cmdline, "watchdog").and_then(|v| v.parse::<u64>().ok()) {
+        scheduler::WATCHDOG_SECS.store(w, core::sync::atomic::Ordering::Relaxed);
+    }
     println!("scheduler: affinity {}, group bound {}, quantum {} ticks", if policy.affinity { "on" } else { "off" }, policy.group_bound, quantum);
 }
 
@@ -227,6 +230,18 @@ fn report(domain: &Domain, outcome: Outcome) -> u8 {
     let (switches, views) = (domain.counters.get(Counter::ContextSwitches), domain.counters.get(Counter::ViewSwitches));
     // The exit or kill line itself was printed by the domain when it finished.
     println!("  domain {}: {} threads, {switches} switches, {views} view switches", domain.id, domain.thread_count());
+    let up = crate::kn::upcalls_total(domain);
+    if up.iter().any(|&n| n > 0) {
+        use tsumugi_abi::kn::EventKind as K;
+        println!(
+            "  domain {}: upcalls blocked {}, preempted {}, fault {}, vcpu granted {}",
+            domain.id,
+            up[K::Blocked as usize],
+            up[K::Preempted as usize],
+            up[K::Fault as usize],
+            up[K::VcpuGranted as usize]
+        );
+    }
     match outcome {
         Outcome::Exited(code) => guest_status_for_program(code),
         Outcome::Killed(_) => STATUS_PROGRAM_KILLED,

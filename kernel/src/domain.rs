@@ -29,6 +29,18 @@ const IMAGE_ALIGN: u64 = 2 << 20;
 
 static NEXT_DOMAIN_ID: AtomicU64 = AtomicU64::new(1);
 
+/// Domains started and not yet finished (for diagnostics).
+static LIVE: Mutex<Vec<alloc::sync::Weak<Domain>>> = Mutex::new(Vec::new());
+
+/// Calls `f` for every live domain (diagnostics; skips if the list is busy).
+pub fn for_each_live(mut f: impl FnMut(&Domain)) {
+    if let Some(list) = LIVE.try_lock() {
+        for d in list.iter().filter_map(|w| w.upgrade()) {
+            f(&d);
+        }
+    }
+}
+
 /// Why a program could not be started.
 #[derive(Debug)]
 pub enum StartError {
@@ -96,6 +108,10 @@ pub struct Domain {
     inner: Mutex<Inner>,
     /// Kernel Notification state, once the program registered (`kn_register`).
     pub kn: Mutex<Option<crate::kn::KnState>>,
+    /// Serialises region creation (which changes several threads' views).
+    pub region_lock: Mutex<()>,
+    /// Upcalls delivered, by kind, once the Kernel Notification state is gone.
+    pub final_upcalls: Mutex<[u64; 8]>,
 }
 
 impl Domain {
@@ -176,11 +192,18 @@ impl Domain {
             }),
             initial_view: regions,
             kn: Mutex::new(None),
+            region_lock: Mutex::new(()),
+            final_upcalls: Mutex::new([0; 8]),
         }))
     }
 
     /// Starts the first thread.
     pub fn start(self: &Arc<Self>) -> Result<Arc<Thread>, StartError> {
+        {
+            let mut live = LIVE.lock();
+            live.retain(|w| w.strong_count() > 0);
+            live.push(Arc::downgrade(self));
+        }
         let view = views::with(|s, m| s.attach(m, &self.initial_view))?;
         let body = Body::User { ip: self.entry.as_u64(), sp: self.stack_top.as_u64(), arg: 0 };
         self.spawn(view, body, true, None)
@@ -324,6 +347,11 @@ impl Domain {
         } else {
             None
         }
+    }
+
+    /// Ids of the threads not yet forgotten (alive, or ended in a domain still running).
+    pub fn thread_ids(&self) -> Vec<u64> {
+        self.inner.lock().threads.clone()
     }
 
     /// Threads made so far.

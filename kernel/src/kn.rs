@@ -205,9 +205,10 @@ fn count_upcall(domain: &Domain, kind: u64) {
     }
 }
 
-/// Upcalls delivered to `domain`, by kind value.
-pub fn upcalls(domain: &Domain) -> [u64; 8] {
-    domain.kn.lock().as_ref().map_or([0; 8], |k| k.upcalls)
+/// Upcalls delivered to `domain`, by kind value (kept after the program ends).
+pub fn upcalls_total(domain: &Domain) -> [u64; 8] {
+    let live = domain.kn.lock().as_ref().map(|k| k.upcalls);
+    live.unwrap_or_else(|| *domain.final_upcalls.lock())
 }
 
 /// Whether the running thread is a vCPU of a registered program, and its vCPU index.
@@ -350,6 +351,61 @@ pub fn blocking(frame: &mut TrapFrame, wait: impl FnOnce() -> usize) -> usize {
     thread::exit_current(Some(0))
 }
 
+/// A user thread sleeping in the kernel on behalf of a vCPU that has gone back to the library.
+struct KnSleeper {
+    domain: Arc<Domain>,
+    thmb: u64,
+}
+
+/// Timed waits of vCPU threads, by (deadline in nanoseconds, sequence).
+static KN_SLEEPERS: spin::Mutex<alloc::collections::BTreeMap<(u64, u64), KnSleeper>> = spin::Mutex::new(alloc::collections::BTreeMap::new());
+static KN_SLEEP_SEQ: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
+
+/// `sleep` of a vCPU running a user thread: the thread's kernel side is just a timer entry,
+/// so the calling activation itself goes straight back to the library with `BLOCKED` (no new
+/// activation is needed), and the timer posts `UNBLOCKED` at the deadline — in deadline order.
+/// Returns `None` when the caller is not such a vCPU (then it sleeps as a plain thread).
+pub fn sleep(frame: &mut TrapFrame, nanos: u64) -> Option<usize> {
+    let me = scheduler::current().expect("a syscall thread");
+    let (Some(vcpu), Some(view)) = (current_vcpu(&me), me.view()) else { return None };
+    let thmb = match save_to_thmb(view, frame) {
+        Ok(0) => return None,
+        Ok(t) => t,
+        Err(bad) => kill(&me, bad),
+    };
+    let domain = me.domain.clone().expect("a vCPU has a domain");
+    post(&domain, Event { kind: EventKind::Blocked as u64, thread: thmb, arg0: vcpu as u64, arg1: 0 });
+    let deadline = arch::timer::nanos().saturating_add(nanos.max(1));
+    let seq = KN_SLEEP_SEQ.fetch_add(1, Ordering::Relaxed);
+    KN_SLEEPERS.lock().insert((deadline, seq), KnSleeper { domain, thmb });
+    upcall(&me, frame, vcpu, [EventKind::Blocked as u64, thmb, vcpu as u64, 0]);
+    Some(0)
+}
+
+/// Ends the timed waits whose deadline has passed (timer tick): the result (0) goes into the
+/// thread's ThMB and `UNBLOCKED` into its program's ring, in deadline order.
+pub fn wake_sleepers() {
+    let now = arch::timer::nanos();
+    loop {
+        let next = {
+            let mut s = KN_SLEEPERS.lock();
+            match s.first_key_value() {
+                Some((&key, _)) if key.0 <= now => s.remove(&key),
+                _ => None,
+            }
+        };
+        let Some(sleeper) = next else { break };
+        if sleeper.domain.outcome().is_some() {
+            continue;
+        }
+        // The ThMB was checked writable for the thread's view when it was saved; it lies in a
+        // region of the program (their regions live as long as the program).
+        if crate::mm::views::write_owned(&sleeper.domain, sleeper.thmb + FULL_OFFSET as u64, &0u64.to_le_bytes()).is_ok() {
+            post(&sleeper.domain, Event { kind: EventKind::Unblocked as u64, thread: sleeper.thmb, arg0: 0, arg1: 0 });
+        }
+    }
+}
+
 /// `vcpu_park()`.
 pub fn park(me: &Arc<Thread>) -> Result<usize, Errno> {
     let domain = me.domain.clone().ok_or(Errno::Inval)?;
@@ -397,6 +453,7 @@ pub fn unpark(me: &Arc<Thread>, vcpu: usize) -> Result<usize, Errno> {
 pub fn release(domain: &Domain) {
     let state = domain.kn.lock().take();
     if let Some(kn) = state {
+        *domain.final_upcalls.lock() = kn.upcalls;
         let _ = views::with(|s, m| s.detach(m, kn.ring_view));
     }
 }
@@ -410,4 +467,17 @@ pub fn wake_all(domain: &Domain) {
     for t in parked {
         thread::wake(t);
     }
+}
+
+/// Prints every registered program's vCPU and ring state (watchdog diagnostics).
+pub fn dump() {
+    crate::domain::for_each_live(|d| {
+        if let Some(kn) = d.kn.try_lock() {
+            if let Some(kn) = kn.as_ref() {
+                let (head, tail) = kn.ring_words().unwrap_or((u64::MAX, u64::MAX));
+                let parked: Vec<(usize, u64, bool)> = kn.vcpus.iter().enumerate().map(|(i, v)| (i, v.parked.as_ref().map_or(0, |t| t.id), v.token)).collect();
+                crate::println!("watchdog: domain {}: ring head {head} tail {tail} held {}, vcpus (index, parked thread, token) {:?}", d.id, kn.held.len(), parked);
+            }
+        }
+    });
 }

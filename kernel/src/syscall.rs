@@ -133,12 +133,11 @@ fn clock(which: usize) -> SysResult {
 }
 
 fn sleep(frame: &mut TrapFrame, nanos: u64) -> SysResult {
-    let tick_ns = 1_000_000_000 / crate::boot::TICK_HZ;
-    let ticks = nanos.div_ceil(tick_ns);
-    Ok(crate::kn::blocking(frame, || {
-        thread::sleep_ticks(ticks);
-        0
-    }))
+    if let Some(r) = crate::kn::sleep(frame, nanos) {
+        return Ok(r);
+    }
+    thread::sleep_nanos(nanos);
+    Ok(0)
 }
 
 fn console_read(frame: &mut TrapFrame, buf: u64, len: u64) -> SysResult {
@@ -262,12 +261,30 @@ fn region_create(len: u64, rights_bits: usize, flags: usize) -> SysResult {
             }
         }
     })?;
+    // The region joins the creator's view — and so the view of every thread that shares it
+    // (its view-mates: threads with identical rights act as one protection domain). In a
+    // Kernel-Notification program every kernel thread is a vCPU or an activation of one,
+    // running the library's threads anywhere: all of them get it. One creation at a time per
+    // program, so two creators cannot each miss the other's mates.
+    let _creating = domain.region_lock.lock();
+    let my_view = me.view().ok_or(Errno::Srch)?;
+    let whole_program = domain.kn.lock().is_some();
+    let mates: alloc::vec::Vec<Arc<Thread>> = domain
+        .thread_ids()
+        .into_iter()
+        .filter_map(thread::find)
+        .filter(|t| t.id != me.id && t.state() != crate::thread::State::Dead && (whole_program || t.view() == Some(my_view)))
+        .collect();
     if let Err(e) = change_rights(&me, id, rights) {
         // Nobody holds it: drop it at once.
         views::with(|s, m| s.release_region(m, id)).ok();
         return Err(e);
     }
     domain.own_region(id);
+    for t in mates {
+        // A mate that raced into another view keeps its view; the creator's succeeded.
+        let _ = change_rights(&t, id, rights);
+    }
     Ok(start.as_u64() as usize)
 }
 

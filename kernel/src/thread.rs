@@ -122,7 +122,7 @@ pub const NOT_A_VCPU: usize = usize::MAX;
 static NEXT_TID: AtomicU64 = AtomicU64::new(1);
 /// Threads by id, while their domain lives.
 static THREADS: Mutex<BTreeMap<u64, Arc<Thread>>> = Mutex::new(BTreeMap::new());
-/// Sleeping threads by (deadline in ticks, id).
+/// Sleeping threads by (deadline in nanoseconds since boot, id).
 static SLEEPERS: Mutex<BTreeMap<(u64, u64), Arc<Thread>>> = Mutex::new(BTreeMap::new());
 
 impl Thread {
@@ -344,10 +344,12 @@ pub fn join(target: &Arc<Thread>) -> Option<usize> {
     target.life.lock().exit_value
 }
 
-/// Blocks the running thread for at least `ticks` timer ticks.
-pub fn sleep_ticks(ticks: u64) {
+/// Blocks the running thread for at least `nanos` nanoseconds.
+pub fn sleep_nanos(nanos: u64) {
     let me = scheduler::current().expect("sleep from an idle CPU");
-    let deadline = scheduler::ticks() + ticks.max(1);
+    // The deadline is a time, not a tick count: a tick already under way must not shorten
+    // the sleep. Sleepers wake at the first tick at or after it.
+    let deadline = arch::timer::nanos().saturating_add(nanos.max(1));
     me.set_state(State::Blocked);
     SLEEPERS.lock().insert((deadline, me.id), me);
     scheduler::schedule(Then::Block);
@@ -355,7 +357,7 @@ pub fn sleep_ticks(ticks: u64) {
 
 /// Wakes sleepers whose deadline has passed (timer tick, CPU 0).
 pub fn wake_sleepers() {
-    let now = scheduler::ticks();
+    let now = arch::timer::nanos();
     loop {
         let next = {
             let mut s = SLEEPERS.lock();

@@ -63,65 +63,79 @@
 //!   the sync primitives' hand-off over a loom-backed blocking layer.
 #![cfg_attr(target_os = "none", no_std)]
 
-// The M:N core is built for the host only until `platform/tsumugi.rs` exists: every item
-// below carries `cfg(not(target_os = "none"))`. Items loom does not model (the scheduler, the
-// platform, the public thread API) also carry `not(loom)`.
+// Items loom does not model (the scheduler, the platform, the public thread API) carry
+// `cfg(not(loom))`. The M:N core has a context switch for x86_64 only so far: on the other
+// bare-metal ports only the program runtime (`rt`, `sys`, `io`) is built.
 
-#[cfg(not(target_os = "none"))]
 extern crate alloc;
 
-#[cfg(not(target_os = "none"))]
+#[cfg(any(not(target_os = "none"), target_arch = "x86_64"))]
 mod blocking;
-#[cfg(not(target_os = "none"))]
+#[cfg(any(not(target_os = "none"), target_arch = "x86_64"))]
 mod channel;
-#[cfg(not(target_os = "none"))]
+#[cfg(any(not(target_os = "none"), target_arch = "x86_64"))]
 mod idle;
-#[cfg(not(target_os = "none"))]
+#[cfg(any(not(target_os = "none"), target_arch = "x86_64"))]
 mod prim;
-#[cfg(not(target_os = "none"))]
+#[cfg(any(not(target_os = "none"), target_arch = "x86_64"))]
 mod queue;
-#[cfg(not(target_os = "none"))]
+#[cfg(any(not(target_os = "none"), target_arch = "x86_64"))]
 mod runstate;
-#[cfg(not(target_os = "none"))]
+#[cfg(any(not(target_os = "none"), target_arch = "x86_64"))]
 mod spin;
-#[cfg(not(target_os = "none"))]
+#[cfg(any(not(target_os = "none"), target_arch = "x86_64"))]
 pub mod sync;
-#[cfg(not(target_os = "none"))]
+#[cfg(any(not(target_os = "none"), target_arch = "x86_64"))]
 mod token;
 
-#[cfg(all(not(target_os = "none"), not(loom)))]
+#[cfg(not(loom))]
+#[cfg(any(not(target_os = "none"), target_arch = "x86_64"))]
 pub mod conformance;
-#[cfg(all(not(target_os = "none"), not(loom)))]
+#[cfg(not(loom))]
+#[cfg(any(not(target_os = "none"), target_arch = "x86_64"))]
 pub mod context;
-#[cfg(all(not(target_os = "none"), not(loom)))]
+#[cfg(not(loom))]
+#[cfg(any(not(target_os = "none"), target_arch = "x86_64"))]
 mod local;
-#[cfg(all(not(target_os = "none"), not(loom)))]
+#[cfg(not(loom))]
+#[cfg(any(not(target_os = "none"), target_arch = "x86_64"))]
 pub mod platform;
-#[cfg(all(not(target_os = "none"), not(loom)))]
+#[cfg(not(loom))]
+#[cfg(any(not(target_os = "none"), target_arch = "x86_64"))]
 mod runtime;
-#[cfg(all(not(target_os = "none"), not(loom)))]
+#[cfg(not(loom))]
+#[cfg(any(not(target_os = "none"), target_arch = "x86_64"))]
 pub mod sched;
-#[cfg(all(not(target_os = "none"), not(loom)))]
+#[cfg(not(loom))]
+#[cfg(any(not(target_os = "none"), target_arch = "x86_64"))]
 mod thmb;
-#[cfg(all(not(target_os = "none"), not(loom)))]
+#[cfg(not(loom))]
+#[cfg(any(not(target_os = "none"), target_arch = "x86_64"))]
 mod thread;
-#[cfg(all(not(target_os = "none"), not(loom)))]
+#[cfg(not(loom))]
+#[cfg(any(not(target_os = "none"), target_arch = "x86_64"))]
 mod unwind;
 
-#[cfg(not(target_os = "none"))]
+#[cfg(any(not(target_os = "none"), target_arch = "x86_64"))]
 pub use channel::{mpmc, mpsc};
-#[cfg(not(target_os = "none"))]
+#[cfg(any(not(target_os = "none"), target_arch = "x86_64"))]
 pub use sync::{Barrier, BarrierWaitResult, Condvar, Mutex, MutexGuard, Once, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-#[cfg(all(not(target_os = "none"), not(loom)))]
+#[cfg(not(loom))]
+#[cfg(any(not(target_os = "none"), target_arch = "x86_64"))]
 pub use local::LocalKey;
-#[cfg(all(not(target_os = "none"), not(loom)))]
+#[cfg(not(loom))]
+#[cfg(any(not(target_os = "none"), target_arch = "x86_64"))]
 pub use runtime::run;
-#[cfg(all(not(target_os = "none"), not(loom)))]
+#[cfg(not(loom))]
+#[cfg(any(not(target_os = "none"), target_arch = "x86_64"))]
 pub use thmb::{Thmb, RESUME_OFFSET, STATE_OFFSET, WINDOW_OFFSET};
-#[cfg(all(not(target_os = "none"), not(loom)))]
+#[cfg(not(loom))]
+#[cfg(any(not(target_os = "none"), target_arch = "x86_64"))]
 pub use thread::{current, current_vcpu, sleep, spawn, try_current, vcpu_count, yield_now, Builder, JoinHandle, Thread, ThreadId};
 
+#[cfg(target_os = "none")]
+mod heap;
 #[cfg(target_os = "none")]
 pub mod io;
 #[cfg(target_os = "none")]

@@ -152,7 +152,28 @@ pub fn for_arch(arch: &str) -> Option<Vec<Suite>> {
 
 /// x86_64 suites whose mechanisms the other ports do not have yet (Kernel Notification needs
 /// the LTN register and upcalls of each port).
-pub const NOT_YET_PORTED: &[&str] = &["kn", "kn-smp4", "fpu", "fpu-smp4", "fpu-eager-smp4"];
+pub const NOT_YET_PORTED: &[&str] = &["kn", "kn-smp4", "uthread", "uthread-smp4", "fpu", "fpu-smp4", "fpu-eager-smp4"];
+
+/// libuthread on Tsumugi: the conformance suite (the one run hosted by `cargo test`) on every
+/// CPU as a vCPU, and what needs upcalls: a sleep that keeps its vCPU's other threads running,
+/// a never-yielding thread preempted through `PREEMPTED`.
+pub fn uthread_suite(name: &'static str, smp: u8) -> Suite {
+    Suite {
+        name,
+        smp,
+        boot_words: format!("{}=uthread_kn,uthread_conformance", bootopt::RUN),
+        timeout: KERNEL_SUITE_TIMEOUT,
+        expected: Expected::Status(0),
+        checks: vec![
+            Check::DomainExited { program: "uthread_kn".to_string(), status: 0 },
+            Check::LogContains("while the other thread slept in the kernel".to_string()),
+            Check::LogContains("beside one that never yields".to_string()),
+            Check::DomainExited { program: "uthread_conformance".to_string(), status: 0 },
+            Check::LogContains("vCPUs: 0 failed".to_string()),
+            Check::Halting(0),
+        ],
+    }
+}
 
 /// FP/SIMD state and the red zone across preemption: SSE computations on many threads (half of
 /// them never touching FP) must be bit-exact, with lazy (or `eager`) FP switching.
@@ -207,6 +228,8 @@ pub fn x86_64() -> Vec<Suite> {
         sched_suite("sched-smp4", SMP_SUITE_CPUS),
         kn_suite("kn", 1),
         kn_suite("kn-smp4", SMP_SUITE_CPUS),
+        uthread_suite("uthread", 1),
+        uthread_suite("uthread-smp4", SMP_SUITE_CPUS),
         fpu_suite("fpu", 1, "lazy"),
         fpu_suite("fpu-smp4", SMP_SUITE_CPUS, "lazy"),
         fpu_suite("fpu-eager-smp4", SMP_SUITE_CPUS, "eager"),
@@ -429,6 +452,8 @@ mod tests {
                 "sched-smp4",
                 "kn",
                 "kn-smp4",
+                "uthread",
+                "uthread-smp4",
                 "fpu",
                 "fpu-smp4",
                 "fpu-eager-smp4",

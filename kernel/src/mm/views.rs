@@ -160,3 +160,19 @@ pub fn read_as(view: super::view::ViewId, addr: u64, out: &mut [u8]) -> Result<(
         Ok(())
     })
 }
+
+/// Writes `bytes` at `addr` in a region `domain` owns, through the region's frames (for kernel
+/// writes on behalf of a thread that is not running, into memory checked when it was named).
+pub fn write_owned(domain: &crate::domain::Domain, addr: u64, bytes: &[u8]) -> Result<(), Refused> {
+    let region = with(|s, _| s.region_at(addr)).ok_or(Refused(addr))?;
+    if !domain.owns(region) {
+        return Err(Refused(addr));
+    }
+    with(|s, m| {
+        let info = s.region_info(region).ok_or(Refused(addr))?;
+        if addr + bytes.len() as u64 > info.start.as_u64() + info.len {
+            return Err(Refused(addr));
+        }
+        s.write(m, region, addr - info.start.as_u64(), bytes, |pa| super::kernel_space::phys_to_virt(pa).as_mut_ptr()).map_err(|_| Refused(addr))
+    })
+}

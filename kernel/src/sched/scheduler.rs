@@ -184,7 +184,10 @@ pub fn make_ready(t: Arc<Thread>) {
     let target = if CPUS[target].online.load(Ordering::Acquire) { target } else { arch::cpu::cpu_index() };
     let (view, affine) = (t.root.load(Ordering::Relaxed), t.affine);
     CPUS[target].runqueue.lock().push(ThreadRef::new(t), view, affine);
-    if target != arch::cpu::cpu_index() && CPUS[target].idle_now.load(Ordering::Acquire) {
+    // Pairs with the fence in the idle loop: either it sees this thread in its queue, or this
+    // sees it idle and sends the IPI (a store then a load on each side: needs a full fence).
+    core::sync::atomic::fence(Ordering::SeqCst);
+    if target != arch::cpu::cpu_index() && CPUS[target].idle_now.load(Ordering::SeqCst) {
         send_reschedule(target);
     }
 }
@@ -195,12 +198,35 @@ fn send_reschedule(cpu: usize) {
 }
 
 /// Takes the next thread for this CPU: its own queue first, then a steal.
-fn pick_next(cpu_index: usize) -> Option<Arc<Thread>> {
-    if let Some((r, _)) = CPUS[cpu_index].runqueue.lock().pop() {
-        return Some(r.take());
+///
+/// A thread can be woken (and queued) while its CPU is still on its stack, finishing the switch
+/// away (or about to find itself in its queue and keep running). Such a thread is not taken: it
+/// goes back to its own CPU's queue. Waiting for it here could deadlock — two CPUs each holding
+/// the other's thread — so the wait happens nowhere; `self_ptr` (the caller's own thread) is
+/// always taken.
+fn pick_next(cpu_index: usize, self_ptr: *const Thread) -> Option<Arc<Thread>> {
+    for _ in 0..MAX_REQUEUES {
+        let candidate = match CPUS[cpu_index].runqueue.lock().pop() {
+            Some((r, _)) => Some(r.take()),
+            None => None,
+        };
+        let candidate = match candidate {
+            Some(c) => c,
+            None => steal(cpu_index)?,
+        };
+        if Arc::as_ptr(&candidate) == self_ptr || !candidate.on_cpu.load(Ordering::Acquire) {
+            return Some(candidate);
+        }
+        let home = candidate.last_cpu.load(Ordering::Relaxed).min(MAX_CPUS - 1);
+        let (view, affine) = (candidate.root.load(Ordering::Relaxed), candidate.affine);
+        CPUS[home].runqueue.lock().push(ThreadRef::new(candidate), view, affine);
+        arch::cpu::spin_hint();
     }
-    steal(cpu_index)
+    None
 }
+
+/// How often `pick_next` puts back a thread still on another CPU before giving up for now.
+const MAX_REQUEUES: usize = 64;
 
 /// Takes a view group (or half a queue) from the busiest other CPU.
 fn steal(thief: usize) -> Option<Arc<Thread>> {
@@ -237,8 +263,14 @@ pub fn schedule(then: Then) -> bool {
     let index = arch::cpu::cpu_index();
     let cpu = &CPUS[index];
     let prev_ptr = cpu.current.load(Ordering::Relaxed);
-    let next = pick_next(index);
+    let next = pick_next(index, prev_ptr);
     let next = match next {
+        // The running thread itself: it was woken (and queued) before it finished blocking.
+        // Take the queue's reference back and keep running.
+        Some(n) if Arc::as_ptr(&n) == prev_ptr as *const Thread => {
+            n.set_state(State::Running);
+            return false;
+        }
         Some(n) => n,
         None if then == Then::Requeue && !prev_ptr.is_null() => return false, // nothing else to run
         None => {
@@ -264,9 +296,24 @@ pub fn schedule(then: Then) -> bool {
 
 /// Switches from the current context (thread `prev_ptr`, or the idle loop if null) to `next`.
 fn switch_to(cpu: &Cpu, prev_ptr: *mut Thread, next: Arc<Thread>, then: Then) {
-    // Wait until the CPU that last ran `next` has left its stack.
+    // Wait until the CPU that last ran `next` has left its stack. That CPU may be waiting for
+    // this one to save FP registers (`fpu::pull`): serve such requests while waiting.
+    let mut spins = 0u64;
     while next.on_cpu.load(Ordering::Acquire) {
+        crate::fpu::serve_request();
         arch::cpu::spin_hint();
+        spins += 1;
+        if spins == 50_000_000 {
+            crate::println!(
+                "scheduler: cpu {} waits for thread {} (state {:?}, vcpu {:#x}, last cpu {}) to leave its stack",
+                arch::cpu::cpu_index(),
+                next.id,
+                next.state(),
+                next.vcpu.load(Ordering::Relaxed),
+                next.last_cpu.load(Ordering::Relaxed)
+            );
+            dump();
+        }
     }
     next.on_cpu.store(true, Ordering::Relaxed);
     next.set_state(State::Running);
@@ -398,10 +445,11 @@ pub fn idle_loop() -> ! {
     let cpu = &CPUS[index];
     loop {
         arch::cpu::disable_interrupts();
-        match pick_next(index) {
+        match pick_next(index, core::ptr::null()) {
             Some(next) => switch_to(cpu, core::ptr::null_mut(), next, Then::Block),
             None => {
-                cpu.idle_now.store(true, Ordering::Release);
+                cpu.idle_now.store(true, Ordering::SeqCst);
+                core::sync::atomic::fence(Ordering::SeqCst);
                 // A wake-up between the check above and the halt sends an IPI, which ends
                 // the halt (interrupts are enabled atomically with hlt).
                 if cpu.runqueue.lock().is_empty() {
@@ -420,8 +468,14 @@ pub fn tick(from_user: bool) -> bool {
     let cpu = this_cpu();
     cpu.counters.bump(Counter::Ticks);
     if arch::cpu::cpu_index() == 0 {
-        TICKS.fetch_add(1, Ordering::Relaxed);
+        let t = TICKS.fetch_add(1, Ordering::Relaxed) + 1;
+        let w = WATCHDOG_SECS.load(Ordering::Relaxed);
+        if w > 0 && t % (w * crate::boot::TICK_HZ) == 0 {
+            dump();
+            crate::kn::dump();
+        }
         crate::thread::wake_sleepers();
+        crate::kn::wake_sleepers();
         crate::console_input::poll();
     }
     if !from_user || cpu.current.load(Ordering::Relaxed).is_null() {
@@ -441,6 +495,20 @@ pub fn preempt() -> bool {
         cpu.counters.bump(Counter::Preemptions);
     }
     switched
+}
+
+/// Seconds between state dumps (`watchdog=` boot option; 0 = off).
+pub static WATCHDOG_SECS: AtomicU64 = AtomicU64::new(0);
+
+/// Prints what every CPU runs (for diagnosing a stuck run; `watchdog=` boot option).
+pub fn dump() {
+    for (i, cpu) in CPUS.iter().enumerate().filter(|(_, c)| c.online.load(Ordering::Acquire)) {
+        let cur = cpu.current.load(Ordering::Relaxed);
+        // SAFETY: read-only peek for a diagnostic; the thread may be switching (values are hints).
+        let (tid, vcpu) = unsafe { cur.as_ref() }.map_or((0, usize::MAX), |t| (t.id, t.vcpu.load(Ordering::Relaxed)));
+        let queued = cpu.runqueue.try_lock().map_or(usize::MAX, |q| q.len());
+        crate::println!("watchdog: cpu {i}: thread {tid} (vcpu {vcpu:#x}), {queued} queued, idle {}", cpu.idle_now.load(Ordering::Relaxed));
+    }
 }
 
 /// Threads queued on every CPU (for reports).

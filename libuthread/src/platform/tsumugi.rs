@@ -1,7 +1,7 @@
 //! The Tsumugi platform: vCPUs are kernel threads handed out through Kernel Notification
 //! (`tsumugi_abi::kn`), the LTN register is the GS base, blocking calls hand the vCPU back
-//! through `BLOCKED`/`UNBLOCKED` upcalls, and the heap and stacks are regions of the single
-//! address space.
+//! through `BLOCKED`/`UNBLOCKED` upcalls, and stacks are regions of the single address space
+//! (the heap is `crate::heap`).
 //!
 //! The upcall handler ([`knh`]) runs on the vCPU's upcall stack with LTN = 0: it drains the
 //! event ring into the core (`requeue_full` for `PREEMPTED`/`UNBLOCKED`, `note_blocked` for
@@ -20,8 +20,6 @@ use crate::thmb::Thmb;
 const RING_SLOTS: usize = 256;
 /// Bytes of each vCPU's upcall stack.
 const UPCALL_STACK: usize = 64 * 1024;
-/// Bytes of each heap region the allocator adds when it runs out.
-const HEAP_CHUNK: usize = 4 << 20;
 
 /// The ring's address (0 until `start_vcpus`).
 static RING: AtomicUsize = AtomicUsize::new(0);
@@ -182,67 +180,4 @@ pub fn exit_process(code: i32) -> ! {
 /// Writes to the console.
 pub fn console_write(bytes: &[u8]) {
     let _ = sys::console_write(bytes);
-}
-
-/// The program heap: linked-list allocators, one per zero-on-touch region, a region added
-/// when none has room (regions are not contiguous: each keeps its own list).
-mod heap {
-    use core::alloc::{GlobalAlloc, Layout};
-    use core::ptr::NonNull;
-    use linked_list_allocator::Heap;
-
-    use super::HEAP_CHUNK;
-    use crate::sys;
-    use tsumugi_abi::syscall::{region_flags, rights};
-
-    /// Most heap regions.
-    const MAX_BLOCKS: usize = 64;
-
-    struct Blocks {
-        heaps: [Heap; MAX_BLOCKS],
-        used: usize,
-    }
-
-    struct RegionHeap(spin::Mutex<Blocks>);
-
-    // SAFETY: every allocation and free goes through the locked blocks; a pointer is freed into
-    // the block whose range holds it, which is the block it came from.
-    unsafe impl GlobalAlloc for RegionHeap {
-        unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-            let mut b = self.0.lock();
-            let used = b.used;
-            for heap in b.heaps[..used].iter_mut().rev() {
-                if let Ok(p) = heap.allocate_first_fit(layout) {
-                    return p.as_ptr();
-                }
-            }
-            if used == MAX_BLOCKS {
-                return core::ptr::null_mut();
-            }
-            let chunk = (layout.size() + layout.align() + 64).div_ceil(HEAP_CHUNK) * HEAP_CHUNK;
-            let Ok(region) = sys::region_create(chunk, rights::READ | rights::WRITE, region_flags::LAZY) else {
-                return core::ptr::null_mut();
-            };
-            // SAFETY: a fresh writable region nobody else uses.
-            unsafe { b.heaps[used].init(region as *mut u8, chunk) };
-            b.used += 1;
-            b.heaps[used].allocate_first_fit(layout).map_or(core::ptr::null_mut(), NonNull::as_ptr)
-        }
-
-        unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-            let mut b = self.0.lock();
-            let used = b.used;
-            for heap in b.heaps[..used].iter_mut() {
-                let start = heap.bottom() as usize;
-                if (start..start + heap.size()).contains(&(ptr as usize)) {
-                    // SAFETY: allocated from this block with this layout.
-                    unsafe { heap.deallocate(NonNull::new_unchecked(ptr), layout) };
-                    return;
-                }
-            }
-        }
-    }
-
-    #[global_allocator]
-    static HEAP: RegionHeap = RegionHeap(spin::Mutex::new(Blocks { heaps: [const { Heap::empty() }; MAX_BLOCKS], used: 0 }));
 }

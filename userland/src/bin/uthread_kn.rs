@@ -1,0 +1,80 @@
+//! libuthread on Tsumugi, what only a kernel with upcalls can do, on one vCPU:
+//! a thread sleeping in the kernel does not stop the other threads of its vCPU (the kernel hands
+//! the vCPU back with BLOCKED), and a thread that never yields is preempted (PREEMPTED) so the
+//! others still run.
+#![no_std]
+#![no_main]
+
+extern crate alloc;
+
+// libuthread's M:N core switches contexts on x86_64 only so far; elsewhere this program
+// reports that it is not ported (and fails, so a suite that runs it cannot pass by accident).
+#[cfg(target_arch = "x86_64")]
+mod x86_64 {
+    use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use core::time::Duration;
+    use libuthread::println;
+
+    static PROGRESS: AtomicUsize = AtomicUsize::new(0);
+    static SLEEPING: AtomicBool = AtomicBool::new(false);
+    static SPIN: AtomicUsize = AtomicUsize::new(0);
+    static STOP: AtomicBool = AtomicBool::new(false);
+
+    pub fn main() -> i32 {
+        let ok = libuthread::run(1, || {
+            // 1. A sleeper and a worker on the same (only) vCPU.
+            let sleeper = libuthread::spawn(|| {
+                SLEEPING.store(true, Ordering::SeqCst);
+                libuthread::sleep(Duration::from_millis(200));
+                SLEEPING.store(false, Ordering::SeqCst);
+            });
+            let worker = libuthread::spawn(|| {
+                let mut while_asleep = 0;
+                for _ in 0..20_000 {
+                    if SLEEPING.load(Ordering::SeqCst) {
+                        while_asleep += 1;
+                    }
+                    PROGRESS.fetch_add(1, Ordering::Relaxed);
+                    libuthread::yield_now();
+                }
+                while_asleep
+            });
+            let while_asleep = worker.join().unwrap_or(0);
+            sleeper.join().ok();
+            println!("uthread_kn: the worker made {while_asleep} steps while the other thread slept in the kernel");
+
+            // 2. A thread that never yields, and one that must still finish.
+            let spinner = libuthread::spawn(|| {
+                while !STOP.load(Ordering::Relaxed) {
+                    SPIN.fetch_add(1, Ordering::Relaxed);
+                }
+            });
+            let finisher = libuthread::spawn(|| {
+                for _ in 0..10 {
+                    for _ in 0..100_000 {
+                        core::hint::spin_loop();
+                    }
+                    libuthread::yield_now();
+                }
+                SPIN.load(Ordering::Relaxed)
+            });
+            let spins_seen = finisher.join().unwrap_or(0);
+            STOP.store(true, Ordering::Relaxed);
+            spinner.join().ok();
+            println!("uthread_kn: a thread finished beside one that never yields (which had spun {spins_seen} times by then)");
+            while_asleep > 0 && spins_seen > 0
+        });
+        i32::from(!ok)
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+use x86_64::main;
+
+#[cfg(not(target_arch = "x86_64"))]
+fn main() -> i32 {
+    libuthread::println!("uthread_kn: not ported to this architecture");
+    1
+}
+
+libuthread::entry!(main);
