@@ -195,13 +195,13 @@ pub fn fpu_suite(name: &'static str, smp: u8, mode: &str) -> Suite {
 
 /// Kernel Notification mechanics without a thread library: LTN forgery (own code, kernel
 /// memory), the LTN = 0 critical section, a fault in the handler, a blocking syscall that hands
-/// the vCPU back with BLOCKED before UNBLOCKED.
+/// the vCPU back with BLOCKED before UNBLOCKED, and no event lost when the ring is full.
 pub fn kn_suite(name: &'static str, smp: u8) -> Suite {
     let killed = |p: &str, reason: &str| Check::DomainKilled { program: p.to_string(), reason: reason.to_string() };
     Suite {
         name,
         smp,
-        boot_words: format!("{}=kn_forge,kn_forge_kernel,kn_ltn0,kn_knh_fault,kn_block", bootopt::RUN),
+        boot_words: format!("{}=kn_forge,kn_forge_kernel,kn_ltn0,kn_knh_fault,kn_block,kn_ring", bootopt::RUN),
         timeout: KERNEL_SUITE_TIMEOUT,
         expected: Expected::Status(0),
         checks: vec![
@@ -212,6 +212,7 @@ pub fn kn_suite(name: &'static str, smp: u8) -> Suite {
             killed("kn_knh_fault", "(LTN = 0), so no upcall"),
             Check::DomainExited { program: "kn_block".to_string(), status: 0 },
             Check::LogContains("kn_block: ring for".to_string()),
+            Check::DomainExited { program: "kn_ring".to_string(), status: 0 },
             Check::Halting(0),
         ],
     }
