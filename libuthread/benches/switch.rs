@@ -1,1 +1,85 @@
-fn main(){}
+//! Host comparison of switch costs (`cargo bench -p libuthread --bench switch -- --noplot`;
+//! `cargo xtask bench --filter host` runs it and reads criterion's `time:` lines):
+//! - `libuthread_yield_round_trip`: two user threads on one vCPU ping via `yield_now`; one
+//!   iteration is a round trip (two switches);
+//! - `os_thread_condvar_ping_pong`: two OS threads ping-pong through a `Mutex` + `Condvar`; one
+//!   iteration is a round trip;
+//! - `corosensei_resume_yield`: a corosensei coroutine resumed and yielding back; one iteration
+//!   is a round trip.
+
+use std::hint::black_box;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use corosensei::{Coroutine, CoroutineResult};
+use criterion::{criterion_group, criterion_main, Criterion};
+
+/// `iters` yield round trips between two user threads on one vCPU.
+fn libuthread_round_trips(iters: u64) -> Duration {
+    libuthread::run(1, move || {
+        let other = libuthread::spawn(move || {
+            for _ in 0..iters {
+                libuthread::yield_now();
+            }
+        });
+        libuthread::yield_now(); // let it start
+        let start = Instant::now();
+        for _ in 0..iters {
+            libuthread::yield_now();
+        }
+        let elapsed = start.elapsed();
+        other.join().unwrap();
+        elapsed
+    })
+}
+
+/// `iters` round trips between two OS threads through a Mutex + Condvar (a turn flag).
+fn os_thread_round_trips(iters: u64) -> Duration {
+    let shared = Arc::new((Mutex::new(false), Condvar::new()));
+    let peer = {
+        let shared = shared.clone();
+        std::thread::spawn(move || {
+            let (turn, cv) = &*shared;
+            for _ in 0..iters {
+                let mut g = cv.wait_while(turn.lock().unwrap(), |peer_turn| !*peer_turn).unwrap();
+                *g = false;
+                cv.notify_one();
+            }
+        })
+    };
+    let (turn, cv) = &*shared;
+    let start = Instant::now();
+    for _ in 0..iters {
+        let mut g = turn.lock().unwrap();
+        *g = true;
+        cv.notify_one();
+        drop(cv.wait_while(g, |peer_turn| *peer_turn).unwrap());
+    }
+    let elapsed = start.elapsed();
+    peer.join().unwrap();
+    elapsed
+}
+
+fn switch(c: &mut Criterion) {
+    let mut group = c.benchmark_group("switch");
+    group
+        .measurement_time(Duration::from_secs(2))
+        .warm_up_time(Duration::from_secs(1))
+        .sample_size(20);
+
+    group.bench_function("libuthread_yield_round_trip", |b| b.iter_custom(libuthread_round_trips));
+    group.bench_function("os_thread_condvar_ping_pong", |b| b.iter_custom(os_thread_round_trips));
+    group.bench_function("corosensei_resume_yield", |b| {
+        let mut co = Coroutine::new(|yielder, mut x: u64| loop {
+            x = yielder.suspend(black_box(x));
+        });
+        b.iter(|| match co.resume(black_box(1)) {
+            CoroutineResult::Yield(v) => v,
+            CoroutineResult::Return(()) => unreachable!(),
+        });
+    });
+    group.finish();
+}
+
+criterion_group!(benches, switch);
+criterion_main!(benches);
