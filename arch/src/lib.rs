@@ -12,6 +12,7 @@
 
 pub mod addr;
 pub mod bootinfo;
+pub mod event;
 pub mod mapping;
 
 #[cfg(all(target_arch = "x86_64", target_os = "none"))]

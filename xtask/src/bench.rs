@@ -205,6 +205,16 @@ const MULITH: TableInfo = TableInfo {
     chart: &[],
 };
 
+/// Kernel Notification costs (kn_cost).
+const KN_COST: TableInfo = TableInfo {
+    table: "kn_cost",
+    note: "MULiTh Table 2: notification via KN 256 instructions (373 cycles) vs Scheduler \
+           Activations / C-area 418; preemption via KN 341 (523 cycles) vs a signal-style copy 718",
+    x_label: "event",
+    y_label: "instructions",
+    chart: &[],
+};
+
 /// The FCS call-depth sweep (uthread_bench).
 const FCS_SWEEP: TableInfo = TableInfo {
     table: "fcs_sweep",
@@ -316,6 +326,19 @@ pub const BENCHES: &[Bench] = &[
         suffix: "",
         timeout: BOOT_TIMEOUT,
         tables: &[MULITH, FCS_SWEEP, LAZY_SAVE],
+    },
+    // Kernel Notification: a blocking syscall or a preemption turned into an upcall.
+    Bench {
+        name: "kn",
+        about: "Kernel Notification: blocking syscall and preemption to upcall (kn_cost)",
+        arches: Arches::All,
+        runner: Runner::Qemu {
+            smp: 1,
+            boot_words: "quiet cpus=1 run=kn_cost",
+        },
+        suffix: "",
+        timeout: BOOT_TIMEOUT,
+        tables: &[KN_COST],
     },
     // Host comparison (issue 9): libuthread's hosted switch vs other libraries and OS threads.
     // Runs when no --arch is given, or when --filter names it.

@@ -134,63 +134,8 @@ const SLOT_SYNC: u64 = 0;
 const SLOT_IRQ: u64 = 1;
 const SLOT_FIQ: u64 = 2;
 
-/// How a faulting access touched memory.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Access {
-    /// A data read.
-    Read,
-    /// A data write.
-    Write,
-    /// An instruction fetch.
-    Execute,
-}
-
-/// Kinds of inter-processor interrupt the kernel sends.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum IpiKind {
-    /// Look at the run queue.
-    Reschedule,
-    /// Enter the kernel and check the running thread.
-    Kick,
-    /// Shoot down TLB entries.
-    Shootdown,
-    /// Save this CPU's FP owner's registers (lazy FP switching).
-    FpuSave,
-}
-
-/// Why the kernel was entered, in words every port shares.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Trap {
-    /// The `svc` instruction from EL0.
-    Syscall,
-    /// The timer tick.
-    Timer,
-    /// A translation or permission fault at `address`; `present` says a translation existed
-    /// (a permission or access-flag fault rather than a translation fault).
-    PageFault {
-        /// The faulting address (`FAR_EL1`).
-        address: u64,
-        /// The kind of access.
-        access: Access,
-        /// Whether a translation existed (rights violation) or not.
-        present: bool,
-    },
-    /// Any other exception.
-    Exception {
-        /// The exception class (`ESR_EL1.EC`) or pseudo class.
-        vector: u8,
-        /// Its name.
-        name: &'static str,
-    },
-    /// User mode touched FP/SIMD while access was off (`ESR_EL1.EC` 0x07; see `fpu.rs`: access
-    /// stays on on this port, so it does not happen).
-    FpuDisabled,
-    /// An inter-processor interrupt.
-    Ipi(IpiKind),
-    /// An interrupt nobody asked for (GIC spurious INTID, or one nothing enabled); carries the
-    /// INTID, saturated to 255.
-    Spurious(u8),
-}
+/// The trap vocabulary every port shares.
+pub use crate::event::{Access, IpiKind, Trap};
 
 impl TrapFrame {
     /// Whether the trap came from user mode (EL0).

@@ -106,61 +106,8 @@ const SCAUSE_INTERRUPT: u64 = 1 << 63;
 /// Size of an `ecall` instruction: a syscall resumes after it.
 const ECALL_SIZE: u64 = 4;
 
-/// How a faulting access touched memory.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Access {
-    /// A data read.
-    Read,
-    /// A data write (or atomic memory operation).
-    Write,
-    /// An instruction fetch.
-    Execute,
-}
-
-/// Kinds of inter-processor interrupt the kernel sends.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum IpiKind {
-    /// Look at the run queue.
-    Reschedule,
-    /// Enter the kernel and check the running thread.
-    Kick,
-    /// Shoot down TLB entries.
-    Shootdown,
-    /// Save the FP registers of this hart's FP owner (another hart wants that thread's state).
-    FpuSave,
-}
-
-/// Why the kernel was entered, in words every port shares.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Trap {
-    /// `ecall` from user mode.
-    Syscall,
-    /// The timer tick (supervisor timer interrupt).
-    Timer,
-    /// An FP instruction while FP access is off (`sstatus.FS` Off: lazy FP switching).
-    FpuDisabled,
-    /// A page fault at `address`; `present` says a translation existed (a rights violation).
-    PageFault {
-        /// The faulting address (`stval`).
-        address: u64,
-        /// The kind of access.
-        access: Access,
-        /// Whether a leaf translation existed. RISC-V does not say: the entry walks the active
-        /// table for it.
-        present: bool,
-    },
-    /// Any other exception.
-    Exception {
-        /// The exception code (`scause`).
-        vector: u8,
-        /// Its name in the privileged specification.
-        name: &'static str,
-    },
-    /// An inter-processor interrupt.
-    Ipi(IpiKind),
-    /// An interrupt nobody asked for (its number).
-    Spurious(u8),
-}
+/// The trap vocabulary every port shares.
+pub use crate::event::{Access, IpiKind, Trap};
 
 impl TrapFrame {
     /// Whether the trap came from user mode (`sstatus.SPP` clear).

@@ -90,60 +90,8 @@ mod pf {
     pub const INSTRUCTION: u64 = 1 << 4;
 }
 
-/// How a faulting access touched memory.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Access {
-    /// A data read.
-    Read,
-    /// A data write.
-    Write,
-    /// An instruction fetch.
-    Execute,
-}
-
-/// Kinds of inter-processor interrupt the kernel sends.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum IpiKind {
-    /// Look at the run queue.
-    Reschedule,
-    /// Enter the kernel and check the running thread.
-    Kick,
-    /// Shoot down TLB entries.
-    Shootdown,
-    /// Save the FP registers of this CPU's FP owner (another CPU wants that thread's state).
-    FpuSave,
-}
-
-/// Why the kernel was entered, in words every port shares.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Trap {
-    /// The `syscall` instruction.
-    Syscall,
-    /// The timer tick.
-    Timer,
-    /// An FP/SIMD instruction while FP access is off (lazy FP switching).
-    FpuDisabled,
-    /// A page fault at `address`; `present` says the page was mapped (a rights violation).
-    PageFault {
-        /// The faulting address.
-        address: u64,
-        /// The kind of access.
-        access: Access,
-        /// Whether a translation existed (rights violation) or not.
-        present: bool,
-    },
-    /// Any other exception.
-    Exception {
-        /// The vector number.
-        vector: u8,
-        /// Its name in the Intel SDM.
-        name: &'static str,
-    },
-    /// An inter-processor interrupt.
-    Ipi(IpiKind),
-    /// An interrupt nobody asked for (legacy PIC, APIC spurious, unknown vector).
-    Spurious(u8),
-}
+/// The trap vocabulary every port shares.
+pub use crate::event::{Access, IpiKind, Trap};
 
 impl TrapFrame {
     /// Whether the trap came from user mode.
