@@ -185,7 +185,8 @@ impl Arch {
             // kernel's SMAP analogue), 16-bit ASIDs and the later PMUv3 events, and QEMU's TCG
             // runs it no slower, since the kernel uses no pointer authentication.
             (Arch::X86_64 | Arch::Aarch64, Accel::Tcg) => Some("max"),
-            (Arch::Riscv64, Accel::Tcg) => None,
+            // Sscofpmf: OpenSBI then inhibits M-mode counting on the SBI PMU's TLB-miss counters.
+            (Arch::Riscv64, Accel::Tcg) => Some("rv64,sscofpmf=true"),
         };
         if let Some(cpu) = cpu {
             args.extend(["-cpu".to_string(), cpu.to_string()]);
@@ -349,7 +350,7 @@ mod tests {
     fn riscv64_machine_matches_design() {
         assert_eq!(
             Arch::Riscv64.machine_args(Accel::Tcg).join(" "),
-            "-machine virt -bios default -accel tcg"
+            "-machine virt -bios default -accel tcg -cpu rv64,sscofpmf=true"
         );
         assert!(Arch::Riscv64.exit_device_args().is_empty());
         // The test finisher makes QEMU exit with the guest status itself.

@@ -66,4 +66,4 @@ impl Event {
 }
 
 /// Counters a thread may have open at once.
-pub const MAX_OPEN: usize = 4;
+pub const MAX_OPEN: usize = 8;
