@@ -55,3 +55,16 @@ pub enum Trap {
     /// An interrupt nobody asked for (its number).
     Spurious(u8),
 }
+
+/// Hardware events the kernel may ask a port's PMU for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HwEvent {
+    /// Cycles.
+    Cycles,
+    /// Instructions retired.
+    Instructions,
+    /// Data-TLB misses.
+    DtlbMiss,
+    /// Instruction-TLB misses.
+    ItlbMiss,
+}

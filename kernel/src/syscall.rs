@@ -127,7 +127,7 @@ fn console_write(ptr: u64, len: u64) -> SysResult {
 fn clock(which: usize) -> SysResult {
     match Clock::from_number(which).ok_or(Errno::Inval)? {
         Clock::MonotonicNanos => Ok(arch::timer::nanos() as usize),
-        Clock::Cycles => Ok(arch::timer::cycles() as usize),
+        Clock::Cycles => Ok(arch::pmu::read(arch::pmu::HwEvent::Cycles) as usize),
         Clock::Ticks => Ok(scheduler::ticks() as usize),
     }
 }

@@ -5,7 +5,9 @@
 //! - `os_thread_condvar_ping_pong`: two OS threads ping-pong through a `Mutex` + `Condvar`; one
 //!   iteration is a round trip;
 //! - `corosensei_resume_yield`: a corosensei coroutine resumed and yielding back; one iteration
-//!   is a round trip.
+//!   is a round trip;
+//! - `libuthread_spawn_join`, `os_thread_spawn_join`, `corosensei_create_run`: make a thread (or
+//!   coroutine) that does nothing, run it to its end and wait for it.
 
 use std::hint::black_box;
 use std::sync::{Arc, Condvar, Mutex};
@@ -60,6 +62,17 @@ fn os_thread_round_trips(iters: u64) -> Duration {
     elapsed
 }
 
+/// `iters` spawns of an empty user thread, each joined, on one vCPU.
+fn libuthread_spawn_joins(iters: u64) -> Duration {
+    libuthread::run(1, move || {
+        let start = Instant::now();
+        for _ in 0..iters {
+            libuthread::spawn(|| black_box(0u64)).join().unwrap();
+        }
+        start.elapsed()
+    })
+}
+
 fn switch(c: &mut Criterion) {
     let mut group = c.benchmark_group("switch");
     group
@@ -77,6 +90,17 @@ fn switch(c: &mut Criterion) {
             CoroutineResult::Yield(v) => v,
             CoroutineResult::Return(()) => unreachable!(),
         });
+    });
+    group.bench_function("libuthread_spawn_join", |b| b.iter_custom(libuthread_spawn_joins));
+    group.bench_function("os_thread_spawn_join", |b| b.iter(|| std::thread::spawn(|| black_box(0u64)).join().unwrap()));
+    group.bench_function("corosensei_create_run", |b| {
+        b.iter(|| {
+            let mut co = Coroutine::new(|_, x: u64| black_box(x));
+            match co.resume(1) {
+                CoroutineResult::Return(v) => v,
+                CoroutineResult::Yield(()) => unreachable!(),
+            }
+        })
     });
     group.finish();
 }

@@ -11,18 +11,8 @@
 use core::sync::atomic::{AtomicUsize, Ordering};
 use sbi_rt::CounterMask;
 
-/// Hardware events the kernel may ask for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum HwEvent {
-    /// Cycles.
-    Cycles,
-    /// Instructions retired.
-    Instructions,
-    /// Data-TLB misses.
-    DtlbMiss,
-    /// Instruction-TLB misses.
-    ItlbMiss,
-}
+/// The events every port names alike.
+pub use crate::event::HwEvent;
 
 /// SBI PMU hardware cache event indices: `(1 << 16) | (cache_id << 3) | (op << 1) | result`.
 const DTLB_READ_MISS: usize = (1 << 16) | (3 << 3) | (0 << 1) | 1; // 0x10019

@@ -6,18 +6,8 @@
 use core::sync::atomic::{AtomicBool, Ordering};
 use x86_64::registers::model_specific::Msr;
 
-/// Hardware events the kernel may ask for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum HwEvent {
-    /// Cycles.
-    Cycles,
-    /// Instructions retired.
-    Instructions,
-    /// Data-TLB misses.
-    DtlbMiss,
-    /// Instruction-TLB misses.
-    ItlbMiss,
-}
+/// The events every port names alike.
+pub use crate::event::HwEvent;
 
 /// IA32_FIXED_CTR0 (instructions retired).
 const IA32_FIXED_CTR0: u32 = 0x309;
