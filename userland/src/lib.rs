@@ -1,6 +1,10 @@
 //! Tsumugi user programs live in `src/bin/`; this library holds what they share.
 #![no_std]
 
+/// Start of the kernel image in the single address space: a kernel address user code must never
+/// reach (the isolation tests aim at it).
+pub const KERNEL_ADDRESS: usize = 0xffff_ffff_8000_0000;
+
 /// The two halves of the pointer-sharing test.
 pub mod share {
     /// Where the reader publishes its thread id.

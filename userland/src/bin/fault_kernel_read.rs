@@ -4,8 +4,7 @@
 
 use libuthread::println;
 
-/// The start of the kernel image in the single address space.
-const KERNEL_ADDRESS: usize = 0xffff_ffff_8000_0000;
+use tsumugi_userland::KERNEL_ADDRESS;
 
 fn main() -> i32 {
     println!("fault_kernel_read: reading {KERNEL_ADDRESS:#x}");

@@ -8,8 +8,7 @@ use tsumugi_abi::syscall::Syscall;
 
 /// A syscall number no kernel version assigns.
 const BOGUS_SYSCALL: usize = 0x7777;
-/// An address in the kernel half.
-const KERNEL_ADDRESS: usize = 0xffff_ffff_8000_0000;
+use tsumugi_userland::KERNEL_ADDRESS;
 /// A user-half address no region covers (below every program).
 const UNMAPPED_ADDRESS: usize = 0x1000;
 /// A clock selector that does not exist.
