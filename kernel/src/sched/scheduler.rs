@@ -344,12 +344,17 @@ fn switch_to(cpu: &Cpu, prev_ptr: *mut Thread, next: Arc<Thread>, then: Then) {
     crate::perf::switch_in(&next);
     next.drop_stale_views();
     arch::cpu::set_kernel_stack(next.kernel_stack_top());
-    // The user LTN register belongs to the thread: park the old one's, load the new one's.
+    // The user LTN register belongs to the thread: park the old one's, load the new one's —
+    // only when it differs (on x86_64 each access is an MSR access; most programs leave it 0).
+    let current_ltn = arch::cpu::user_ltn();
     // SAFETY (of the dereference): prev is the current thread, alive while it runs here.
     if let Some(prev) = unsafe { prev_ptr.as_ref() } {
-        prev.ltn.store(arch::cpu::user_ltn(), Ordering::Relaxed);
+        prev.ltn.store(current_ltn, Ordering::Relaxed);
     }
-    arch::cpu::set_user_ltn(next.ltn.load(Ordering::Relaxed));
+    let next_ltn = next.ltn.load(Ordering::Relaxed);
+    if next_ltn != current_ltn {
+        arch::cpu::set_user_ltn(next_ltn);
+    }
     crate::fpu::switch_to(&next);
     cpu.slice_start.store(TICKS.load(Ordering::Relaxed), Ordering::Relaxed);
     let next_ctx = next.context.get();
