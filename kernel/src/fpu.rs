@@ -216,3 +216,29 @@ pub fn thread_ended(t: &Thread) {
         arch::fpu::disable();
     }
 }
+
+/// Calls `f` with the running thread's FP/SIMD state in the port's save format (for a FULL save
+/// into its ThMB), or returns `None` if the thread has never used FP. Live registers are saved
+/// first (the thread stays their owner); registers left on another CPU are fetched.
+pub fn with_current_state<R>(f: impl FnOnce(&[u8]) -> R) -> Option<R> {
+    let cpu = arch::cpu::cpu_index();
+    let me = scheduler::current()?;
+    if CPUS[cpu].owner.load(Ordering::Acquire) == Arc::as_ptr(&me) as *mut Thread {
+        arch::fpu::enable();
+        let mut area = me.fp.area.lock();
+        if area.is_none() {
+            *area = FpArea::new();
+        }
+        let a = area.as_ref()?;
+        // SAFETY: the area has the size and alignment the save instruction needs; FP is on.
+        unsafe { arch::fpu::save(a.ptr) };
+        counters().bump(Counter::FpSaves);
+        // SAFETY: the area holds `layout.size()` initialised bytes (zeroed at allocation).
+        return Some(f(unsafe { core::slice::from_raw_parts(a.ptr, a.layout.size()) }));
+    }
+    pull(&me);
+    let area = me.fp.area.lock();
+    let a = area.as_ref()?;
+    // SAFETY: as above.
+    Some(f(unsafe { core::slice::from_raw_parts(a.ptr, a.layout.size()) }))
+}

@@ -25,7 +25,10 @@ use arch::mapping::MapFlags;
 use arch::trap::TrapFrame;
 use core::mem::size_of;
 use core::sync::atomic::Ordering;
-use tsumugi_abi::kn::{mask, Event, EventKind, Registration, RingHeader, FULL_OFFSET, MASK_OFFSET, MAX_VCPUS, RING_SLOTS_OFFSET, THMB_ALIGN};
+use tsumugi_abi::kn::{
+    mask, Event, EventKind, Registration, RingHeader, FP_AREA_ALIGN, FP_AREA_PTR_OFFSET, FP_AREA_SIZE, FP_FORMAT_OFFSET, FULL_OFFSET,
+    HEADER_SIZE, MASK_OFFSET, MAX_VCPUS, RESULT_OFFSET, RING_SLOTS_OFFSET, THMB_ALIGN,
+};
 use tsumugi_abi::syscall::Errno;
 
 use crate::domain::{Domain, Outcome};
@@ -37,7 +40,7 @@ use crate::thread::{self, Body, State, Thread, NOT_A_VCPU};
 /// Largest ring a program may register.
 const MAX_RING_SLOTS: u64 = 1 << 16;
 /// Bytes of a ThMB header the kernel writes.
-const THMB_HEADER: u64 = (FULL_OFFSET + size_of::<tsumugi_abi::kn::FullFrame>()) as u64;
+const THMB_HEADER: u64 = HEADER_SIZE as u64;
 
 /// One virtual processor of a program.
 struct Vcpu {
@@ -238,8 +241,39 @@ fn save_to_thmb(view: ViewId, frame: &TrapFrame) -> Result<u64, String> {
     // memory of exactly its size.
     let bytes = unsafe { core::slice::from_raw_parts(&full as *const _ as *const u8, size_of::<tsumugi_abi::kn::FullFrame>()) };
     views::write_as(view, ltn + FULL_OFFSET as u64, bytes).map_err(|_| format!("bad LTN {ltn:#x}: write refused"))?;
-    views::write_as(view, ltn + MASK_OFFSET as u64, &mask::FULL.to_le_bytes()).map_err(|_| format!("bad LTN {ltn:#x}: write refused"))?;
+    let saved = mask::FULL | save_fp_to_thmb(view, ltn)?;
+    views::write_as(view, ltn + MASK_OFFSET as u64, &saved.to_le_bytes()).map_err(|_| format!("bad LTN {ltn:#x}: write refused"))?;
     Ok(ltn)
+}
+
+/// With a FULL save: puts the running thread's FP/SIMD state (if it has any) into the FP area
+/// its ThMB names, so that the library can switch the vCPU to another thread without losing
+/// it. Returns [`mask::FP`] if saved, 0 if the thread has no FP state or no FP area.
+fn save_fp_to_thmb(view: ViewId, ltn: u64) -> Result<u64, String> {
+    let mut word = [0u8; 8];
+    views::read_as(view, ltn + FP_AREA_PTR_OFFSET as u64, &mut word).map_err(|_| format!("bad LTN {ltn:#x}: read refused"))?;
+    let area = u64::from_le_bytes(word);
+    if area == 0 {
+        return Ok(0);
+    }
+    if area % FP_AREA_ALIGN != 0 || area >= arch::layout::KERNEL_HALF {
+        return Err(format!("bad FP area {area:#x} in ThMB {ltn:#x}: not a {FP_AREA_ALIGN}-byte-aligned user address"));
+    }
+    let wrote = crate::fpu::with_current_state(|state| {
+        if state.len() > FP_AREA_SIZE {
+            return Err(format!("FP state of {} bytes does not fit the ABI's {FP_AREA_SIZE}-byte area", state.len()));
+        }
+        views::write_as(view, area, state).map_err(|_| format!("bad FP area {area:#x} in ThMB {ltn:#x}: the thread's view may not write it"))
+    });
+    match wrote {
+        None => Ok(0),
+        Some(r) => {
+            r?;
+            let format = arch::fpu::thmb_format().to_le_bytes();
+            views::write_as(view, ltn + FP_FORMAT_OFFSET as u64, &format).map_err(|_| format!("bad LTN {ltn:#x}: write refused"))?;
+            Ok(mask::FP)
+        }
+    }
 }
 
 fn kill(me: &Thread, reason: String) -> ! {
@@ -311,7 +345,7 @@ pub fn fault(frame: &mut TrapFrame, address: u64, access: u64, report: impl FnOn
 /// Runs the blocking part of a syscall. For a vCPU running a user thread (LTN ≠ 0) the vCPU is
 /// handed back at once: the thread is saved into its ThMB, `BLOCKED` posted, a new activation
 /// takes over the vCPU with an upcall, and this activation alone waits; when `wait` returns its
-/// result is stored in the ThMB (`full.rax`), `UNBLOCKED` posted, and this activation ends.
+/// result is stored in the ThMB (the frame's result register), `UNBLOCKED` posted, and this activation ends.
 /// Otherwise `wait` simply blocks the calling thread and its result is returned.
 pub fn blocking(frame: &mut TrapFrame, wait: impl FnOnce() -> usize) -> usize {
     let me = scheduler::current().expect("a syscall thread");
@@ -341,8 +375,7 @@ pub fn blocking(frame: &mut TrapFrame, wait: impl FnOnce() -> usize) -> usize {
     drop(me);
     let result = wait();
     let me = scheduler::current().expect("the waiting activation");
-    let rax = thmb + FULL_OFFSET as u64; // `rax` is the first field of the full frame
-    let _ = views::write_as(view, rax, &(result as u64).to_le_bytes());
+    let _ = views::write_as(view, thmb + RESULT_OFFSET as u64, &(result as u64).to_le_bytes());
     post(&domain, Event { kind: EventKind::Unblocked as u64, thread: thmb, arg0: result as u64, arg1: 0 });
     drop(domain);
     drop(me);
@@ -400,7 +433,7 @@ pub fn wake_sleepers() {
         }
         // The ThMB was checked writable for the thread's view when it was saved; it lies in a
         // region of the program (their regions live as long as the program).
-        if crate::mm::views::write_owned(&sleeper.domain, sleeper.thmb + FULL_OFFSET as u64, &0u64.to_le_bytes()).is_ok() {
+        if crate::mm::views::write_owned(&sleeper.domain, sleeper.thmb + RESULT_OFFSET as u64, &0u64.to_le_bytes()).is_ok() {
             post(&sleeper.domain, Event { kind: EventKind::Unblocked as u64, thread: sleeper.thmb, arg0: 0, arg1: 0 });
         }
     }

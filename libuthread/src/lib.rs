@@ -8,7 +8,7 @@
 //! - [`print!`]/[`println!`] write to the console;
 //! - a panic handler that prints the message and exits with status 101.
 //!
-//! ```ignore
+//! ```text
 //! #![no_std]
 //! #![no_main]
 //! use libuthread::println;

@@ -39,7 +39,7 @@ use alloc::string::String;
 use alloc::vec::Vec;
 use core::ptr;
 
-use tsumugi_abi::kn::{mask, MAX_VCPUS};
+use tsumugi_abi::kn::{mask, FP_AREA_ALIGN, FP_AREA_SIZE, MAX_VCPUS};
 
 use crate::context;
 use crate::idle::IdleSet;
@@ -75,6 +75,10 @@ struct Vcpu {
     /// The scheduler stack `(base, len)`, allocated on first use and kept for later runs.
     stack_base: AtomicUsize,
     stack_len: AtomicUsize,
+    /// Threads this vCPU resumed from a saved window (or started).
+    resumed_window: AtomicU64,
+    /// Threads this vCPU resumed from a full frame.
+    resumed_full: AtomicU64,
 }
 
 impl Vcpu {
@@ -84,6 +88,8 @@ impl Vcpu {
             len: AtomicUsize::new(0),
             stack_base: AtomicUsize::new(0),
             stack_len: AtomicUsize::new(0),
+            resumed_window: AtomicU64::new(0),
+            resumed_full: AtomicU64::new(0),
         }
     }
 
@@ -157,6 +163,14 @@ static STACKS: SpinLock<Vec<(usize, usize, usize)>> = SpinLock::new(Vec::new());
 pub(crate) fn fatal(message: &str) -> ! {
     platform::console_write(message.as_bytes());
     platform::exit_process(101)
+}
+
+/// How many times threads were resumed from a saved window (or started) and from a full frame,
+/// over every vCPU since the program started.
+pub fn resume_counts() -> (u64, u64) {
+    VCPUS.iter().fold((0, 0), |(w, f), v| {
+        (w + v.resumed_window.load(Ordering::Relaxed), f + v.resumed_full.load(Ordering::Relaxed))
+    })
 }
 
 /// Number of vCPUs of the running runtime (0 outside `run`).
@@ -459,17 +473,24 @@ unsafe fn dispatch(v: usize, t: *mut Thmb) -> ! {
             let size = (*t).stack_size;
             let (base, len) = take_stack(size).unwrap_or_else(|| fatal("libuthread: no memory for a thread stack\n"));
             (*t).stack.set((base, len));
-            context::init_window(&mut (*t).window, base + len, t, thread_main);
+            // The FP area sits at the top of the stack allocation, the stack below it.
+            let fp_area = (base + len - FP_AREA_SIZE) & !(FP_AREA_ALIGN as usize - 1);
+            (*t).header.fp_area = fp_area as u64;
+            context::init_window(&mut (*t).window, fp_area, t, thread_main);
+            VCPUS[v].resumed_window.fetch_add(1, Ordering::Relaxed);
             context::resume_window(t, t)
         }
-        match Thmb::mask(t) {
+        let m = Thmb::mask(t);
+        match m & !mask::FP {
             mask::WINDOW => {
                 Thmb::set_mask(t, mask::NONE);
+                VCPUS[v].resumed_window.fetch_add(1, Ordering::Relaxed);
                 context::resume_window(t, t)
             }
             mask::FULL => {
                 Thmb::set_mask(t, mask::NONE);
-                context::resume_full(t)
+                VCPUS[v].resumed_full.fetch_add(1, Ordering::Relaxed);
+                context::resume_full(t, m & mask::FP != 0)
             }
             _ => fatal("libuthread: a started thread with nothing saved\n"),
         }
@@ -510,14 +531,18 @@ pub fn enter_vcpu_loop(vcpu: usize) -> ! {
 pub unsafe fn requeue_full(t: *mut Thmb) {
     // SAFETY: per the contract the frame is complete and nobody else edits `t`.
     unsafe {
-        let rip = ptr::read_volatile(&raw const (*t).header.full.rip);
-        match context::interrupted_resume(rip) {
-            // Stopped inside a resume sequence: what was being restored is still intact.
+        let pc = context::frame_pc(&raw const (*t).header.full);
+        // The kernel's mask: FULL, and FP if it saved live FP/SIMD state into the FP area.
+        let fp = Thmb::mask(t) & mask::FP;
+        match context::interrupted_resume(pc) {
+            // Stopped inside a resume sequence: what was being restored is still intact. A
+            // FULL resume restores FP before it sets LTN, so a stop after that saved the
+            // thread's own FP state again (bit FP); a WINDOW resume needs none (FP is dead).
             Some(context::Interrupted::Window) => Thmb::set_mask(t, mask::WINDOW),
-            Some(context::Interrupted::Full) => Thmb::set_mask(t, mask::FULL),
+            Some(context::Interrupted::Full) => Thmb::set_mask(t, mask::FULL | fp),
             None => {
                 (*t).resume = ptr::read_volatile(&raw const (*t).header.full);
-                Thmb::set_mask(t, mask::FULL);
+                Thmb::set_mask(t, mask::FULL | fp);
             }
         }
         (*t).state.set(READY);
@@ -552,6 +577,7 @@ pub(crate) fn run(vcpus: usize, name: Option<String>, body: Body) -> crate::thmb
         platform::sleep_current(1_000_000);
     }
     SHUTDOWN.store(false, Ordering::SeqCst);
+    context::detect_fp();
     IDLE.clear();
     ACTIVE.store(n, Ordering::SeqCst);
     GENERATION.fetch_add(1, Ordering::AcqRel);
@@ -569,7 +595,7 @@ pub(crate) fn run(vcpus: usize, name: Option<String>, body: Body) -> crate::thmb
     platform::start_vcpus(n, vcpu_main);
     // vCPU 0: park the caller's registers in the root context and run the loop.
     // SAFETY: ROOT is only used here and by `retire(0)`; the scheduler stack is free.
-    unsafe { context::switch_out(ROOT.0.get(), VCPUS[0].top(), loop_entry, 0, 0) };
+    unsafe { context::switch_out_window(ROOT.0.get(), VCPUS[0].top(), loop_entry, 0, 0) };
     // Every vCPU has retired.
     // SAFETY: the main thread exited (so `outcome` is written) and we hold a reference.
     let outcome = unsafe { (*(*main).outcome.get()).take() }.expect("libuthread: main thread left no result");

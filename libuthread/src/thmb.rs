@@ -7,13 +7,20 @@
 //!
 //! | offset | field | written by |
 //! |---|---|---|
-//! | `0x000` | `header.mask` | kernel (FULL), library (`switch_out`: WINDOW; dispatch: NONE) |
+//! | `0x000` | `header.mask` | kernel (FULL, FULL\|FP), library (`switch_out`: WINDOW or, in the full-save baseline, FULL\|FP; dispatch: NONE) |
 //! | `0x008` | `header.full` (18 × u64) | kernel |
-//! | `0x098` | `window` (72 bytes) | library, at a voluntary switch |
-//! | `0x0e0` | `state` (u32) | library |
-//! | `0x0e8` | `vcpu` | library |
-//! | `0x0f0` | `resume` (a copy of `header.full`) | library |
-//! | `0x180…` | links, stack, entry, result, join word, thread-locals, name | library |
+//! | `0x098` | `header.fp_area` (address of the FP area) | library, when the thread first runs |
+//! | `0x0a0` | `header.fp_format` | kernel / library, with the FP area |
+//! | `0x0a8` | `window` (72 bytes) | library, at a voluntary switch |
+//! | `0x0f0` | `state` (u32) | library |
+//! | `0x0f8` | `vcpu` | library |
+//! | `0x100` | `resume` (a copy of `header.full`) | library |
+//! | `0x190…` | links, stack, entry, result, join word, thread-locals, name | library |
+//!
+//! The FP area (`tsumugi_abi::kn::FP_AREA_SIZE` bytes, 64-byte aligned) sits at the top of the
+//! thread's stack allocation, above the stack: it costs nothing at spawn (lazy creation) and
+//! nothing at a WINDOW switch; it is written only by a FULL save of a thread with live FP
+//! state.
 
 use alloc::boxed::Box;
 use alloc::string::String;
@@ -95,28 +102,9 @@ pub const RESUME_OFFSET: usize = offset_of!(Thmb, resume);
 const _: () = assert!(offset_of!(Thmb, header) == 0);
 const _: () = assert!(core::mem::align_of::<Thmb>() as u64 == THMB_ALIGN);
 #[cfg(target_arch = "x86_64")]
-const _: () = assert!(WINDOW_OFFSET == 0x98 && STATE_OFFSET == 0xe0 && RESUME_OFFSET == 0xf0);
+const _: () = assert!(WINDOW_OFFSET == 0xa8 && STATE_OFFSET == 0xf0 && RESUME_OFFSET == 0x100);
 
-const ZERO_FRAME: FullFrame = FullFrame {
-    rax: 0,
-    rbx: 0,
-    rcx: 0,
-    rdx: 0,
-    rsi: 0,
-    rdi: 0,
-    rbp: 0,
-    r8: 0,
-    r9: 0,
-    r10: 0,
-    r11: 0,
-    r12: 0,
-    r13: 0,
-    r14: 0,
-    r15: 0,
-    rip: 0,
-    rsp: 0,
-    rflags: 0,
-};
+const ZERO_FRAME: FullFrame = FullFrame::ZERO;
 
 const ZERO_WINDOW: Window =
     Window { rbx: 0, rbp: 0, r12: 0, r13: 0, r14: 0, r15: 0, rsp: 0, rip: 0, mxcsr: 0, fpucw: 0, _pad: 0 };
@@ -125,7 +113,7 @@ impl Thmb {
     /// A blank ThMB (also used for root contexts, which only ever use the window).
     pub(crate) const fn blank() -> Thmb {
         Thmb {
-            header: ThmbHeader { mask: 0, full: ZERO_FRAME },
+            header: ThmbHeader::EMPTY,
             window: ZERO_WINDOW,
             state: RunState::new(),
             vcpu: AtomicUsize::new(0),

@@ -65,3 +65,8 @@ pub unsafe fn restore(_area: *const u8) {}
 /// Nothing to reset: a new thread's frame starts with zeroed FP/SIMD registers
 /// (`TrapFrame::new_user`).
 pub fn reset() {}
+
+/// The Kernel Notification format (`tsumugi_abi::kn::fp_format`) of what [`save`] writes.
+pub fn thmb_format() -> u64 {
+    tsumugi_abi::kn::fp_format::AARCH64_Q
+}

@@ -194,35 +194,9 @@ impl TrapFrame {
     }
 
     /// The user registers as a Kernel Notification full frame (for a zero-copy save into a
-    /// ThMB). The frame layout in `tsumugi_abi::kn` is x86_64's so far (Kernel Notification is
-    /// not ported to aarch64 yet: the suites skip it), so registers go where their role matches,
-    /// as on riscv64: `x0` (result and first argument) in `rax` and `rdi`, `x1`..`x5` in the
-    /// other x86_64 argument registers, the syscall number `x8` in `r10`, the link register in
-    /// `r11`, callee-saved `x19`..`x23` in `rbx`, `r12`..`r15`, the frame pointer in `rbp`,
-    /// `ELR`/`sp`/`SPSR` in `rip`/`rsp`/`rflags`. The other registers do not fit; an aarch64
-    /// layout comes with the port of Kernel Notification.
-    pub fn to_full_frame(&self) -> tsumugi_abi::kn::FullFrame {
-        let x = &self.x;
-        tsumugi_abi::kn::FullFrame {
-            rax: x[0],
-            rbx: x[19],
-            rcx: x[3],
-            rdx: x[2],
-            rsi: x[1],
-            rdi: x[0],
-            rbp: x[29],
-            r8: x[4],
-            r9: x[5],
-            r10: x[8],
-            r11: x[30],
-            r12: x[20],
-            r13: x[21],
-            r14: x[22],
-            r15: x[23],
-            rip: self.elr,
-            rsp: self.sp,
-            rflags: self.spsr,
-        }
+    /// ThMB).
+    pub fn to_full_frame(&self) -> tsumugi_abi::kn::aarch64::FullFrame {
+        tsumugi_abi::kn::aarch64::FullFrame { x: self.x, sp: self.sp, pc: self.elr, pstate: self.spsr }
     }
 
     /// Turns the frame into an upcall: on return to user mode the CPU enters `handler` with

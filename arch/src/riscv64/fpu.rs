@@ -232,3 +232,8 @@ pub fn reset() {
     // SAFETY: only FP registers and fcsr change (see the comment above the assembly).
     unsafe { fpu_zero_registers() };
 }
+
+/// The Kernel Notification format (`tsumugi_abi::kn::fp_format`) of what [`save`] writes.
+pub fn thmb_format() -> u64 {
+    tsumugi_abi::kn::fp_format::RISCV_D
+}

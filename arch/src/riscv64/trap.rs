@@ -158,34 +158,15 @@ impl TrapFrame {
     }
 
     /// The user registers as a Kernel Notification full frame (for a zero-copy save into a
-    /// ThMB). The frame layout in `tsumugi_abi::kn` is x86_64's so far (Kernel Notification is
-    /// not ported to riscv64 yet: the suites skip it), so registers go where their role matches:
-    /// the result/first argument `a0` in `rax` (the slot the kernel writes a syscall result
-    /// to), the other arguments in the x86_64 argument registers, callee-saved `s1`..`s5` in
-    /// `rbx`, `r12`..`r15`, the frame pointer in `rbp`, `ra` in `r11`, `sepc`/`sp`/`sstatus` in
-    /// `rip`/`rsp`/`rflags`. `s6`..`s11`, `gp` and the temporaries do not fit; a riscv64 layout
-    /// comes with the port of Kernel Notification.
-    pub fn to_full_frame(&self) -> tsumugi_abi::kn::FullFrame {
-        tsumugi_abi::kn::FullFrame {
-            rax: self.a0,
-            rbx: self.s1,
-            rcx: self.a3,
-            rdx: self.a2,
-            rsi: self.a1,
-            rdi: self.a0,
-            rbp: self.s0,
-            r8: self.a4,
-            r9: self.a5,
-            r10: self.a7,
-            r11: self.ra,
-            r12: self.s2,
-            r13: self.s3,
-            r14: self.s4,
-            r15: self.s5,
-            rip: self.sepc,
-            rsp: self.sp,
-            rflags: self.sstatus,
-        }
+    /// ThMB): `x1`..`x31` by number, `pc` in slot 0.
+    pub fn to_full_frame(&self) -> tsumugi_abi::kn::riscv64::FullFrame {
+        let mut x = [0u64; 32];
+        // SAFETY: the first 32 fields are `x0`..`x31`, plain u64s at offsets 8 * N (checked by
+        // the layout asserts above), so the frame's prefix reads as that array.
+        let regs = unsafe { &*(self as *const TrapFrame as *const [u64; 32]) };
+        x.copy_from_slice(regs);
+        x[0] = self.sepc;
+        tsumugi_abi::kn::riscv64::FullFrame { x }
     }
 
     /// Turns the frame into an upcall: on return to user mode the hart enters `handler` with

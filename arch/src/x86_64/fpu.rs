@@ -146,3 +146,11 @@ pub fn reset() {
         unsafe { asm!("vzeroall", options(nomem, nostack, preserves_flags)) };
     }
 }
+
+/// The Kernel Notification format (`tsumugi_abi::kn::fp_format`) of what [`save`] writes.
+pub fn thmb_format() -> u64 {
+    match kind() {
+        SaveKind::Fxsave => tsumugi_abi::kn::fp_format::FXSAVE,
+        SaveKind::Xsave | SaveKind::Xsaveopt => tsumugi_abi::kn::fp_format::XSAVE,
+    }
+}

@@ -35,35 +35,150 @@ pub mod mask {
     pub const NONE: u64 = 0;
     /// The library saved the callee-saved window at a voluntary switch.
     pub const WINDOW: u64 = 1;
-    /// The kernel saved the full register frame at an involuntary stop.
+    /// The full integer register frame is saved (by the kernel at an involuntary stop, or by
+    /// the library's full-save baseline).
     pub const FULL: u64 = 2;
+    /// With `FULL`: the FP/SIMD registers are saved too, in the area `ThmbHeader::fp_area`
+    /// names, in the format `ThmbHeader::fp_format` says. Without it the thread had no live
+    /// FP state (it never touched FP), and resuming it leaves the FP registers as they are.
+    pub const FP: u64 = 4;
+}
+
+/// Values of `ThmbHeader::fp_format`: how an FP area was written.
+pub mod fp_format {
+    /// x86_64 `fxsave64` (x87 + SSE, 512 bytes); restore with `fxrstor64`.
+    pub const FXSAVE: u64 = 1;
+    /// x86_64 `xsave64`/`xsaveopt64` standard (non-compacted) format; restore with `xrstor64`
+    /// and all request bits set.
+    pub const XSAVE: u64 = 2;
+    /// riscv64: `f0`..`f31` then `fcsr` (as a u64), 264 bytes.
+    pub const RISCV_D: u64 = 3;
+    /// aarch64: `q0`..`q31` then `fpcr`, `fpsr` (as u64s), 528 bytes.
+    pub const AARCH64_Q: u64 = 4;
 }
 
 /// The full user register frame of x86_64 as the kernel writes it into a ThMB. Restoring it in
-/// user mode needs no kernel entry (see `libuthread`'s context switch).
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[allow(missing_docs)]
-pub struct FullFrame {
-    pub rax: u64,
-    pub rbx: u64,
-    pub rcx: u64,
-    pub rdx: u64,
-    pub rsi: u64,
-    pub rdi: u64,
-    pub rbp: u64,
-    pub r8: u64,
-    pub r9: u64,
-    pub r10: u64,
-    pub r11: u64,
-    pub r12: u64,
-    pub r13: u64,
-    pub r14: u64,
-    pub r15: u64,
-    pub rip: u64,
-    pub rsp: u64,
-    pub rflags: u64,
+/// user mode needs no kernel entry (`libuthread` addresses it through the GS base).
+pub mod x86_64 {
+    /// All general-purpose registers, `rip`, `rsp`, `rflags`.
+    #[repr(C)]
+    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+    #[allow(missing_docs)]
+    pub struct FullFrame {
+        pub rax: u64,
+        pub rbx: u64,
+        pub rcx: u64,
+        pub rdx: u64,
+        pub rsi: u64,
+        pub rdi: u64,
+        pub rbp: u64,
+        pub r8: u64,
+        pub r9: u64,
+        pub r10: u64,
+        pub r11: u64,
+        pub r12: u64,
+        pub r13: u64,
+        pub r14: u64,
+        pub r15: u64,
+        pub rip: u64,
+        pub rsp: u64,
+        pub rflags: u64,
+    }
+    impl FullFrame {
+        /// Every register zero.
+        pub const ZERO: FullFrame = FullFrame {
+            rax: 0,
+            rbx: 0,
+            rcx: 0,
+            rdx: 0,
+            rsi: 0,
+            rdi: 0,
+            rbp: 0,
+            r8: 0,
+            r9: 0,
+            r10: 0,
+            r11: 0,
+            r12: 0,
+            r13: 0,
+            r14: 0,
+            r15: 0,
+            rip: 0,
+            rsp: 0,
+            rflags: 0,
+        };
+    }
+    /// Offset, inside the frame, of the register a syscall's result goes to (`rax`).
+    pub const RESULT_IN_FRAME: usize = core::mem::offset_of!(FullFrame, rax);
+    /// Bytes the FP area must have: x87 + SSE + AVX in the XSAVE standard format take 832;
+    /// the kernel enables no component beyond AVX.
+    pub const FP_AREA_SIZE: usize = 1024;
+    const _: () = assert!(core::mem::size_of::<FullFrame>() == 18 * 8);
 }
+
+/// The full user register frame of riscv64. `x[0]`'s slot (the zero register) holds `pc`.
+///
+/// Restoring it in user mode: the library loads every register from the frame through `tp`
+/// (LTN = the ThMB, which is also the thread's own `tp`), and jumps through `gp`: in Tsumugi's
+/// riscv64 user ABI `gp` is reserved for the thread library (programs are linked without
+/// global-pointer relaxation, and compilers never allocate `gp`), so it is the one register a
+/// FULL resume does not give back.
+pub mod riscv64 {
+    /// `x1`..`x31` in `x[1..32]`, `pc` in `x[0]`.
+    #[repr(C)]
+    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+    pub struct FullFrame {
+        /// Registers by number; slot 0 is `pc`.
+        pub x: [u64; 32],
+    }
+    impl FullFrame {
+        /// Every register zero.
+        pub const ZERO: FullFrame = FullFrame { x: [0; 32] };
+    }
+    /// Offset of the register a syscall's result goes to (`a0` = `x10`).
+    pub const RESULT_IN_FRAME: usize = 10 * 8;
+    /// Bytes the FP area must have (`f0`..`f31`, `fcsr`).
+    pub const FP_AREA_SIZE: usize = 33 * 8;
+}
+
+/// The full user register frame of aarch64.
+///
+/// Restoring it in user mode: the library loads everything through a base register and jumps
+/// through `x18`: in Tsumugi's aarch64 user ABI `x18` is the platform register, reserved for the
+/// thread library (programs are built with `+reserve-x18`), so it is the one register a FULL
+/// resume does not give back.
+pub mod aarch64 {
+    /// `x0`..`x30`, `sp`, `pc`, `pstate` (only NZCV matters to user code).
+    #[repr(C)]
+    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+    pub struct FullFrame {
+        /// `x0`..`x30`.
+        pub x: [u64; 31],
+        /// Stack pointer.
+        pub sp: u64,
+        /// Where the thread resumes.
+        pub pc: u64,
+        /// Saved program status (NZCV in bits 31..28).
+        pub pstate: u64,
+    }
+    impl FullFrame {
+        /// Every register zero.
+        pub const ZERO: FullFrame = FullFrame { x: [0; 31], sp: 0, pc: 0, pstate: 0 };
+    }
+    /// Offset of the register a syscall's result goes to (`x0`).
+    pub const RESULT_IN_FRAME: usize = 0;
+    /// Bytes the FP area must have (`q0`..`q31`, `fpcr`, `fpsr`).
+    pub const FP_AREA_SIZE: usize = 32 * 16 + 16;
+}
+
+#[cfg(target_arch = "riscv64")]
+pub use self::riscv64::{FullFrame, FP_AREA_SIZE, RESULT_IN_FRAME};
+#[cfg(target_arch = "aarch64")]
+pub use self::aarch64::{FullFrame, FP_AREA_SIZE, RESULT_IN_FRAME};
+#[cfg(not(any(target_arch = "riscv64", target_arch = "aarch64")))]
+pub use self::x86_64::{FullFrame, FP_AREA_SIZE, RESULT_IN_FRAME};
+
+/// Alignment the FP area must have (XSAVE needs 64).
+pub const FP_AREA_ALIGN: u64 = 64;
 
 /// The part of every ThMB the kernel knows.
 #[repr(C)]
@@ -73,14 +188,33 @@ pub struct ThmbHeader {
     pub mask: u64,
     /// Written by the kernel when it stops the thread involuntarily.
     pub full: FullFrame,
+    /// Address of this thread's FP area ([`FP_AREA_SIZE`] bytes, [`FP_AREA_ALIGN`]-aligned,
+    /// in memory the thread may write), set by the library; 0 = none (the kernel then cannot
+    /// save the thread's FP state with a FULL frame, and does not set [`mask::FP`]).
+    pub fp_area: u64,
+    /// [`fp_format`] of the state in the FP area, written with [`mask::FP`].
+    pub fp_format: u64,
+}
+
+impl ThmbHeader {
+    /// A header with nothing saved and no FP area.
+    pub const EMPTY: ThmbHeader = ThmbHeader { mask: mask::NONE, full: FullFrame::ZERO, fp_area: 0, fp_format: 0 };
 }
 
 /// Offset of `mask` in a ThMB.
 pub const MASK_OFFSET: usize = 0;
 /// Offset of the full frame in a ThMB.
 pub const FULL_OFFSET: usize = 8;
-const _: () = assert!(size_of::<FullFrame>() == 18 * 8);
+/// Offset of the syscall-result register inside a ThMB.
+pub const RESULT_OFFSET: usize = FULL_OFFSET + RESULT_IN_FRAME;
+/// Offset of `fp_area` in a ThMB.
+pub const FP_AREA_PTR_OFFSET: usize = core::mem::offset_of!(ThmbHeader, fp_area);
+/// Offset of `fp_format` in a ThMB.
+pub const FP_FORMAT_OFFSET: usize = core::mem::offset_of!(ThmbHeader, fp_format);
+/// Size of the header.
+pub const HEADER_SIZE: usize = size_of::<ThmbHeader>();
 const _: () = assert!(core::mem::offset_of!(ThmbHeader, full) == FULL_OFFSET);
+const _: () = assert!(FP_AREA_PTR_OFFSET == FULL_OFFSET + size_of::<FullFrame>());
 
 /// Why a vCPU is handed to the library (the upcall's first argument) and the kinds of ring
 /// events.
@@ -158,7 +292,8 @@ pub const RING_SLOTS_OFFSET: usize = size_of::<RingHeader>();
 const _: () = assert!(RING_SLOTS_OFFSET == 32);
 const _: () = assert!(size_of::<Event>() == 32);
 
-/// Register arguments of an upcall (x86_64: `rdi, rsi, rdx, rcx`): `(kind, thread, vcpu, arg0)`.
+/// Register arguments of an upcall (x86_64: `rdi, rsi, rdx, rcx`; riscv64: `a0`..`a3`; aarch64: `x0`..`x3`):
+/// `(kind, thread, vcpu, arg0)`.
 /// The handler runs on the vCPU's upcall stack with LTN = 0 and must never return: it switches
 /// to a thread or parks the vCPU.
 pub struct UpcallArgs;

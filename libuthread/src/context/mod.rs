@@ -25,7 +25,7 @@
 mod arch;
 
 pub use arch::Window;
-pub(crate) use arch::{init_window, raw};
+pub(crate) use arch::{detect_fp, init_window, raw};
 
 use crate::prim::{AtomicBool, Ordering};
 use crate::thmb::Thmb;
@@ -38,6 +38,44 @@ pub(crate) type Entry = unsafe extern "sysv64" fn(usize, usize) -> !;
 /// `AT_HWCAP2` and otherwise sets LTN through the OS before resuming (safe there: hosted vCPUs
 /// are never preempted by an upcall).
 static LTN_IN_RESUME: AtomicBool = AtomicBool::new(true);
+
+/// What a voluntary switch saves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SaveMode {
+    /// Only the ABI's callee-saved window (the default; DESIGN §7).
+    Window,
+    /// The baseline kept for comparison: every register and the FP/SIMD state, as a library
+    /// without register windows saves at every switch; the thread is then resumed by the FULL
+    /// path.
+    Full,
+}
+
+/// Whether voluntary switches use the full-save baseline.
+static FULL_SAVE: AtomicBool = AtomicBool::new(false);
+
+/// Chooses what voluntary switches save from now on (for benchmarks; `Window` is the
+/// library's normal mode). Threads already switched out resume by what they saved.
+pub fn set_save_mode(mode: SaveMode) {
+    FULL_SAVE.store(mode == SaveMode::Full, Ordering::Relaxed);
+}
+
+/// What voluntary switches save now.
+pub fn save_mode() -> SaveMode {
+    if FULL_SAVE.load(Ordering::Relaxed) {
+        SaveMode::Full
+    } else {
+        SaveMode::Window
+    }
+}
+
+/// Bytes a voluntary switch stores in `mode` on this machine.
+pub fn bytes_saved(mode: SaveMode) -> usize {
+    let (window, full) = arch::bytes_saved();
+    match mode {
+        SaveMode::Window => window,
+        SaveMode::Full => full,
+    }
+}
 
 /// Chooses whether resume sequences write LTN themselves (see [`LTN_IN_RESUME`]).
 #[cfg_attr(target_os = "none", allow(dead_code))]
@@ -53,8 +91,33 @@ pub(crate) fn set_ltn_in_resume(yes: bool) {
 /// `stack_top` is the 16-byte-aligned top of a stack nobody else uses; `entry` never returns.
 #[inline(always)]
 pub(crate) unsafe fn switch_out(from: *mut Thmb, stack_top: usize, entry: Entry, a0: usize, a1: usize) {
+    if FULL_SAVE.load(Ordering::Relaxed) {
+        // SAFETY: forwarded contract (the full save writes `from.resume` and its FP area,
+        // which the thread set up when it first ran).
+        unsafe { raw::libuthread_switch_out_full(from, stack_top, entry, a0, a1) }
+    } else {
+        // SAFETY: forwarded contract.
+        unsafe { raw::libuthread_switch_out(from, stack_top, entry, a0, a1) }
+    }
+}
+
+/// As [`switch_out`], always saving only the window (root contexts have no FP area).
+///
+/// # Safety
+/// As [`switch_out`].
+#[inline(always)]
+pub(crate) unsafe fn switch_out_window(from: *mut Thmb, stack_top: usize, entry: Entry, a0: usize, a1: usize) {
     // SAFETY: forwarded contract.
     unsafe { raw::libuthread_switch_out(from, stack_top, entry, a0, a1) }
+}
+
+/// Where a full frame resumes.
+///
+/// # Safety
+/// `frame` points to a live frame (read volatile: the kernel writes it).
+pub(crate) unsafe fn frame_pc(frame: *const tsumugi_abi::kn::FullFrame) -> u64 {
+    // SAFETY: forwarded contract.
+    unsafe { arch::frame_pc(frame) }
 }
 
 /// Moves to `stack_top` and calls `entry(a0, a1)` there, saving nothing.
@@ -82,18 +145,22 @@ pub(crate) unsafe fn resume_window(to: *mut Thmb, ltn: *mut Thmb) -> ! {
     unsafe { raw::libuthread_resume_window(to, ltn, in_resume as u64) }
 }
 
-/// Resumes `to` from the library's copy of its full frame (`Thmb::resume`), with LTN = `to`.
+/// Resumes `to` from the library's copy of its full frame (`Thmb::resume`), with LTN = `to`;
+/// with `fp`, its FP/SIMD registers first, from its FP area (format `to.header.fp_format`).
 ///
 /// # Safety
-/// `to.resume` holds a frame the kernel saved for `to`, whose stack is intact; the caller is in
-/// a critical section.
-pub(crate) unsafe fn resume_full(to: *mut Thmb) -> ! {
+/// `to.resume` holds a frame saved for `to` (by the kernel, or by the full-save baseline),
+/// whose stack is intact; with `fp`, its FP area holds a state saved with it; the caller is in
+/// a critical section (LTN = 0).
+pub(crate) unsafe fn resume_full(to: *mut Thmb, fp: bool) -> ! {
     let in_resume = LTN_IN_RESUME.load(Ordering::Relaxed);
+    // SAFETY: `to` is live; the format word was written with the FP area.
+    let format = if fp { unsafe { core::ptr::read_volatile(&raw const (*to).header.fp_format) } } else { 0 };
     if !in_resume {
         crate::platform::set_ltn(to);
     }
     // SAFETY: forwarded contract.
-    unsafe { raw::libuthread_resume_full(to, in_resume as u64) }
+    unsafe { raw::libuthread_resume_full(to, in_resume as u64, format) }
 }
 
 /// Which resume sequence a kernel stop at `rip` interrupted, if any.

@@ -10,7 +10,8 @@
 //! | `libuthread_switch_out` | `(from: *mut Thmb, stack_top: usize, entry: Entry, a0: usize, a1: usize)` | save window, mask = WINDOW, `entry(a0, a1)` on `stack_top`; returns when `from` is resumed |
 //! | `libuthread_call_on_stack` | `(stack_top: usize, entry: Entry, a0: usize, a1: usize) -> !` | `entry(a0, a1)` on `stack_top`, nothing saved |
 //! | `libuthread_resume_window` | `(to: *mut Thmb, ltn: *mut Thmb, write_ltn: u64) -> !` | [LTN = `ltn`], restore window, jump |
-//! | `libuthread_resume_full` | `(to: *mut Thmb, write_ltn: u64) -> !` | [LTN = `to`], restore `to.resume` entirely, jump |
+//! | `libuthread_switch_out_full` | as `libuthread_switch_out` | the full-save baseline: every GPR, rflags and the FP/SIMD state (`xsave64`/`fxsave64` into the FP area), mask = FULL\|FP |
+//! | `libuthread_resume_full` | `(to: *mut Thmb, write_ltn: u64, fp_format: u64) -> !` | [FP from the FP area], [LTN = `to`], restore `to.resume` entirely, jump |
 //! | `libuthread_thread_start` | (jumped to by a window resume) | first instruction of every user thread |
 //!
 //! `Entry` is `unsafe extern "sysv64" fn(usize, usize) -> !`.
@@ -18,7 +19,7 @@
 use core::mem::offset_of;
 use core::ops::Range;
 
-use tsumugi_abi::kn::{mask, FullFrame, MASK_OFFSET};
+use tsumugi_abi::kn::{fp_format, mask, FullFrame, FP_AREA_PTR_OFFSET, FP_FORMAT_OFFSET, MASK_OFFSET};
 
 use crate::thmb::{Thmb, RESUME_OFFSET, WINDOW_OFFSET};
 
@@ -76,6 +77,56 @@ pub(crate) fn init_window(window: &mut Window, stack_top: usize, thmb: *mut Thmb
     };
 }
 
+/// XSAVE components the library saves and restores: x87, SSE, AVX (the kernel enables no
+/// more, and the ABI's FP area is sized for these).
+const XCOMPONENTS: u32 = 0b111;
+
+/// The FP format the library's own full saves use (`fp_format::XSAVE` when the OS enabled
+/// XSAVE, else `FXSAVE`); set by [`detect_fp`] before any switch.
+/// (An atomic so the assembly can read it as a plain `u64` through `sym`.)
+static NATIVE_FP_FORMAT: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(fp_format::FXSAVE);
+
+/// Bytes of FP/SIMD state a full save writes (set with the format).
+static FP_BYTES: core::sync::atomic::AtomicUsize = core::sync::atomic::AtomicUsize::new(512);
+
+/// Finds how this CPU and OS save FP/SIMD state: `xsave64` with x87|SSE|AVX when CPUID says
+/// the OS turned XSAVE on (`OSXSAVE`), else `fxsave64`.
+pub(crate) fn detect_fp() {
+    // SAFETY: CPUID has no side effects.
+    #[allow(unused_unsafe)]
+    let leaf1 = unsafe { core::arch::x86_64::__cpuid(1) };
+    let (format, bytes) = {
+        if leaf1.ecx & (1 << 27) != 0 {
+            let xcr0: u32;
+            // SAFETY: XGETBV is allowed once the OS set OSXSAVE (CPUID just said so); it reads
+            // XCR0 only.
+            unsafe { core::arch::asm!("xgetbv", in("ecx") 0, out("eax") xcr0, out("edx") _, options(nomem, nostack, preserves_flags)) };
+            // Legacy area + XSAVE header, plus AVX's upper halves when enabled.
+            let bytes = 512 + 64 + if xcr0 & XCOMPONENTS & 0b100 != 0 { 256 } else { 0 };
+            (fp_format::XSAVE, bytes)
+        } else {
+            (fp_format::FXSAVE, 512)
+        }
+    };
+    NATIVE_FP_FORMAT.store(format, core::sync::atomic::Ordering::Relaxed);
+    FP_BYTES.store(bytes, core::sync::atomic::Ordering::Relaxed);
+}
+
+/// Bytes a switch stores in each mode: the window (8 registers, MXCSR, x87 control word), or
+/// every general-purpose register, rflags, rip, rsp and the FP/SIMD state.
+pub(crate) fn bytes_saved() -> (usize, usize) {
+    (8 * 8 + 4 + 2, core::mem::size_of::<FullFrame>() + FP_BYTES.load(core::sync::atomic::Ordering::Relaxed))
+}
+
+/// Where a full frame resumes (`rip`).
+///
+/// # Safety
+/// `frame` points to a live frame.
+pub(crate) unsafe fn frame_pc(frame: *const FullFrame) -> u64 {
+    // SAFETY: forwarded contract.
+    unsafe { core::ptr::read_volatile(&raw const (*frame).rip) }
+}
+
 /// The instruction ranges of the two resume sequences (see `interrupted_resume`).
 pub(crate) fn resume_ranges() -> (Range<usize>, Range<usize>) {
     use raw::*;
@@ -122,6 +173,58 @@ core::arch::global_asm!(
     "    call rdx",                               // `call` gives entry the ABI's alignment
     "    ud2",                                    // entry never returns
     ".size libuthread_switch_out, . - libuthread_switch_out",
+    // ---------------------------------------------------------------------------------------
+    // libuthread_switch_out_full(from = rdi, stack_top = rsi, entry = rdx, a0 = rcx, a1 = r8)
+    // The full-save baseline (`SaveMode::Full`): what a library without register windows does
+    // at every switch — every general-purpose register and rflags into `from.resume`, the whole
+    // FP/SIMD state into the FP area, mask FULL|FP; `from` is resumed by the FULL path.
+    ".globl libuthread_switch_out_full",
+    ".hidden libuthread_switch_out_full",
+    ".type libuthread_switch_out_full, @function",
+    ".p2align 4",
+    "libuthread_switch_out_full:",
+    "    mov [rdi + {r_rax}], rax",
+    "    mov [rdi + {r_rbx}], rbx",
+    "    mov [rdi + {r_rcx}], rcx",
+    "    mov [rdi + {r_rdx}], rdx",
+    "    mov [rdi + {r_rsi}], rsi",
+    "    mov [rdi + {r_rdi}], rdi",
+    "    mov [rdi + {r_rbp}], rbp",
+    "    mov [rdi + {r_r8}], r8",
+    "    mov [rdi + {r_r9}], r9",
+    "    mov [rdi + {r_r10}], r10",
+    "    mov [rdi + {r_r11}], r11",
+    "    mov [rdi + {r_r12}], r12",
+    "    mov [rdi + {r_r13}], r13",
+    "    mov [rdi + {r_r14}], r14",
+    "    mov [rdi + {r_r15}], r15",
+    "    pushfq",
+    "    pop qword ptr [rdi + {r_rflags}]",
+    "    mov rax, [rsp]",                         // resumes where this call returns
+    "    mov [rdi + {r_rip}], rax",
+    "    lea rax, [rsp + 8]",
+    "    mov [rdi + {r_rsp}], rax",
+    "    mov r9, [rdi + {fp_area}]",
+    "    mov r10, qword ptr [rip + {native_format}]",
+    "    mov r11, rdx",                           // keep `entry`
+    "    cmp r10, {fmt_xsave}",
+    "    jne 4f",
+    "    mov eax, {xcomponents}",
+    "    xor edx, edx",
+    "    xsave64 [r9]",
+    "    jmp 3f",
+    "4:",
+    "    fxsave64 [r9]",
+    "3:",
+    "    mov [rdi + {fp_format_off}], r10",
+    "    mov qword ptr [rdi + {mask_off}], {mask_full_fp}",
+    "    mov rsp, rsi",
+    "    xor ebp, ebp",
+    "    mov rdi, rcx",
+    "    mov rsi, r8",
+    "    call r11",
+    "    ud2",
+    ".size libuthread_switch_out_full, . - libuthread_switch_out_full",
     // ---------------------------------------------------------------------------------------
     // libuthread_call_on_stack(stack_top = rdi, entry = rsi, a0 = rdx, a1 = rcx) -> !
     ".globl libuthread_call_on_stack",
@@ -179,6 +282,18 @@ core::arch::global_asm!(
     ".type libuthread_resume_full, @function",
     ".p2align 4",
     "libuthread_resume_full:",
+    "    test rdx, rdx",                          // 0. FP/SIMD state saved with the frame?
+    "    jz 3f",                                  //    (LTN is still 0: a stop here resumes
+    "    mov rcx, [rdi + {fp_area}]",             //    in place, FP registers kept)
+    "    cmp rdx, {fmt_xsave}",
+    "    jne 4f",
+    "    mov eax, {xcomponents}",                 //    x87 | SSE | AVX
+    "    xor edx, edx",
+    "    xrstor64 [rcx]",
+    "    jmp 3f",
+    "4:",
+    "    fxrstor64 [rcx]",
+    "3:",
     "    test rsi, rsi",
     "    jz 2f",
     "    wrgsbase rdi",                           // 1. LTN = to
@@ -226,6 +341,12 @@ core::arch::global_asm!(
     ".popsection",
     mask_off = const MASK_OFFSET,
     mask_window = const mask::WINDOW,
+    mask_full_fp = const mask::FULL | mask::FP,
+    fp_area = const FP_AREA_PTR_OFFSET,
+    fp_format_off = const FP_FORMAT_OFFSET,
+    fmt_xsave = const fp_format::XSAVE,
+    xcomponents = const XCOMPONENTS,
+    native_format = sym NATIVE_FP_FORMAT,
     w_rbx = const W + offset_of!(Window, rbx),
     w_rbp = const W + offset_of!(Window, rbp),
     w_r12 = const W + offset_of!(Window, r12),
@@ -274,7 +395,9 @@ pub(crate) mod raw {
         /// End of the window resume sequence (a label, not a function).
         pub(crate) fn libuthread_resume_window_end();
         /// See the module table.
-        pub(crate) fn libuthread_resume_full(to: *mut Thmb, write_ltn: u64) -> !;
+        pub(crate) fn libuthread_resume_full(to: *mut Thmb, write_ltn: u64, fp_format: u64) -> !;
+        /// See the module table.
+        pub(crate) fn libuthread_switch_out_full(from: *mut Thmb, stack_top: usize, entry: Entry, a0: usize, a1: usize);
         /// End of the full resume sequence (a label, not a function).
         pub(crate) fn libuthread_resume_full_end();
         /// A new thread's first instruction (jumped to, never called from Rust).

@@ -118,7 +118,7 @@ pub fn start_vcpus(n: usize, vcpu_main: fn(usize) -> !) {
                 // SAFETY: `root` outlives the switch (this frame waits in it until
                 // `retire_vcpu` resumes it); the trampoline stack is ours.
                 unsafe {
-                    crate::context::switch_out(&mut *root, base + len, vcpu_trampoline, vcpu_main as usize, vcpu)
+                    crate::context::switch_out_window(&mut *root, base + len, vcpu_trampoline, vcpu_main as usize, vcpu)
                 };
                 ROOT.with(|r| r.set(core::ptr::null_mut()));
                 free_stack(base, len);

@@ -14,7 +14,7 @@ mod x86_64 {
 
     static mut RING: Ring = Ring { header: tsumugi_abi::kn::RingHeader { head: 0, tail: 0, capacity: 0, held_back: 0 }, slots: [tsumugi_abi::kn::Event { kind: 0, thread: 0, arg0: 0, arg1: 0 }; kn::SLOTS] };
     static mut STACK: Stack = Stack([0; 64 * 1024]);
-    static mut THMB: Thmb = Thmb { header: tsumugi_abi::kn::ThmbHeader { mask: 0, full: tsumugi_abi::kn::FullFrame { rax: 0, rbx: 0, rcx: 0, rdx: 0, rsi: 0, rdi: 0, rbp: 0, r8: 0, r9: 0, r10: 0, r11: 0, r12: 0, r13: 0, r14: 0, r15: 0, rip: 0, rsp: 0, rflags: 0 } }, rest: [0; 32] };
+    static mut THMB: Thmb = Thmb { header: tsumugi_abi::kn::ThmbHeader::EMPTY, rest: [0; 32] };
 
     const BLOCKS: u64 = 200;
     const PREEMPTIONS: u64 = 8;
