@@ -69,69 +69,69 @@
 
 extern crate alloc;
 
-#[cfg(any(not(target_os = "none"), target_arch = "x86_64"))]
+#[cfg(mn_core)]
 mod blocking;
-#[cfg(any(not(target_os = "none"), target_arch = "x86_64"))]
+#[cfg(mn_core)]
 mod channel;
-#[cfg(any(not(target_os = "none"), target_arch = "x86_64"))]
+#[cfg(mn_core)]
 mod idle;
-#[cfg(any(not(target_os = "none"), target_arch = "x86_64"))]
+#[cfg(mn_core)]
 mod prim;
-#[cfg(any(not(target_os = "none"), target_arch = "x86_64"))]
+#[cfg(mn_core)]
 mod queue;
-#[cfg(any(not(target_os = "none"), target_arch = "x86_64"))]
+#[cfg(mn_core)]
 mod runstate;
-#[cfg(any(not(target_os = "none"), target_arch = "x86_64"))]
+#[cfg(mn_core)]
 mod spin;
-#[cfg(any(not(target_os = "none"), target_arch = "x86_64"))]
+#[cfg(mn_core)]
 pub mod sync;
-#[cfg(any(not(target_os = "none"), target_arch = "x86_64"))]
+#[cfg(mn_core)]
 mod token;
 
 #[cfg(not(loom))]
-#[cfg(any(not(target_os = "none"), target_arch = "x86_64"))]
+#[cfg(mn_core)]
 pub mod conformance;
 #[cfg(not(loom))]
-#[cfg(any(not(target_os = "none"), target_arch = "x86_64"))]
+#[cfg(mn_core)]
 pub mod context;
 #[cfg(not(loom))]
-#[cfg(any(not(target_os = "none"), target_arch = "x86_64"))]
+#[cfg(mn_core)]
 mod local;
 #[cfg(not(loom))]
-#[cfg(any(not(target_os = "none"), target_arch = "x86_64"))]
+#[cfg(mn_core)]
 pub mod platform;
 #[cfg(not(loom))]
-#[cfg(any(not(target_os = "none"), target_arch = "x86_64"))]
+#[cfg(mn_core)]
 mod runtime;
 #[cfg(not(loom))]
-#[cfg(any(not(target_os = "none"), target_arch = "x86_64"))]
+#[cfg(mn_core)]
 pub mod sched;
 #[cfg(not(loom))]
-#[cfg(any(not(target_os = "none"), target_arch = "x86_64"))]
+#[cfg(mn_core)]
 mod thmb;
 #[cfg(not(loom))]
-#[cfg(any(not(target_os = "none"), target_arch = "x86_64"))]
+#[cfg(mn_core)]
 mod thread;
 #[cfg(not(loom))]
-#[cfg(any(not(target_os = "none"), target_arch = "x86_64"))]
+#[cfg(mn_core)]
 mod unwind;
 
-#[cfg(any(not(target_os = "none"), target_arch = "x86_64"))]
+#[cfg(mn_core)]
 pub use channel::{mpmc, mpsc};
-#[cfg(any(not(target_os = "none"), target_arch = "x86_64"))]
+#[cfg(mn_core)]
 pub use sync::{Barrier, BarrierWaitResult, Condvar, Mutex, MutexGuard, Once, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 #[cfg(not(loom))]
-#[cfg(any(not(target_os = "none"), target_arch = "x86_64"))]
+#[cfg(mn_core)]
 pub use local::LocalKey;
 #[cfg(not(loom))]
-#[cfg(any(not(target_os = "none"), target_arch = "x86_64"))]
+#[cfg(mn_core)]
 pub use runtime::run;
 #[cfg(not(loom))]
-#[cfg(any(not(target_os = "none"), target_arch = "x86_64"))]
+#[cfg(mn_core)]
 pub use thmb::{Thmb, RESUME_OFFSET, STATE_OFFSET, WINDOW_OFFSET};
 #[cfg(not(loom))]
-#[cfg(any(not(target_os = "none"), target_arch = "x86_64"))]
+#[cfg(mn_core)]
 pub use thread::{current, current_vcpu, sleep, spawn, try_current, vcpu_count, yield_now, Builder, JoinHandle, Thread, ThreadId};
 
 #[cfg(target_os = "none")]

@@ -360,7 +360,7 @@ pub(crate) fn yield_current() {
 // Thread start and exit.
 
 /// The Rust entry of every user thread (reached from `libuthread_thread_start`).
-unsafe extern "sysv64" fn thread_main(t: *mut Thmb) -> ! {
+unsafe extern "C" fn thread_main(t: *mut Thmb) -> ! {
     // SAFETY: the scheduler started `t` on its own fresh stack; `body` is set at spawn.
     let body = unsafe { (*(*t).body.get()).take() }.expect("libuthread: thread started twice");
     let outcome = crate::unwind::catch(body);
@@ -388,7 +388,7 @@ unsafe extern "sysv64" fn thread_main(t: *mut Thmb) -> ! {
 
 /// Where every switch into the scheduler lands, on the top of vCPU `v`'s scheduler stack, with
 /// LTN = 0 and the previous thread's window complete.
-unsafe extern "sysv64" fn after_switch(v: usize, word: usize) -> ! {
+unsafe extern "C" fn after_switch(v: usize, word: usize) -> ! {
     let t = (word & !ACTION_MASK) as *mut Thmb;
     // SAFETY: `t` just left this vCPU and is owned by the scheduler until queued or parked.
     unsafe {
@@ -421,7 +421,7 @@ unsafe extern "sysv64" fn after_switch(v: usize, word: usize) -> ! {
     vcpu_loop(v)
 }
 
-unsafe extern "sysv64" fn loop_entry(v: usize, _: usize) -> ! {
+unsafe extern "C" fn loop_entry(v: usize, _: usize) -> ! {
     vcpu_loop(v)
 }
 

@@ -31,7 +31,7 @@ use crate::prim::{AtomicBool, Ordering};
 use crate::thmb::Thmb;
 
 /// The function a stack switch lands in: `entry(a0, a1)`, never returning.
-pub(crate) type Entry = unsafe extern "sysv64" fn(usize, usize) -> !;
+pub(crate) type Entry = unsafe extern "C" fn(usize, usize) -> !;
 
 /// Whether the resume sequences write LTN themselves (x86_64: `wrgsbase` usable in user mode).
 /// Tsumugi enables FSGSBASE wherever the CPU has it; the hosted platform sets this from

@@ -3,7 +3,7 @@
 //! and the FULL restore must load every general-purpose register, so no compiler-managed
 //! register may survive it.
 //!
-//! Entry points (all `extern "sysv64"`, all in `.text`, `.hidden`):
+//! Entry points (all `extern "C"`, all in `.text`, `.hidden`):
 //!
 //! | symbol | Rust signature | does |
 //! |---|---|---|
@@ -14,7 +14,7 @@
 //! | `libuthread_resume_full` | `(to: *mut Thmb, write_ltn: u64, fp_format: u64) -> !` | [FP from the FP area], [LTN = `to`], restore `to.resume` entirely, jump |
 //! | `libuthread_thread_start` | (jumped to by a window resume) | first instruction of every user thread |
 //!
-//! `Entry` is `unsafe extern "sysv64" fn(usize, usize) -> !`.
+//! `Entry` is `unsafe extern "C" fn(usize, usize) -> !`.
 
 use core::mem::offset_of;
 use core::ops::Range;
@@ -64,7 +64,7 @@ const FPUCW_DEFAULT: u16 = 0x037F;
 
 /// Builds the window of a thread that has never run: it "resumes" at `libuthread_thread_start`
 /// with `r12` = its ThMB and `r13` = `entry`, on an empty stack whose top is `stack_top`.
-pub(crate) fn init_window(window: &mut Window, stack_top: usize, thmb: *mut Thmb, entry: unsafe extern "sysv64" fn(*mut Thmb) -> !) {
+pub(crate) fn init_window(window: &mut Window, stack_top: usize, thmb: *mut Thmb, entry: unsafe extern "C" fn(*mut Thmb) -> !) {
     debug_assert_eq!(stack_top % 16, 0);
     *window = Window {
         rsp: stack_top as u64,
@@ -385,7 +385,7 @@ pub(crate) mod raw {
     // The assembly touches only the `#[repr(C)]` prefix of a ThMB (header, window, resume
     // copy), whose offsets are checked above; the rest of the type need not be FFI-safe.
     #[allow(improper_ctypes)]
-    extern "sysv64" {
+    extern "C" {
         /// See the module table.
         pub(crate) fn libuthread_switch_out(from: *mut Thmb, stack_top: usize, entry: Entry, a0: usize, a1: usize);
         /// See the module table.

@@ -94,7 +94,7 @@ std::thread_local! {
 /// Stack for the few instructions between an OS thread's start and its first scheduler entry.
 const TRAMPOLINE_STACK: usize = 16 * 1024;
 
-unsafe extern "sysv64" fn vcpu_trampoline(main: usize, vcpu: usize) -> ! {
+unsafe extern "C" fn vcpu_trampoline(main: usize, vcpu: usize) -> ! {
     // SAFETY: `start_vcpus` passes a `fn(usize) -> !`.
     let main: fn(usize) -> ! = unsafe { core::mem::transmute::<usize, fn(usize) -> !>(main) };
     main(vcpu)
