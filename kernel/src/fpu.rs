@@ -50,12 +50,14 @@ pub struct ThreadFp {
     area: Mutex<Option<FpArea>>,
     /// The CPU whose registers hold this thread's live state, or [`NOWHERE`].
     live_on: AtomicUsize,
+    /// Whether its first FP use was reported to its program (`kn::note_fp_use`).
+    reported: AtomicBool,
 }
 
 impl ThreadFp {
     /// No state yet.
     pub const fn new() -> Self {
-        ThreadFp { area: Mutex::new(None), live_on: AtomicUsize::new(NOWHERE) }
+        ThreadFp { area: Mutex::new(None), live_on: AtomicUsize::new(NOWHERE), reported: AtomicBool::new(false) }
     }
 }
 
@@ -181,6 +183,9 @@ pub fn on_trap() {
     }
     save_owner(cpu);
     take_ownership(&me);
+    if !me.fp.reported.swap(true, Ordering::Relaxed) {
+        crate::kn::note_fp_use(&me);
+    }
 }
 
 /// At a switch to `next` on this CPU: FP access on only if `next` owns the registers here

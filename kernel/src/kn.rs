@@ -54,6 +54,8 @@ struct Vcpu {
 pub struct KnState {
     handler: u64,
     ring: u64,
+    /// The library's per-vCPU "FP is live" words (`Registration::fp_live`), or 0.
+    fp_live: u64,
     capacity: u64,
     /// The view the registering thread had: the ring and ThMB checks use each thread's own view,
     /// but ring writes go through this one (the library's ring is in every thread's view).
@@ -124,6 +126,22 @@ pub fn post(domain: &Domain, event: Event) {
     kn.wake_one();
 }
 
+/// The running thread used FP for the first time (its FP-disabled trap): if it is a vCPU of a
+/// program that asked (`Registration::fp_live`), tell the library that FP is live on it.
+pub fn note_fp_use(me: &Thread) {
+    let v = me.vcpu.load(Ordering::Acquire);
+    if v == NOT_A_VCPU {
+        return;
+    }
+    let (Some(domain), Some(view)) = (&me.domain, me.view()) else { return };
+    let word = domain.kn.lock().as_ref().map_or(0, |kn| kn.fp_live);
+    if word != 0 {
+        // Checked writable at registration; a refusal now (the program unmapped it) only
+        // costs the program its own FP callee-saved registers, as it asked.
+        let _ = views::write_as(view, word + 8 * v as u64, &1u64.to_le_bytes());
+    }
+}
+
 /// `kn_register(reg)`.
 pub fn register(me: &Arc<Thread>, reg_addr: u64) -> Result<usize, Errno> {
     let domain = me.domain.clone().ok_or(Errno::Inval)?;
@@ -131,7 +149,7 @@ pub fn register(me: &Arc<Thread>, reg_addr: u64) -> Result<usize, Errno> {
     let mut raw = [0u8; size_of::<Registration>()];
     views::read_as(view, reg_addr, &mut raw).map_err(|_| Errno::Fault)?;
     let word = |i: usize| u64::from_le_bytes(raw[i * 8..i * 8 + 8].try_into().expect("8 bytes"));
-    let reg = Registration { handler: word(0), ring: word(1), upcall_stacks: word(2), vcpus: word(3) };
+    let reg = Registration { handler: word(0), ring: word(1), upcall_stacks: word(2), vcpus: word(3), fp_live: word(4) };
     if reg.vcpus == 0 || reg.vcpus as usize > MAX_VCPUS {
         return Err(Errno::Inval);
     }
@@ -147,6 +165,12 @@ pub fn register(me: &Arc<Thread>, reg_addr: u64) -> Result<usize, Errno> {
     }
     let ring_bytes = RING_SLOTS_OFFSET as u64 + capacity * size_of::<Event>() as u64;
     views::with(|s, _| s.check(view, reg.ring, ring_bytes, MapFlags::WRITE)).map_err(|_| Errno::Fault)?;
+    if reg.fp_live != 0 {
+        let fp_live_ok = reg.fp_live % 8 == 0 && views::with(|s, _| s.check(view, reg.fp_live, reg.vcpus * 8, MapFlags::WRITE).is_ok());
+        if !fp_live_ok {
+            return Err(Errno::Fault);
+        }
+    }
     let mut stacks = Vec::new();
     stacks.try_reserve_exact(reg.vcpus as usize).map_err(|_| Errno::NoMem)?;
     for v in 0..reg.vcpus {
@@ -170,6 +194,7 @@ pub fn register(me: &Arc<Thread>, reg_addr: u64) -> Result<usize, Errno> {
         *kn = Some(KnState {
             handler: reg.handler,
             ring: reg.ring,
+            fp_live: reg.fp_live,
             capacity,
             ring_view,
             upcall_stacks: stacks.clone(),

@@ -48,6 +48,7 @@ pub fn register(handler: extern "C" fn(u64, u64, u64, u64) -> !, ring: *mut Ring
         ring: ring as u64,
         upcall_stacks: STACK_TOPS.as_ptr() as u64,
         vcpus: 1,
+        fp_live: 0,
     };
     sys::kn_register(&reg)
 }

@@ -313,4 +313,10 @@ pub struct Registration {
     pub upcall_stacks: u64,
     /// Number of vCPUs the program asks for (1..=[`MAX_VCPUS`]); the caller's thread is vCPU 0.
     pub vcpus: u64,
+    /// Address of an array of `vcpus` u64 words in memory the caller may write, or 0. The
+    /// kernel sets word `v` to 1 the first time an activation of vCPU `v` uses FP (its
+    /// FP-disabled trap) and never clears it: the library's WINDOW switch saves the ABI's
+    /// callee-saved FP registers (riscv64 `fs0`..`fs11`, aarch64 `d8`..`d15`) only on vCPUs
+    /// whose word is set, so threads of a program that never touches FP switch without them.
+    pub fp_live: u64,
 }

@@ -293,3 +293,11 @@ pub fn console_write(bytes: &[u8]) {
     use std::io::Write;
     let _ = std::io::stderr().write_all(bytes);
 }
+
+/// Whether FP/SIMD state may be live on vCPU `v`: hosted, the OS does not say, so always
+/// (WINDOW switches keep the ABI's callee-saved FP registers where the ABI has some).
+#[inline(always)]
+#[allow(dead_code)] // used by the context switches of ports with callee-saved FP registers
+pub fn fp_live(_v: usize) -> bool {
+    true
+}

@@ -8,7 +8,7 @@
 //! `BLOCKED`) and re-enters the vCPU's scheduler loop. The ring is drained again whenever a vCPU
 //! comes back from parking, so completions reach the library even when no upcall brings them.
 
-use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use tsumugi_abi::kn::{Event, EventKind, Registration, RingHeader, MAX_VCPUS, RING_SLOTS_OFFSET};
 use tsumugi_abi::stats::scope;
 use tsumugi_abi::syscall::{region_flags, rights};
@@ -70,10 +70,27 @@ pub fn start_vcpus(n: usize, vcpu_main: fn(usize) -> !) {
     for (v, top) in tops.iter_mut().enumerate().take(n) {
         *top = (stacks + (v + 1) * UPCALL_STACK) as u64;
     }
-    let reg = Registration { handler: knh as *const () as u64, ring: ring as u64, upcall_stacks: tops.as_ptr() as u64, vcpus: n as u64 };
+    let reg = Registration {
+        handler: knh as *const () as u64,
+        ring: ring as u64,
+        upcall_stacks: tops.as_ptr() as u64,
+        vcpus: n as u64,
+        fp_live: FP_LIVE.as_ptr() as u64,
+    };
     if let Err(e) = sys::kn_register(&reg) {
         fatal("kn_register", e);
     }
+}
+
+/// Per-vCPU "FP is live" words the kernel sets (`Registration::fp_live`).
+static FP_LIVE: [AtomicU64; MAX_VCPUS] = [const { AtomicU64::new(0) }; MAX_VCPUS];
+
+/// Whether FP/SIMD state may be live on vCPU `v` (an activation of it has used FP): WINDOW
+/// switches there must keep the ABI's callee-saved FP registers.
+#[inline(always)]
+#[allow(dead_code)] // used by the context switches of ports with callee-saved FP registers
+pub fn fp_live(v: usize) -> bool {
+    FP_LIVE[v].load(Ordering::Relaxed) != 0
 }
 
 fn fatal(what: &str, e: Option<tsumugi_abi::syscall::Errno>) -> ! {

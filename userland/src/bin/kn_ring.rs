@@ -37,7 +37,7 @@ fn main() -> i32 {
         top.store(stacks + ((v + 1) * STACK) as u64, Ordering::Relaxed);
     }
     let ring = core::ptr::addr_of_mut!(RING);
-    let reg = Registration { handler: handler as *const () as u64, ring: ring as u64, upcall_stacks: STACK_TOPS.as_ptr() as u64, vcpus: VCPUS as u64 };
+    let reg = Registration { handler: handler as *const () as u64, ring: ring as u64, upcall_stacks: STACK_TOPS.as_ptr() as u64, vcpus: VCPUS as u64, fp_live: 0 };
     if let Err(e) = sys::kn_register(&reg) {
         println!("kn_ring: FAILED: register: {e:?}");
         return 1;
