@@ -36,6 +36,9 @@ pub const ACCESS_EXECUTE: &str = "execute";
 /// What follows the fault kind in a kill reason: the faulting address, in hex.
 pub const FAULT_ADDRESS: &str = " at 0x";
 
+/// What the kernel prints once it brought up the other CPUs, before their number.
+pub const CPUS_ONLINE: &str = "cpus online: ";
+
 /// Word the kernel's panic report prints before its frame-pointer backtrace.
 pub const BACKTRACE: &str = "backtrace";
 /// x86_64 exception vector of a page fault (#PF).
@@ -273,12 +276,16 @@ pub fn x86_64() -> Vec<Suite> {
 }
 
 /// The riscv64 suites: the x86_64 ones (same programs, boot words and checks), except that the
-/// exception report is checked in riscv64's words (cause number, `stval`, `sepc`).
+/// exception report is checked in riscv64's words (cause number, `stval`, `sepc`), and that a
+/// suite on several CPUs must see all of them online (harts started through SBI HSM).
 pub fn riscv64() -> Vec<Suite> {
     x86_64()
         .into_iter()
         .filter(|suite| !RISCV64_NOT_YET_PORTED.contains(&suite.name))
         .map(|mut suite| {
+            if suite.smp > 1 {
+                suite.checks.push(Check::LogLine(format!("{CPUS_ONLINE}{}", suite.smp)));
+            }
             if suite.name == "exception-report" {
                 suite.checks = vec![
                     Check::LogContains(log::PANIC.to_string()),
@@ -495,10 +502,14 @@ mod tests {
                 (x.name, &x.boot_words, x.smp, x.expected),
                 (r.name, &r.boot_words, r.smp, r.expected)
             );
-            if r.name != "exception-report" {
-                assert_eq!(x.checks, r.checks);
+            let every_cpu_online = Check::LogLine(format!("cpus online: {}", r.smp));
+            match (r.name, r.smp) {
+                ("exception-report", _) => {}
+                (_, 1) => assert_eq!(x.checks, r.checks),
+                _ => assert_eq!([&x.checks[..], &[every_cpu_online]].concat(), r.checks),
             }
         }
+        assert!(riscv.iter().any(|s| s.smp > 1));
         let report = riscv.iter().find(|s| s.name == "exception-report").unwrap();
         assert!(report
             .checks

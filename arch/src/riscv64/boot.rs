@@ -24,7 +24,7 @@ const DEFAULT_TIMEBASE_HZ: u64 = 10_000_000;
 /// readable, writable, executable, global, accessed and dirty.
 const BOOT_LEAF: u64 = 0xef;
 /// `satp.MODE` for Sv48, in place.
-const SATP_SV48: u64 = 9 << 60;
+pub(super) const SATP_SV48: u64 = 9 << 60;
 
 // The entry, the boot page tables, and the jump to the linked address.
 //
@@ -155,6 +155,49 @@ boot_park:
     wfi
     j boot_park
 
+    # Other harts (smp.rs). SBI HSM starts them here in S-mode with the MMU off, like the boot
+    # hart, with a0 = hart id and a1 = the opaque value: the physical address of the start
+    # record. .bss is not zeroed again: it holds the boot tables the boot hart built, which take
+    # this hart up to the linked address the same way, and the per-CPU blocks.
+    .balign 4
+    .global secondary_start
+secondary_start:
+    csrw sie, zero
+    csrci sstatus, 0x2
+    lla t0, boot_park
+    csrw stvec, t0
+    lla t0, boot_root
+    srli t0, t0, 12
+    li t1, {satp_sv48}
+    or t0, t0, t1
+    sfence.vma
+    csrw satp, t0
+    sfence.vma
+    csrr t1, satp
+    bne t0, t1, boot_park               # no Sv48 on this hart: it stays parked and the kernel
+                                        # reports it as not started
+    lla t0, 8f
+    li t1, {kernel_base}
+    add t0, t0, t1
+    jr t0
+8:
+    li t0, {phys_map}
+    add a1, a1, t0                      # the record, through the boot tables' PHYS_MAP slot
+    ld t0, {record_satp}(a1)
+    ld sp, {record_stack}(a1)
+    ld tp, {record_percpu}(a1)          # the kernel's per-CPU pointer (cpu.rs)
+    ld t2, {record_entry}(a1)
+    ld a0, {record_arg}(a1)
+    csrw satp, t0                       # the kernel's table: maps the image here as well
+    sfence.vma                          # drop everything, the boot tables' global entries too
+    csrw sscratch, zero                 # "in the kernel" for the trap entry
+    lla t0, trap_entry
+    csrw stvec, t0
+    mv s0, zero                         # ends frame-pointer backtraces
+    mv ra, zero
+    jalr t2
+    j boot_park
+
     .section .rodata.boot, "a"
 boot_no_sv48_message:
     .asciz "tsumugi: this hart has no Sv48 paging; cannot boot\n"
@@ -162,7 +205,13 @@ boot_no_sv48_message:
     leaf = const BOOT_LEAF,
     satp_sv48 = const SATP_SV48,
     kernel_base = const KERNEL_BASE,
+    phys_map = const PHYS_MAP,
     entry = sym riscv64_boot_entry,
+    record_satp = const super::smp::RECORD_SATP,
+    record_stack = const super::smp::RECORD_STACK_TOP,
+    record_percpu = const super::smp::RECORD_PERCPU,
+    record_entry = const super::smp::RECORD_ENTRY,
+    record_arg = const super::smp::RECORD_ARG,
 );
 
 /// The boot hart's stack.

@@ -189,10 +189,12 @@ const _: () = assert!(offset_of!(PerCpu, scratch_t1) == PERCPU_SCRATCH_T1);
 const _: () = assert!(offset_of!(PerCpu, emergency_stack_top) == PERCPU_EMERGENCY_STACK);
 const _: () = assert!(offset_of!(PerCpu, user_tp) == PERCPU_USER_TP);
 
-/// The boot hart's block (other harts will get theirs from the heap). The boot code points `tp`
-/// at it before the first Rust code runs, so `cpu_index` works from the start.
-#[no_mangle]
-static mut BSP_PERCPU: PerCpu = PerCpu {
+/// Most CPUs (harts) this port runs the kernel on, the boot hart included; the kernel's own
+/// limit (`scheduler::MAX_CPUS`) is the same.
+pub const MAX_CPUS: usize = 8;
+
+/// A block no hart uses yet.
+const PERCPU_UNUSED: PerCpu = PerCpu {
     kernel_stack_top: 0,
     scratch_sp: 0,
     scratch_tp: 0,
@@ -204,6 +206,15 @@ static mut BSP_PERCPU: PerCpu = PerCpu {
     hart_id: 0,
     emergency_stack: [0; EMERGENCY_STACK_SIZE],
 };
+
+/// The boot hart's block. The boot code points `tp` at it before the first Rust code runs, so
+/// `cpu_index` works from the start.
+#[no_mangle]
+static mut BSP_PERCPU: PerCpu = PERCPU_UNUSED;
+
+/// The other harts' blocks, by CPU index - 1 (in .bss, like the boot hart's: the harts are
+/// few, and a block must exist before its hart runs any Rust code).
+static mut OTHER_PERCPU: [PerCpu; MAX_CPUS - 1] = [PERCPU_UNUSED; MAX_CPUS - 1];
 
 /// Physical address of the test finisher, once known (0: none, use SBI SRST).
 static FINISHER: AtomicUsize = AtomicUsize::new(0);
@@ -219,11 +230,31 @@ pub fn init_boot_cpu() -> Features {
     features
 }
 
-/// Fills `percpu` for the calling hart and points `tp` at it.
-fn init_cpu(percpu: &'static mut PerCpu, index: u64, hart_id: u64) {
+/// Fills the per-CPU block of CPU `index` (1 up to [`MAX_CPUS`] - 1) for hart `hart_id` before
+/// that hart is started, and returns its address, which the hart's entry puts in `tp` (see
+/// `smp.rs`). `None` if the index is out of range.
+pub(super) fn prepare_other_cpu(index: usize, hart_id: u64) -> Option<u64> {
+    let slot = index.checked_sub(1).filter(|&slot| slot < MAX_CPUS - 1)?;
+    // SAFETY: slot `index - 1` belongs to CPU `index`, which the kernel starts once and which is
+    // not running yet, so nothing else refers to this block; the reference ends here, before
+    // the hart is started.
+    let percpu: &mut PerCpu = unsafe { &mut (*core::ptr::addr_of_mut!(OTHER_PERCPU))[slot] };
+    fill(percpu, index as u64, hart_id);
+    Some(percpu as *mut PerCpu as u64)
+}
+
+/// Writes the fields of a per-CPU block that say which CPU it belongs to.
+fn fill(percpu: &mut PerCpu, index: u64, hart_id: u64) {
+    percpu.kernel_stack_top = 0;
+    percpu.user_tp = 0;
     percpu.cpu_index = index;
     percpu.hart_id = hart_id;
     percpu.emergency_stack_top = percpu.emergency_stack.as_ptr() as u64 + EMERGENCY_STACK_SIZE as u64;
+}
+
+/// Fills `percpu` for the calling hart and points `tp` at it.
+fn init_cpu(percpu: &'static mut PerCpu, index: u64, hart_id: u64) {
+    fill(percpu, index, hart_id);
     let block = percpu as *mut PerCpu;
     // SAFETY: `tp` is reserved for the per-CPU pointer in the kernel (module comment); pointing
     // it at this hart's own 'static block changes nothing compiled code relies on.
