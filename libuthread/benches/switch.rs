@@ -2,6 +2,8 @@
 //! `cargo xtask bench --filter host` runs it and reads criterion's `time:` lines):
 //! - `libuthread_yield_round_trip`: two user threads on one vCPU ping via `yield_now`; one
 //!   iteration is a round trip (two switches);
+//! - `libuthread_yield_round_trip_full_save`: the same with the full-save baseline
+//!   (`SaveMode::Full`: every register and the FP/SIMD state at each switch, FULL resume);
 //! - `os_thread_condvar_ping_pong`: two OS threads ping-pong through a `Mutex` + `Condvar`; one
 //!   iteration is a round trip;
 //! - `corosensei_resume_yield`: a corosensei coroutine resumed and yielding back; one iteration
@@ -33,6 +35,15 @@ fn libuthread_round_trips(iters: u64) -> Duration {
         other.join().unwrap();
         elapsed
     })
+}
+
+/// As [`libuthread_round_trips`], every switch saving everything (the baseline).
+fn libuthread_full_save_round_trips(iters: u64) -> Duration {
+    use libuthread::context::{set_save_mode, SaveMode};
+    set_save_mode(SaveMode::Full);
+    let d = libuthread_round_trips(iters);
+    set_save_mode(SaveMode::Window);
+    d
 }
 
 /// `iters` round trips between two OS threads through a Mutex + Condvar (a turn flag).
@@ -81,6 +92,7 @@ fn switch(c: &mut Criterion) {
         .sample_size(20);
 
     group.bench_function("libuthread_yield_round_trip", |b| b.iter_custom(libuthread_round_trips));
+    group.bench_function("libuthread_yield_round_trip_full_save", |b| b.iter_custom(libuthread_full_save_round_trips));
     group.bench_function("os_thread_condvar_ping_pong", |b| b.iter_custom(os_thread_round_trips));
     group.bench_function("corosensei_resume_yield", |b| {
         let mut co = Coroutine::new(|yielder, mut x: u64| loop {

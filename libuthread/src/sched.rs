@@ -93,6 +93,13 @@ impl Vcpu {
         }
     }
 
+    /// Counts a resume on this vCPU (only this vCPU writes its counters: no atomic add).
+    #[inline(always)]
+    fn count_resume(&self, full: bool) {
+        let c = if full { &self.resumed_full } else { &self.resumed_window };
+        c.store(c.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+    }
+
     /// Appends a ready thread.
     fn push(&self, t: *mut Thmb) {
         let mut queue = self.queue.lock();
@@ -477,19 +484,19 @@ unsafe fn dispatch(v: usize, t: *mut Thmb) -> ! {
             let fp_area = (base + len - FP_AREA_SIZE) & !(FP_AREA_ALIGN as usize - 1);
             (*t).header.fp_area = fp_area as u64;
             context::init_window(&mut (*t).window, fp_area, t, thread_main);
-            VCPUS[v].resumed_window.fetch_add(1, Ordering::Relaxed);
+            VCPUS[v].count_resume(false);
             context::resume_window(t, t)
         }
         let m = Thmb::mask(t);
         match m & !mask::FP {
             mask::WINDOW => {
                 Thmb::set_mask(t, mask::NONE);
-                VCPUS[v].resumed_window.fetch_add(1, Ordering::Relaxed);
+                VCPUS[v].count_resume(false);
                 context::resume_window(t, t)
             }
             mask::FULL => {
                 Thmb::set_mask(t, mask::NONE);
-                VCPUS[v].resumed_full.fetch_add(1, Ordering::Relaxed);
+                VCPUS[v].count_resume(true);
                 context::resume_full(t, m & mask::FP != 0)
             }
             _ => fatal("libuthread: a started thread with nothing saved\n"),

@@ -3,7 +3,10 @@
 //!   uncontended mutex lock+unlock, a mutex hand-off between two threads, a channel round trip;
 //!   `BENCH table=multith row=<op> instructions=<n> [paper_instructions=<n>]`;
 //! - the FCS sweep: a yield round trip with both threads at call depth d = 1..10;
-//!   `BENCH table=fcs_sweep row=<d> instructions_per_switch=<n>` (a round trip is two switches).
+//!   `BENCH table=fcs_sweep row=<d> instructions_per_switch=<n>` (a round trip is two switches);
+//! - lazy save: the same yield ping-pong with WINDOW saves and with the full-save baseline
+//!   (`SaveMode::Full`: every register and the FP/SIMD state at each switch, resumed through the
+//!   FULL path); `BENCH table=lazy_save row=<mode> instructions_per_switch=<n> bytes_per_switch=<b>`.
 //!
 //! Counts are cycles per operation (guest instructions under `--icount`), the minimum over a
 //! few repetitions so a timer tick does not skew a row. Run on one CPU: `-- cpus=1`.
@@ -19,6 +22,7 @@ mod x86_64 {
     use alloc::sync::Arc;
     use core::hint::black_box;
     use core::sync::atomic::{AtomicUsize, Ordering};
+    use libuthread::context::{bytes_saved, set_save_mode, SaveMode};
     use libuthread::{println, sys, Clock, Mutex};
 
     /// Operations per measurement.
@@ -156,6 +160,14 @@ mod x86_64 {
         (c, 2 * N)
     }
 
+    /// Per switch: a yield ping-pong between two threads, switches saving as `mode` says.
+    fn switch_saving(mode: SaveMode) -> (u64, u64) {
+        set_save_mode(mode);
+        let (c, round_trips) = yield_round_trip();
+        set_save_mode(SaveMode::Window);
+        (c, 2 * round_trips)
+    }
+
     pub fn main() -> i32 {
         let ok = libuthread::run(1, || {
             let rows: [(&str, fn() -> (u64, u64), Option<u64>); 5] = [
@@ -178,6 +190,14 @@ mod x86_64 {
                 let n = best(|| fcs(d));
                 ok &= n > 0;
                 println!("BENCH table=fcs_sweep row={d} instructions_per_switch={n}");
+            }
+            let window = best(|| switch_saving(SaveMode::Window));
+            let full = best(|| switch_saving(SaveMode::Full));
+            ok &= window > 0 && full > 0;
+            for (row, n, mode) in [("window", window, SaveMode::Window), ("full_save", full, SaveMode::Full)] {
+                let bytes = bytes_saved(mode);
+                let ratio = n as f64 / window.max(1) as f64;
+                println!("BENCH table=lazy_save row={row} instructions_per_switch={n} bytes_per_switch={bytes} ratio_to_window={ratio:.2}");
             }
             ok
         });
