@@ -323,12 +323,16 @@ pub fn riscv64() -> Vec<Suite> {
 }
 
 /// The aarch64 suites: the x86_64 ones (same programs, boot words and checks), except that the
-/// exception report is checked in aarch64's words (exception class, `far`, `elr`).
+/// exception report is checked in aarch64's words (exception class, `far`, `elr`), and every
+/// suite on several CPUs must see all of them online (CPUs started through PSCI `CPU_ON`).
 pub fn aarch64() -> Vec<Suite> {
     x86_64()
         .into_iter()
         .filter(|suite| !AARCH64_NOT_YET_PORTED.contains(&suite.name))
         .map(|mut suite| {
+            if suite.smp > 1 {
+                suite.checks.push(Check::LogLine(format!("{CPUS_ONLINE}{}", suite.smp)));
+            }
             if suite.name == "exception-report" {
                 suite.checks = vec![
                     Check::LogContains(log::PANIC.to_string()),
@@ -553,10 +557,14 @@ mod tests {
                 (x.name, &x.boot_words, x.smp, x.expected),
                 (a.name, &a.boot_words, a.smp, a.expected)
             );
-            if a.name != "exception-report" {
-                assert_eq!(x.checks, a.checks);
+            let every_cpu_online = Check::LogLine(format!("cpus online: {}", a.smp));
+            match (a.name, a.smp) {
+                ("exception-report", _) => {}
+                (_, 1) => assert_eq!(x.checks, a.checks),
+                _ => assert_eq!([&x.checks[..], &[every_cpu_online]].concat(), a.checks),
             }
         }
+        assert!(arm.iter().any(|s| s.smp > 1));
         let report = arm.iter().find(|s| s.name == "exception-report").unwrap();
         assert!(report
             .checks

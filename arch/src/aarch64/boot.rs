@@ -67,6 +67,26 @@ const BOOT_DEVICE_BLOCK: u64 = bits::VALID | bits::ACCESSED | bits::PXN | bits::
 const HCR_EL2_RW: u64 = 1 << 31;
 /// `SPSR_EL2` for the drop to EL1: EL1h with D, A, I, F masked.
 const SPSR_EL1H_MASKED: u64 = 0x3c5;
+/// `CPACR_EL1` every CPU starts with: FP/SIMD access for EL1 and EL0 (`FPEN` = 0b11).
+const CPACR_BOOT: u64 = 3 << 20;
+
+/// What a secondary CPU reads at `secondary_entry`, which PSCI `CPU_ON` enters with this
+/// block's physical address as its context id (`smp::start_cpu` fills it).
+#[repr(C, align(64))]
+pub(crate) struct SecondaryStart {
+    /// Physical address of the kernel's root table, for `TTBR1_EL1`.
+    pub root: u64,
+    /// Top of the CPU's first kernel stack.
+    pub stack_top: u64,
+    /// The kernel's entry, `extern "C" fn(arg) -> !`.
+    pub entry: u64,
+    /// Its argument.
+    pub arg: u64,
+}
+
+// The assembly loads the fields in pairs.
+const _: () = assert!(core::mem::offset_of!(SecondaryStart, stack_top) == core::mem::offset_of!(SecondaryStart, root) + 8);
+const _: () = assert!(core::mem::offset_of!(SecondaryStart, arg) == core::mem::offset_of!(SecondaryStart, entry) + 8);
 
 core::arch::global_asm!(
     r#"
@@ -87,45 +107,8 @@ _start:
 primary_entry:
     mov     x19, x0                         /* device tree (physical), kept in a callee-saved reg */
     msr     daifset, #0xf                   /* no interrupts until the kernel asks */
-
-    /* Which exception level? EL2 drops to EL1, EL1 goes on, anything else parks. */
-    mrs     x0, CurrentEL
-    ubfx    x0, x0, #2, #2
-    cmp     x0, #1
-    b.eq    in_el1
-    cmp     x0, #2
-    b.ne    park
-
-    /* EL2: EL1 runs AArch64, may read both counters and use FP/SIMD, no virtual offset. */
-    ldr     x0, ={hcr_rw}
-    msr     hcr_el2, x0
-    mrs     x0, cnthctl_el2
-    orr     x0, x0, #3                      /* EL1PCTEN | EL1PCEN */
-    msr     cnthctl_el2, x0
-    msr     cntvoff_el2, xzr
-    mov     x0, #0x32ff                     /* CPTR_EL2: RES1 bits, no traps */
-    msr     cptr_el2, x0
-    msr     hstr_el2, xzr
-    /* With a GICv3 CPU interface, let EL1 use its system registers (ICC_SRE_EL2). */
-    mrs     x0, id_aa64pfr0_el1
-    ubfx    x0, x0, #24, #4
-    cbz     x0, 1f
-    mrs     x0, S3_4_C12_C9_5
-    orr     x0, x0, #0xf                    /* SRE | DFB | DIB | Enable */
-    msr     S3_4_C12_C9_5, x0
-    isb
-1:  mov     x0, #{spsr_el1h}
-    msr     spsr_el2, x0
-    adr     x0, in_el1
-    msr     elr_el2, x0
-    eret
-
-in_el1:
-    mov     x0, #(3 << 20)                  /* CPACR_EL1.FPEN: FP/SIMD for EL1 and EL0 */
-    msr     cpacr_el1, x0
-    ldr     x0, ={sctlr_res1}               /* MMU and caches off, known state */
-    msr     sctlr_el1, x0
-    isb
+    bl      enter_el1
+    bl      el1_setup
 
     /* Zero .bss (boot tables and boot stack included). Physical addresses: PC-relative. */
     adrp    x0, __bss_start
@@ -139,7 +122,8 @@ in_el1:
 3:
     /* Identity map for TTBR0: 0..1 GiB devices, 1..IDENTITY_GIB GiB normal memory, all in
        1 GiB blocks. The boot code runs from it until it jumps to the higher half, and the
-       kernel reads the device tree and builds its tables through it. */
+       kernel reads the device tree and builds its tables through it. Secondary CPUs turn
+       their MMU on through it too, so it is never changed after this. */
     adrp    x0, boot_identity_l0
     adrp    x1, boot_identity_l1
     orr     x2, x1, #3
@@ -176,8 +160,78 @@ in_el1:
     orr     x4, x4, x2
     str     x4, [x1, x3, lsl #3]
 
-    /* Memory attributes and translation control; IPS from the CPU (at most 48 bits, what
-       the descriptors hold), 16-bit ASIDs when the CPU has them. */
+    adrp    x0, boot_identity_l0
+    msr     ttbr0_el1, x0
+    adrp    x0, boot_kernel_l0
+    msr     ttbr1_el1, x0
+    bl      mmu_on
+
+    /* Continue in the higher half. */
+    ldr     x0, =high_entry
+    br      x0
+
+    /* secondary_entry(start: x0 = physical address of a SecondaryStart), where PSCI CPU_ON
+       starts another CPU (MMU off, at EL2 or EL1): the boot CPU's path without the one-time
+       work, with the kernel's own table in TTBR1 at once. The start block is read before the
+       MMU is on (device accesses, which is why the boot CPU cleaned it to memory). */
+    .global secondary_entry
+secondary_entry:
+    mov     x19, x0
+    msr     daifset, #0xf
+    bl      enter_el1
+    bl      el1_setup
+    ldp     x20, x21, [x19, #{start_root}]  /* kernel root, stack top */
+    ldp     x22, x23, [x19, #{start_entry}] /* entry, its argument */
+    adrp    x0, boot_identity_l0
+    msr     ttbr0_el1, x0
+    msr     ttbr1_el1, x20
+    bl      mmu_on
+    ldr     x0, =secondary_high
+    br      x0
+
+    /* enter_el1(): returns to the caller at EL1 (x30 physical, no stack). From EL2 it sets up
+       what EL1 needs and returns by `eret`; at any other level it parks the CPU. Uses x0. */
+enter_el1:
+    mrs     x0, CurrentEL
+    ubfx    x0, x0, #2, #2
+    cmp     x0, #1
+    b.eq    9f
+    cmp     x0, #2
+    b.ne    park
+
+    /* EL2: EL1 runs AArch64, may read both counters and use FP/SIMD, no virtual offset. */
+    ldr     x0, ={hcr_rw}
+    msr     hcr_el2, x0
+    mrs     x0, cnthctl_el2
+    orr     x0, x0, #3                      /* EL1PCTEN | EL1PCEN */
+    msr     cnthctl_el2, x0
+    msr     cntvoff_el2, xzr
+    mov     x0, #0x32ff                     /* CPTR_EL2: RES1 bits, no traps */
+    msr     cptr_el2, x0
+    msr     hstr_el2, xzr
+    /* With a GICv3 CPU interface, let EL1 use its system registers (ICC_SRE_EL2). */
+    mrs     x0, id_aa64pfr0_el1
+    ubfx    x0, x0, #24, #4
+    cbz     x0, 1f
+    mrs     x0, S3_4_C12_C9_5
+    orr     x0, x0, #0xf                    /* SRE | DFB | DIB | Enable */
+    msr     S3_4_C12_C9_5, x0
+    isb
+1:  mov     x0, #{spsr_el1h}
+    msr     spsr_el2, x0
+    msr     elr_el2, x30
+    eret
+9:  ret
+
+    /* el1_setup(): known EL1 state with the MMU off: FP/SIMD access, SCTLR, no per-CPU block
+       yet, memory attributes and translation control; IPS from the CPU (at most 48 bits, what
+       the descriptors hold), 16-bit ASIDs when the CPU has them. Uses x0..x3. */
+el1_setup:
+    mov     x0, #{cpacr}
+    msr     cpacr_el1, x0
+    ldr     x0, ={sctlr_res1}               /* MMU and caches off, known state */
+    msr     sctlr_el1, x0
+    msr     tpidr_el1, xzr                  /* cpu::cpu_index reads 0 until cpu::init_cpu */
     ldr     x0, ={mair}
     msr     mair_el1, x0
     ldr     x0, ={tcr}
@@ -192,26 +246,23 @@ in_el1:
     b.ne    5f
     orr     x0, x0, #(1 << 36)
 5:  msr     tcr_el1, x0
-    adrp    x0, boot_identity_l0
-    msr     ttbr0_el1, x0
-    adrp    x0, boot_kernel_l0
-    msr     ttbr1_el1, x0
+    isb
+    ret
+
+    /* mmu_on(): with TTBR0 (an identity map of this code) and TTBR1 loaded, drops every TLB
+       entry and turns the MMU and caches on; returns through the identity map. */
+mmu_on:
     isb
     tlbi    vmalle1
     dsb     nsh
     isb
-
-    /* MMU on. The next instruction is fetched through the identity map. */
     ldr     x0, ={sctlr_on}
     msr     sctlr_el1, x0
     isb
     ic      iallu
     dsb     nsh
     isb
-
-    /* Continue in the higher half. */
-    ldr     x0, =high_entry
-    br      x0
+    ret
 
 park:
     wfe
@@ -228,6 +279,27 @@ high_entry:
     mov     x30, xzr
     mov     x0, x19
     bl      {entry}
+    b       park
+
+    /* A secondary CPU in the higher half: x21 = stack top, x22 = entry, x23 = its argument.
+       It leaves the identity map for good (TTBR0 walks off, as `tlb::load_root_tagged` leaves
+       them for the kernel's root) and drops its global entries, which cover user addresses. */
+secondary_high:
+    ldr     x0, =aarch64_vectors
+    msr     vbar_el1, x0
+    mov     sp, x21
+    mrs     x0, tcr_el1
+    orr     x0, x0, #{tcr_epd0}
+    msr     tcr_el1, x0
+    msr     ttbr0_el1, xzr
+    isb
+    tlbi    vmalle1
+    dsb     nsh
+    isb
+    mov     x29, xzr                        /* ends frame-pointer backtraces */
+    mov     x30, xzr
+    mov     x0, x23
+    blr     x22
     b       park
 
     /* switch_ttbr1(root: x0, empty: x1), called at its physical address through the identity
@@ -268,6 +340,10 @@ boot_empty_table:   .skip 4096
     identity_gib = const IDENTITY_GIB,
     mair = const MAIR,
     tcr = const TCR,
+    tcr_epd0 = const super::tlb::TCR_EPD0,
+    cpacr = const CPACR_BOOT,
+    start_root = const core::mem::offset_of!(SecondaryStart, root),
+    start_entry = const core::mem::offset_of!(SecondaryStart, entry),
     entry = sym aarch64_boot_entry,
 );
 
@@ -345,14 +421,26 @@ pub struct Platform {
     pub gic: Gic,
     /// INTID of the EL1 virtual timer.
     pub timer_intid: u32,
-    /// PSCI conduit (`SYSTEM_OFF` now; `CPU_ON` for secondary CPUs later).
+    /// PSCI conduit (`CPU_ON` for secondary CPUs, `SYSTEM_OFF`).
     pub psci: PsciConduit,
     /// Number of CPUs listed.
     pub cpus: usize,
+    /// Hardware ids (`cpu::hw_id` form: packed MPIDR affinity) of the first
+    /// [`super::smp::MAX_CPUS`] CPUs listed and enabled, in device-tree order.
+    pub cpu_ids: [u32; super::smp::MAX_CPUS],
+    /// How many entries of `cpu_ids` are filled.
+    pub listed_cpus: usize,
 }
 
-static mut PLATFORM: Platform =
-    Platform { uart: VIRT_UART, gic: Gic::None, timer_intid: DEFAULT_TIMER_INTID, psci: PsciConduit::None, cpus: 1 };
+static mut PLATFORM: Platform = Platform {
+    uart: VIRT_UART,
+    gic: Gic::None,
+    timer_intid: DEFAULT_TIMER_INTID,
+    psci: PsciConduit::None,
+    cpus: 1,
+    cpu_ids: [0; super::smp::MAX_CPUS],
+    listed_cpus: 0,
+};
 
 /// Boot record filled once by [`aarch64_boot_entry`] before anything else runs.
 static mut BOOT_INFO: BootInfo = BootInfo::empty();
@@ -504,8 +592,29 @@ fn read_device_tree(info: &mut BootInfo, platform: &mut Platform, pa: u64) {
         };
     }
     if let Some(cpus) = fdt.find_node("/cpus") {
-        platform.cpus = cpus.children().filter(|c| c.name.split('@').next() == Some("cpu")).count().max(1);
+        let is_cpu = |c: &fdt::node::FdtNode| c.name.split('@').next() == Some("cpu");
+        platform.cpus = cpus.children().filter(is_cpu).count().max(1);
+        // `reg` of a cpu node is its MPIDR affinity (Aff3 in bits 39:32 with two address
+        // cells, Aff2..Aff0 in bits 23:0); a node with `status` other than "okay" is absent.
+        let enabled = |c: &fdt::node::FdtNode| c.property("status").and_then(|p| p.as_str()).is_none_or(|s| s == "okay" || s == "ok");
+        for cpu in cpus.children().filter(is_cpu).filter(enabled) {
+            let Some(mpidr) = cpu.reg().and_then(|mut r| r.next()).map(|r| r.starting_address as u64) else { continue };
+            if platform.listed_cpus < platform.cpu_ids.len() {
+                platform.cpu_ids[platform.listed_cpus] = hw_id_of_mpidr(mpidr);
+                platform.listed_cpus += 1;
+            }
+        }
     }
+}
+
+/// The packed affinity (`cpu::hw_id` form, Aff3.Aff2.Aff1.Aff0) of an MPIDR value.
+pub(crate) fn hw_id_of_mpidr(mpidr: u64) -> u32 {
+    ((((mpidr >> 32) & 0xff) << 24) | (mpidr & 0xff_ffff)) as u32
+}
+
+/// The MPIDR affinity fields (Aff3 in bits 39:32) of a packed hardware id, as PSCI takes them.
+pub(crate) fn mpidr_of_hw_id(id: u32) -> u64 {
+    (u64::from(id >> 24) << 32) | u64::from(id & 0xff_ffff)
 }
 
 /// Appends `[start, end)` to the memory map if it is valid.
@@ -537,15 +646,57 @@ fn push_usable_around(info: &mut BootInfo, start: u64, end: u64, reserved: &[(u6
     }
 }
 
+/// PSCI function IDs (Arm DEN 0022, "Arm Power State Coordination Interface").
+pub(crate) mod psci {
+    /// `CPU_ON` (SMC64): target MPIDR, entry point (physical), context id (x0 at the entry).
+    pub const CPU_ON: u64 = 0xc400_0003;
+    /// `SYSTEM_OFF`.
+    pub const SYSTEM_OFF: u64 = 0x8400_0008;
+    /// Return codes.
+    pub const SUCCESS: i64 = 0;
+    pub const INVALID_PARAMETERS: i64 = -2;
+    pub const ALREADY_ON: i64 = -4;
+    pub const ON_PENDING: i64 = -5;
+    pub const INTERNAL_FAILURE: i64 = -6;
+    pub const INVALID_ADDRESS: i64 = -9;
+
+    /// What a PSCI return code means.
+    pub fn describe(code: i64) -> &'static str {
+        match code {
+            SUCCESS => "success",
+            INVALID_PARAMETERS => "invalid parameters",
+            ALREADY_ON => "already on",
+            ON_PENDING => "already starting",
+            INTERNAL_FAILURE => "internal failure",
+            INVALID_ADDRESS => "invalid address",
+            _ => "error",
+        }
+    }
+}
+
+/// Calls PSCI function `function` with up to three arguments through the conduit the device
+/// tree names; `None` if there is none.
+///
+/// # Safety
+/// The call must be one whose effect the caller accounts for (starting a CPU at an entry that
+/// is ready for it, powering off).
+pub(crate) unsafe fn psci_call(function: u64, a1: u64, a2: u64, a3: u64) -> Option<i64> {
+    let ret: u64;
+    // SAFETY: an SMC Calling Convention call: arguments in x0..x3, result in x0; the firmware
+    // may change x0..x17 (SMCCC 1.0), which `clobber_abi("C")` covers. Its effect is the
+    // caller's responsibility.
+    unsafe {
+        match platform().psci {
+            PsciConduit::Hvc => core::arch::asm!("hvc #0", inout("x0") function => ret, inout("x1") a1 => _, inout("x2") a2 => _, inout("x3") a3 => _, clobber_abi("C"), options(nostack)),
+            PsciConduit::Smc => core::arch::asm!("smc #0", inout("x0") function => ret, inout("x1") a1 => _, inout("x2") a2 => _, inout("x3") a3 => _, clobber_abi("C"), options(nostack)),
+            PsciConduit::None => return None,
+        }
+    }
+    Some(ret as i64)
+}
+
 /// PSCI `SYSTEM_OFF` through the conduit the device tree names; returns if there is none.
 pub fn psci_system_off() {
-    /// PSCI 0.2 `SYSTEM_OFF` function ID.
-    const SYSTEM_OFF: u64 = 0x8400_0008;
-    match platform().psci {
-        // SAFETY: a PSCI call that powers the machine off; it does not return on success.
-        PsciConduit::Hvc => unsafe { core::arch::asm!("hvc #0", inout("x0") SYSTEM_OFF => _, clobber_abi("C"), options(nomem, nostack)) },
-        // SAFETY: as above.
-        PsciConduit::Smc => unsafe { core::arch::asm!("smc #0", inout("x0") SYSTEM_OFF => _, clobber_abi("C"), options(nomem, nostack)) },
-        PsciConduit::None => {}
-    }
+    // SAFETY: powers the machine off; it does not return on success.
+    unsafe { psci_call(psci::SYSTEM_OFF, 0, 0, 0) };
 }

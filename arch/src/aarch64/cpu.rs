@@ -1,8 +1,8 @@
 //! Per-CPU state of aarch64: feature detection, the per-CPU block reached through
 //! `TPIDR_EL1`, interrupt masking (`DAIF`), and ending QEMU with a status through semihosting.
 //!
-//! Secondary CPUs are later work: they will be started with PSCI `CPU_ON` (the conduit is read
-//! from the device tree into `boot::Platform`), each running `init_cpu` on its own block.
+//! The boot CPU's block is [`BSP_PERCPU`]; each secondary CPU (started by `smp.rs` through PSCI
+//! `CPU_ON`) takes the block of its index in [`AP_PERCPU`] in [`init_other_cpu`].
 
 use aarch64_cpu::registers::{
     Readable, Writeable, DAIF, FAR_EL1, ID_AA64ISAR0_EL1, ID_AA64MMFR0_EL1, ID_AA64MMFR1_EL1, ID_AA64PFR0_EL1, MIDR_EL1, MPIDR_EL1,
@@ -112,6 +112,9 @@ pub struct PerCpu {
     /// The interrupt acknowledged from the GIC and not yet ended (`interrupts::NO_INTERRUPT`
     /// when none).
     pub(crate) active_interrupt: u32,
+    /// Virtual address of this CPU's GIC redistributor (`RD_base`; 0 before
+    /// `interrupts::init_this_cpu`).
+    pub(crate) redistributor: u64,
     /// Stack for reporting a kernel stack overflow.
     emergency_stack: [u8; EMERGENCY_STACK_SIZE],
 }
@@ -121,15 +124,25 @@ pub const PERCPU_EMERGENCY_FRAME: usize = 8;
 const _: () = assert!(offset_of!(PerCpu, self_ptr) == 0);
 const _: () = assert!(offset_of!(PerCpu, emergency_frame) == PERCPU_EMERGENCY_FRAME);
 
-/// The boot CPU's block (secondary CPUs will get theirs from the heap).
-static mut BSP_PERCPU: PerCpu = PerCpu {
-    self_ptr: core::ptr::null_mut(),
-    emergency_frame: 0,
-    kernel_stack_top: 0,
-    cpu_index: 0,
-    active_interrupt: super::interrupts::NO_INTERRUPT,
-    emergency_stack: [0; EMERGENCY_STACK_SIZE],
-};
+impl PerCpu {
+    /// A block no CPU uses yet.
+    const UNUSED: PerCpu = PerCpu {
+        self_ptr: core::ptr::null_mut(),
+        emergency_frame: 0,
+        kernel_stack_top: 0,
+        cpu_index: 0,
+        active_interrupt: super::interrupts::NO_INTERRUPT,
+        redistributor: 0,
+        emergency_stack: [0; EMERGENCY_STACK_SIZE],
+    };
+}
+
+/// The boot CPU's block.
+static mut BSP_PERCPU: PerCpu = PerCpu::UNUSED;
+
+/// The secondary CPUs' blocks: CPU index `i` (1..MAX_CPUS) uses entry `i - 1`. Static rather
+/// than from the heap, so a CPU has its block (and its emergency stack) before it could fail.
+static mut AP_PERCPU: [PerCpu; super::smp::MAX_CPUS - 1] = [PerCpu::UNUSED; super::smp::MAX_CPUS - 1];
 
 /// Sets up the boot CPU: per-CPU block, PAN when present. Returns the features found.
 pub fn init_boot_cpu() -> Features {
@@ -141,6 +154,22 @@ pub fn init_boot_cpu() -> Features {
     features
 }
 
+/// Sets up a secondary CPU with index `index` (1..`smp::MAX_CPUS`): its per-CPU block, PAN
+/// when present. Returns the features found, or `None` if there is no block for that index.
+/// Called once per index, by the CPU itself.
+pub fn init_other_cpu(index: usize) -> Option<Features> {
+    if index == 0 || index >= super::smp::MAX_CPUS {
+        return None;
+    }
+    let features = detect_features();
+    // SAFETY: each index is started once, and only the CPU with that index takes its block,
+    // through this one reference that lives for the rest of the run; the pointer stays inside
+    // the array (index - 1 < MAX_CPUS - 1).
+    let percpu: &'static mut PerCpu = unsafe { &mut *core::ptr::addr_of_mut!(AP_PERCPU).cast::<PerCpu>().add(index - 1) };
+    init_cpu(percpu, index as u64, features);
+    Some(features)
+}
+
 /// Prepares `percpu` for CPU `index` and makes it this CPU's block.
 fn init_cpu(percpu: &'static mut PerCpu, index: u64, features: Features) {
     percpu.self_ptr = percpu as *mut PerCpu;
@@ -148,6 +177,7 @@ fn init_cpu(percpu: &'static mut PerCpu, index: u64, features: Features) {
     let top = percpu.emergency_stack.as_ptr() as u64 + EMERGENCY_STACK_SIZE as u64;
     percpu.emergency_frame = (top - core::mem::size_of::<super::trap::TrapFrame>() as u64) & !15;
     percpu.active_interrupt = super::interrupts::NO_INTERRUPT;
+    percpu.redistributor = 0;
     // SAFETY: TPIDR_EL1 is ours (EL1-only); from here on it names this 'static block.
     unsafe { asm!("msr tpidr_el1, {}", in(reg) percpu as *mut PerCpu as u64, options(nomem, nostack, preserves_flags)) };
     if features.pan {
@@ -181,8 +211,7 @@ pub fn cpu_index() -> usize {
 /// This CPU's hardware id, used to address inter-processor interrupts: the affinity fields
 /// of `MPIDR_EL1` packed as Aff3.Aff2.Aff1.Aff0 (the form GICv3 routing uses).
 pub fn hw_id() -> u32 {
-    let mpidr = MPIDR_EL1.get();
-    ((((mpidr >> 32) & 0xff) << 24) | (mpidr & 0xff_ffff)) as u32
+    super::boot::hw_id_of_mpidr(MPIDR_EL1.get())
 }
 
 /// The user's LTN register (`TPIDR_EL0`, DESIGN §6). The kernel never changes it, so while a
@@ -198,7 +227,7 @@ pub fn set_user_ltn(value: u64) {
 
 /// Records the stack the CPU uses when user mode traps or calls the kernel. On aarch64 the
 /// hardware takes EL0 exceptions on `SP_EL1`, which `trap::enter` leaves at exactly this top
-/// when it returns to user mode, so this is bookkeeping (reports, and later SMP checks).
+/// when it returns to user mode, so this is bookkeeping (for reports).
 pub fn set_kernel_stack(top: u64) {
     let p = percpu();
     if !p.is_null() {

@@ -6,10 +6,12 @@
 //! other CPUs), and it is what current Arm servers have. QEMU virt needs `gic-version=3`
 //! (xtask passes it); the default is a GICv2.
 //!
-//! Everything is group 1 (non-secure IRQs) at one priority; the only interrupt enabled today
-//! is the EL1 virtual timer's PPI.
+//! Everything is group 1 (non-secure IRQs) at one priority; the interrupts enabled are the EL1
+//! virtual timer's PPI and the SGIs the kernel uses as inter-processor interrupts, on every CPU.
+//! The distributor is set up once by the boot CPU ([`init`]); each CPU wakes its own
+//! redistributor, found by affinity, and turns on its CPU interface ([`init_this_cpu`]).
 
-use core::sync::atomic::{AtomicU64, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use crate::addr::PhysAddr;
 
@@ -70,21 +72,37 @@ mod gicr {
 
 /// Virtual address of the distributor (set once by [`init`]).
 static GICD: AtomicU64 = AtomicU64::new(0);
-/// Virtual address of the boot CPU's redistributor.
-static GICR: AtomicU64 = AtomicU64::new(0);
+/// Virtual address and length of the mapped redistributor region (set once by [`init`]).
+static GICR_REGION: AtomicU64 = AtomicU64::new(0);
+static GICR_REGION_LEN: AtomicU64 = AtomicU64::new(0);
+/// `ICC_CTLR_EL1.RSS`: SGIs can target Aff0 values 16..255 (range selector), read by [`init`].
+static RANGE_SELECTOR: AtomicBool = AtomicBool::new(false);
 
-fn read32(base: &AtomicU64, offset: usize) -> u32 {
-    let b = base.load(Ordering::Relaxed);
-    debug_assert!(b != 0, "GIC used before interrupts::init");
-    // SAFETY: `b` maps the GIC frame as device memory for the whole run (init's contract).
-    unsafe { core::ptr::read_volatile((b as usize + offset) as *const u32) }
+/// The distributor's frame.
+fn distributor() -> u64 {
+    GICD.load(Ordering::Relaxed)
 }
 
-fn write32(base: &AtomicU64, offset: usize, value: u32) {
-    let b = base.load(Ordering::Relaxed);
-    debug_assert!(b != 0, "GIC used before interrupts::init");
+/// This CPU's redistributor frame (0 before [`init_this_cpu`] found it).
+fn redistributor() -> u64 {
+    let p = super::cpu::percpu();
+    if p.is_null() {
+        return 0;
+    }
+    // SAFETY: this CPU's block; the field is written only by this CPU, with interrupts off.
+    unsafe { (*p).redistributor }
+}
+
+fn read32(base: u64, offset: usize) -> u32 {
+    debug_assert!(base != 0, "GIC used before it was set up");
+    // SAFETY: `base` maps a GIC frame as device memory for the whole run (init's contract).
+    unsafe { core::ptr::read_volatile((base as usize + offset) as *const u32) }
+}
+
+fn write32(base: u64, offset: usize, value: u32) {
+    debug_assert!(base != 0, "GIC used before it was set up");
     // SAFETY: as in `read32`.
-    unsafe { core::ptr::write_volatile((b as usize + offset) as *mut u32, value) }
+    unsafe { core::ptr::write_volatile((base as usize + offset) as *mut u32, value) }
 }
 
 /// Writes a CPU-interface system register.
@@ -96,10 +114,11 @@ macro_rules! write_icc {
     };
 }
 
-/// Brings up the interrupt controller: maps the console into the kernel's device window (it
-/// was reached through the boot window until now), then the GIC's distributor and this CPU's
-/// redistributor, and turns on the CPU interface. `map_mmio(phys, len)` maps device registers
-/// and returns their virtual address.
+/// Brings up the interrupt controller on the boot CPU: maps the console into the kernel's
+/// device window (it was reached through the boot window until now), then the GIC's
+/// distributor and the redistributors of every listed CPU, sets up the distributor and this
+/// CPU's part ([`init_this_cpu`]). `map_mmio(phys, len)` maps device registers and returns
+/// their virtual address.
 pub fn init(map_mmio: &mut dyn FnMut(PhysAddr, u64) -> Option<u64>) -> Result<(), &'static str> {
     let plat = platform();
     let uart = map_mmio(PhysAddr::new(plat.uart), crate::addr::PAGE_SIZE).ok_or("cannot map the console")?;
@@ -119,10 +138,35 @@ pub fn init(map_mmio: &mut dyn FnMut(PhysAddr, u64) -> Option<u64>) -> Result<()
     // Only the frames of the CPUs that exist are mapped (the region has room for many more).
     let redist_len = redistributors.1.min(gicr::STRIDE * plat.cpus as u64).max(gicr::STRIDE);
     let gicr_region = map_mmio(PhysAddr::new(redistributors.0), redist_len).ok_or("cannot map the GIC redistributors")?;
+    GICR_REGION.store(gicr_region, Ordering::Relaxed);
+    GICR_REGION_LEN.store(redist_len, Ordering::Relaxed);
 
     init_distributor();
-    let rd = find_redistributor(gicr_region, redist_len).ok_or("no GIC redistributor for this CPU")?;
-    GICR.store(rd, Ordering::Relaxed);
+    init_this_cpu()?;
+    /// `ICC_CTLR_EL1.RSS`.
+    const CTLR_RSS: u64 = 1 << 18;
+    let ctlr: u64;
+    // SAFETY: reads this CPU's ICC_CTLR_EL1 (by encoding, see init_cpu_interface).
+    unsafe { core::arch::asm!("mrs {}, S3_0_C12_C12_4", out(reg) ctlr, options(nomem, nostack, preserves_flags)) };
+    RANGE_SELECTOR.store(ctlr & CTLR_RSS != 0, Ordering::Relaxed);
+    Ok(())
+}
+
+/// The calling CPU's part of the GIC: finds its redistributor (by affinity) in the region
+/// [`init`] mapped, wakes it, turns on the CPU interface and enables the kernel's SGIs. The
+/// boot CPU runs it from [`init`]; every other CPU when it starts (`smp::init_this_cpu`).
+pub fn init_this_cpu() -> Result<(), &'static str> {
+    let (region, len) = (GICR_REGION.load(Ordering::Relaxed), GICR_REGION_LEN.load(Ordering::Relaxed));
+    if region == 0 {
+        return Err("the GIC redistributors are not mapped");
+    }
+    let rd = find_redistributor(region, len).ok_or("no GIC redistributor for this CPU")?;
+    let p = super::cpu::percpu();
+    if p.is_null() {
+        return Err("no per-CPU block");
+    }
+    // SAFETY: this CPU's block, touched only by this CPU with interrupts off.
+    unsafe { (*p).redistributor = rd };
     init_redistributor()?;
     init_cpu_interface()?;
     for sgi in [super::trap::RESCHEDULE_VECTOR, super::trap::KICK_VECTOR, super::trap::SHOOTDOWN_VECTOR, super::trap::FPU_SAVE_VECTOR] {
@@ -133,20 +177,20 @@ pub fn init(map_mmio: &mut dyn FnMut(PhysAddr, u64) -> Option<u64>) -> Result<()
 
 /// Group 1 for every shared interrupt, all disabled, affinity routing on.
 fn init_distributor() {
-    write32(&GICD, gicd::CTLR, 0);
+    write32(distributor(), gicd::CTLR, 0);
     wait_for_distributor();
-    let lines = ((read32(&GICD, gicd::TYPER) & 0x1f) + 1) * 32;
+    let lines = ((read32(distributor(), gicd::TYPER) & 0x1f) + 1) * 32;
     for n in 1..lines / 32 {
-        write32(&GICD, gicd::IGROUPR + 4 * n as usize, u32::MAX);
-        write32(&GICD, gicd::ICENABLER + 4 * n as usize, u32::MAX);
+        write32(distributor(), gicd::IGROUPR + 4 * n as usize, u32::MAX);
+        write32(distributor(), gicd::ICENABLER + 4 * n as usize, u32::MAX);
     }
     wait_for_distributor();
-    write32(&GICD, gicd::CTLR, gicd::CTLR_ARE | gicd::CTLR_ENABLE_GRP1);
+    write32(distributor(), gicd::CTLR, gicd::CTLR_ARE | gicd::CTLR_ENABLE_GRP1);
     wait_for_distributor();
 }
 
 fn wait_for_distributor() {
-    while read32(&GICD, gicd::CTLR) & gicd::CTLR_RWP != 0 {
+    while read32(distributor(), gicd::CTLR) & gicd::CTLR_RWP != 0 {
         core::hint::spin_loop();
     }
 }
@@ -173,21 +217,21 @@ fn find_redistributor(region: u64, len: u64) -> Option<u64> {
 /// Wakes this CPU's redistributor and puts its SGIs and PPIs in group 1, disabled, at the
 /// default priority.
 fn init_redistributor() -> Result<(), &'static str> {
-    let waker = read32(&GICR, gicr::WAKER) & !gicr::WAKER_PROCESSOR_SLEEP;
-    write32(&GICR, gicr::WAKER, waker);
+    let waker = read32(redistributor(), gicr::WAKER) & !gicr::WAKER_PROCESSOR_SLEEP;
+    write32(redistributor(), gicr::WAKER, waker);
     let mut spins = 0u32;
-    while read32(&GICR, gicr::WAKER) & gicr::WAKER_CHILDREN_ASLEEP != 0 {
+    while read32(redistributor(), gicr::WAKER) & gicr::WAKER_CHILDREN_ASLEEP != 0 {
         spins += 1;
         if spins == u32::MAX {
             return Err("the GIC redistributor does not wake up");
         }
         core::hint::spin_loop();
     }
-    write32(&GICR, gicr::ICENABLER0, u32::MAX);
-    write32(&GICR, gicr::IGROUPR0, u32::MAX);
+    write32(redistributor(), gicr::ICENABLER0, u32::MAX);
+    write32(redistributor(), gicr::IGROUPR0, u32::MAX);
     let priority = u32::from_ne_bytes([DEFAULT_PRIORITY; 4]);
     for n in 0..PRIVATE_INTERRUPTS / 4 {
-        write32(&GICR, gicr::IPRIORITYR + 4 * n as usize, priority);
+        write32(redistributor(), gicr::IPRIORITYR + 4 * n as usize, priority);
     }
     Ok(())
 }
@@ -224,7 +268,7 @@ fn init_cpu_interface() -> Result<(), &'static str> {
 /// Enables private interrupt `intid` (a PPI or SGI) on this CPU.
 pub fn enable_private(intid: u32) {
     debug_assert!(intid < PRIVATE_INTERRUPTS);
-    write32(&GICR, gicr::ISENABLER0, 1 << intid);
+    write32(redistributor(), gicr::ISENABLER0, 1 << intid);
 }
 
 /// Acknowledges the highest-priority pending interrupt (`ICC_IAR1_EL1`) and records it as
@@ -262,18 +306,46 @@ pub(crate) fn end_if_active(intid: u32) {
 }
 
 /// Sends software-generated interrupt `vector` (an SGI, 0..15) to the CPU whose hardware id
-/// (`cpu::hw_id`, packed affinity) is `id`, through `ICC_SGI1R_EL1`.
+/// (`cpu::hw_id`, packed affinity) is `id`, through `ICC_SGI1R_EL1`: the target list names
+/// Aff0 values 16 at a time, within the cluster Aff3.Aff2.Aff1; Aff0 values from 16 up need
+/// the range selector (`RS` = Aff0 / 16), which only a CPU interface with `ICC_CTLR_EL1.RSS`
+/// has. Without it such a CPU cannot be targeted (QEMU virt numbers Aff0 0..15 in every
+/// cluster, so this never happens there), and the SGI is not sent.
 pub fn send_ipi(id: u32, vector: u8) {
-    let aff3 = u64::from(id >> 24);
-    let aff2 = u64::from((id >> 16) & 0xff);
-    let aff1 = u64::from((id >> 8) & 0xff);
-    let aff0 = u64::from(id & 0xff);
-    // Target list: one bit per Aff0 value 0..15 within the cluster named by Aff3.Aff2.Aff1.
-    if aff0 >= 16 {
-        return;
+    if let Some(sgi1r) = sgi1r_value(id, vector, RANGE_SELECTOR.load(Ordering::Relaxed)) {
+        // SAFETY: ICC_SGI1R_EL1 only raises a group-1 SGI at the target; the barrier makes
+        // earlier stores (the reason for the IPI) visible before it arrives.
+        unsafe { core::arch::asm!("dsb ishst", "msr S3_0_C12_C11_5, {}", "isb", in(reg) sgi1r, options(nostack, preserves_flags)) };
     }
-    let sgi1r = (aff3 << 48) | (aff2 << 32) | (u64::from(vector & 0xf) << 24) | (aff1 << 16) | (1 << aff0);
-    // SAFETY: ICC_SGI1R_EL1 only raises a group-1 SGI at the target; the barrier makes earlier
-    // stores (the reason for the IPI) visible before it arrives.
-    unsafe { core::arch::asm!("dsb ishst", "msr S3_0_C12_C11_5, {}", "isb", in(reg) sgi1r, options(nostack, preserves_flags)) };
 }
+
+/// The `ICC_SGI1R_EL1` value that sends SGI `vector` to the CPU with packed affinity `id`, or
+/// `None` if it needs the range selector and `range_selector` says there is none.
+const fn sgi1r_value(id: u32, vector: u8, range_selector: bool) -> Option<u64> {
+    let aff3 = (id >> 24) as u64;
+    let aff2 = ((id >> 16) & 0xff) as u64;
+    let aff1 = ((id >> 8) & 0xff) as u64;
+    let aff0 = (id & 0xff) as u64;
+    let (range, bit) = (aff0 / 16, aff0 % 16);
+    if range != 0 && !range_selector {
+        return None;
+    }
+    Some((aff3 << 48) | (range << 44) | (aff2 << 32) | (((vector & 0xf) as u64) << 24) | (aff1 << 16) | (1 << bit))
+}
+
+/// Whether `sgi1r_value(id, vector, range_selector)` is `expected` (for the checks below).
+const fn sgi1r_is(id: u32, vector: u8, range_selector: bool, expected: Option<u64>) -> bool {
+    match (sgi1r_value(id, vector, range_selector), expected) {
+        (Some(a), Some(b)) => a == b,
+        (None, None) => true,
+        _ => false,
+    }
+}
+
+// QEMU virt's CPUs 0..15: cluster 0, one target-list bit each.
+const _: () = assert!(sgi1r_is(0x0000_0003, 1, false, Some((1 << 24) | (1 << 3))));
+// Aff1 = 1 (QEMU's CPU 16 and up), Aff2 and Aff3 in their fields.
+const _: () = assert!(sgi1r_is(0x0102_0105, 4, false, Some((1 << 48) | (2 << 32) | (4 << 24) | (1 << 16) | (1 << 5))));
+// Aff0 = 0x21 needs range 2, bit 1.
+const _: () = assert!(sgi1r_is(0x0000_0021, 2, true, Some((2 << 44) | (2 << 24) | (1 << 1))));
+const _: () = assert!(sgi1r_is(0x0000_0021, 2, false, None));

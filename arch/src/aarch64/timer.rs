@@ -67,16 +67,16 @@ pub fn init(hz: u64) -> Calibration {
     COUNTER_AT_BOOT.store(cycles(), Ordering::Relaxed);
     PERIOD.store((freq / hz.max(1)).max(1), Ordering::Relaxed);
     INTID.store(super::boot::platform().timer_intid, Ordering::Relaxed);
-    // EL0 may read CNTVCT_EL0 (a clock, no secret; as x86 lets ring 3 `rdtsc`) and nothing else
-    // of the timer.
-    CNTKCTL_EL1.write(CNTKCTL_EL1::EL0VCTEN::TrappedNone);
-    barrier::isb(barrier::SY);
     start_periodic();
     Calibration { cycles_hz: freq, timer_hz: freq }
 }
 
-/// Starts this CPU's tick: first compare value one period from now, timer on, PPI enabled.
+/// Starts this CPU's tick (at the rate [`init`] chose): first compare value one period from
+/// now, timer on, PPI enabled. Also sets what user mode may read of this CPU's timer.
 pub fn start_periodic() {
+    // EL0 may read CNTVCT_EL0 (a clock, no secret; as x86 lets ring 3 `rdtsc`) and nothing else
+    // of the timer. CNTKCTL_EL1 is per CPU.
+    CNTKCTL_EL1.write(CNTKCTL_EL1::EL0VCTEN::TrappedNone);
     CNTV_CVAL_EL0.set(cycles() + PERIOD.load(Ordering::Relaxed));
     // Enabled with IMASK clear: the interrupt is delivered (and handled by trap.rs).
     CNTV_CTL_EL0.write(CNTV_CTL_EL0::ENABLE::SET + CNTV_CTL_EL0::IMASK::CLEAR);

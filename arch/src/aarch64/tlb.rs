@@ -139,17 +139,22 @@ pub fn current_root() -> Frame {
     }
 }
 
-/// Invalidates the translation of the page holding `va` on this CPU (every ASID, every level,
-/// so a changed table entry is covered too).
+/// Invalidates the translation of the page holding `va` (every ASID, every level, so a
+/// changed table entry is covered too) on every CPU: `tlbi vaae1is` is broadcast to the
+/// inner-shareable domain, and the `dsb ish` after it waits until every CPU has dropped the
+/// entry. The kernel calls this for edits of the kernel's own table, which every CPU walks
+/// through `TTBR1_EL1` (an unmapped kernel stack, a new mapping); a broadcast costs no
+/// interrupt and completes even while the other CPUs run with interrupts off, where an IPI
+/// would wait for them.
 pub fn flush_page(va: VirtAddr) {
     // SAFETY: TLB maintenance only drops cached translations. The store to the table must be
-    // visible to the walker first (dsb ishst), and the invalidation complete before the next
-    // access (dsb nsh; isb).
+    // visible to every walker first (dsb ishst), and the invalidation complete on every CPU
+    // before the next access (dsb ish; isb).
     unsafe {
         asm!(
             "dsb ishst",
-            "tlbi vaae1, {page}",
-            "dsb nsh",
+            "tlbi vaae1is, {page}",
+            "dsb ish",
             "isb",
             page = in(reg) (va.as_u64() >> crate::addr::PAGE_SHIFT) & ((1 << 44) - 1),
             options(nostack, preserves_flags)
