@@ -422,7 +422,10 @@ static KN_SLEEP_SEQ: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU
 /// `sleep` of a vCPU running a user thread: the thread's kernel side is just a timer entry,
 /// so the calling activation itself goes straight back to the library with `BLOCKED` (no new
 /// activation is needed), and the timer posts `UNBLOCKED` at the deadline — in deadline order.
-/// Returns `None` when the caller is not such a vCPU (then it sleeps as a plain thread).
+/// Returns `None` when the caller is not such a vCPU (then it sleeps as a plain thread), else
+/// the value the syscall must store as its result in the frame, which now enters the handler:
+/// the handler's first argument, since on some ports the result register is also the first
+/// argument register (aarch64 `x0`, riscv64 `a0`).
 pub fn sleep(frame: &mut TrapFrame, nanos: u64) -> Option<usize> {
     let me = scheduler::current().expect("a syscall thread");
     let (Some(vcpu), Some(view)) = (current_vcpu(&me), me.view()) else { return None };
@@ -436,8 +439,9 @@ pub fn sleep(frame: &mut TrapFrame, nanos: u64) -> Option<usize> {
     let deadline = arch::timer::nanos().saturating_add(nanos.max(1));
     let seq = KN_SLEEP_SEQ.fetch_add(1, Ordering::Relaxed);
     KN_SLEEPERS.lock().insert((deadline, seq), KnSleeper { domain, thmb });
-    upcall(&me, frame, vcpu, [EventKind::Blocked as u64, thmb, vcpu as u64, 0]);
-    Some(0)
+    let args = [EventKind::Blocked as u64, thmb, vcpu as u64, 0];
+    upcall(&me, frame, vcpu, args);
+    Some(args[0] as usize)
 }
 
 /// Ends the timed waits whose deadline has passed (timer tick): the result (0) goes into the

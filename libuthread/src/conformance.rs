@@ -42,6 +42,7 @@ pub const CHECKS: &[Check] = &[
     ("rwlock_readers_writers", rwlock_readers_writers),
     ("once_runs_once", once_runs_once),
     ("thread_locals_survive_migration", thread_locals_survive_migration),
+    ("fp_values_survive_switches", fp_values_survive_switches),
     ("sleep_ordering", sleep_ordering),
 ];
 
@@ -371,6 +372,62 @@ fn thread_locals_survive_migration() -> Outcome {
     }
     ensure!(TAG.with(Cell::get) == usize::MAX, "the checking thread's own value changed");
     ensure!(crate::vcpu_count() == 1 || moved > 0, "no thread ever ran on a second vCPU");
+    Ok(())
+}
+
+/// Six floating-point values evolved in a loop, kept live across a switch at every step
+/// (`switch(step)`): across calls a compiler keeps them in the ABI's callee-saved FP registers
+/// where it has some (aarch64 `d8`..`d15`, riscv64 `fs0`..`fs11`), so a switch that does not
+/// give each thread its own (a WINDOW switch that skips them, a FULL resume that loses the FP
+/// state) changes the results.
+#[inline(never)]
+fn fp_walk(seed: f64, steps: usize, switch: &mut dyn FnMut(usize)) -> [f64; 6] {
+    let (mut a, mut b, mut c) = (seed, seed * 1.5, seed + 0.25);
+    let (mut d, mut e, mut f) = (seed * seed, 1.0 / seed, seed - 3.0);
+    let k = core::hint::black_box(1.000_1f64);
+    for step in 0..steps {
+        switch(step);
+        a = a * k + f * 0.5;
+        b = b / k - a * 0.25;
+        c = c * 0.999 + b * 0.125;
+        d = d * k - c;
+        e = e + d * 0.001;
+        f = f * 0.5 + e;
+    }
+    [a, b, c, d, e, f]
+}
+
+/// Threads compute with floating-point values held across yields, barrier waits and sleeps
+/// (switches through the window, and through the kernel's full save), interleaved with each
+/// other, and must get exactly the bits they get without switching.
+fn fp_values_survive_switches() -> Outcome {
+    const THREADS: usize = 8;
+    const STEPS: usize = 120;
+    let barrier = Arc::new(Barrier::new(THREADS));
+    let handles: Vec<_> = (0..THREADS)
+        .map(|i| {
+            let barrier = barrier.clone();
+            crate::spawn(move || -> Result<(), String> {
+                let seed = core::hint::black_box(1.0 + i as f64 * 0.37);
+                let quiet = fp_walk(seed, STEPS, &mut |_| {});
+                let switched = fp_walk(seed, STEPS, &mut |step| match step % 8 {
+                    3 => {
+                        barrier.wait();
+                    }
+                    7 => crate::sleep(Duration::from_micros(30)),
+                    _ => crate::yield_now(),
+                });
+                let same = quiet.iter().zip(&switched).all(|(q, s)| q.to_bits() == s.to_bits());
+                if !same {
+                    return Err(format!("thread {i}: {switched:?} with switches, {quiet:?} without"));
+                }
+                Ok(())
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().map_err(|_| String::from("a thread panicked"))??;
+    }
     Ok(())
 }
 

@@ -3,7 +3,8 @@
 //! mask and the full frame the kernel writes at an involuntary stop), followed by what only the
 //! library reads and writes.
 //!
-//! Layout (x86_64, checked at compile time):
+//! Layout (x86_64, checked at compile time; on aarch64 the frame is 34 words and the window
+//! 184 bytes, so `window` is at `0x128`, `state` at `0x1e0`, `resume` at `0x1f0`):
 //!
 //! | offset | field | written by |
 //! |---|---|---|
@@ -103,11 +104,14 @@ const _: () = assert!(offset_of!(Thmb, header) == 0);
 const _: () = assert!(core::mem::align_of::<Thmb>() as u64 == THMB_ALIGN);
 #[cfg(target_arch = "x86_64")]
 const _: () = assert!(WINDOW_OFFSET == 0xa8 && STATE_OFFSET == 0xf0 && RESUME_OFFSET == 0x100);
+#[cfg(target_arch = "aarch64")]
+const _: () = assert!(WINDOW_OFFSET == 0x128 && STATE_OFFSET == 0x1e0 && RESUME_OFFSET == 0x1f0);
 
 const ZERO_FRAME: FullFrame = FullFrame::ZERO;
 
-const ZERO_WINDOW: Window =
-    Window { rbx: 0, rbp: 0, r12: 0, r13: 0, r14: 0, r15: 0, rsp: 0, rip: 0, mxcsr: 0, fpucw: 0, _pad: 0 };
+// SAFETY: every port's `Window` is plain integers (and arrays of them), for which all-zero
+// bytes are a valid value.
+const ZERO_WINDOW: Window = unsafe { core::mem::zeroed() };
 
 impl Thmb {
     /// A blank ThMB (also used for root contexts, which only ever use the window).

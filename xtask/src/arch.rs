@@ -146,6 +146,22 @@ impl Arch {
         }
     }
 
+    /// `rustc` flags that keep compiled user code (and the sysroot crates built with it) off
+    /// the registers Tsumugi's user ABI reserves for the thread library: aarch64's `x18`,
+    /// through which a FULL resume jumps (`tsumugi_abi::kn::aarch64`), so no compiled code may
+    /// keep a value there. With `build_std` (the sysroot is compiled from source under
+    /// `RUSTC_BOOTSTRAP`) that is rustc's `-Zfixed-x18`, which it also checks is the same in
+    /// every crate; a toolchain with a prebuilt sysroot only takes the LLVM feature
+    /// `+reserve-x18` (rustc warns that it is being phased out), and its prebuilt `core` may
+    /// still use `x18`.
+    pub fn user_reserved_register_flags(self, build_std: bool) -> &'static [&'static str] {
+        match (self, build_std) {
+            (Arch::X86_64 | Arch::Riscv64, _) => &[],
+            (Arch::Aarch64, true) => &["-Zfixed-x18"],
+            (Arch::Aarch64, false) => &["-C", "target-feature=+reserve-x18"],
+        }
+    }
+
     /// The QEMU system emulator.
     pub fn qemu_binary(self) -> &'static str {
         match self {
@@ -338,6 +354,12 @@ mod tests {
         assert_eq!(Arch::Aarch64.decode_exit(exited(0)), Outcome::Guest(0));
         assert_eq!(Arch::Aarch64.decode_exit(exited(127)), Outcome::Guest(127));
         assert!(Arch::Aarch64.user_rustflags().contains(&"link-arg=-pie"));
+        assert_eq!(Arch::Aarch64.user_reserved_register_flags(true), ["-Zfixed-x18"]);
+        assert_eq!(
+            Arch::Aarch64.user_reserved_register_flags(false).join(" "),
+            "-C target-feature=+reserve-x18"
+        );
+        assert!(Arch::X86_64.user_reserved_register_flags(true).is_empty());
         assert_eq!(
             Arch::Aarch64.flat_kernel_image(Path::new("out/tsumugi")),
             Some(PathBuf::from("out/tsumugi.img"))

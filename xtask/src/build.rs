@@ -187,7 +187,9 @@ fn outer_cargo_variables() -> Vec<String> {
 
 /// `cargo build ... -p tsumugi-userland --features target --bins`.
 pub fn userland_command(tools: &Tools, arch: Arch, release: bool) -> Cmd {
-    let cmd = cross_cargo(tools, arch, "build", arch.user_rustflags()).args([
+    let mut rustflags = arch.user_rustflags().to_vec();
+    rustflags.extend(arch.user_reserved_register_flags(tools.toolchain.build_std()));
+    let cmd = cross_cargo(tools, arch, "build", &rustflags).args([
         "-p",
         USERLAND_PACKAGE,
         "--features",

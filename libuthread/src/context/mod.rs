@@ -23,6 +23,9 @@
 #[cfg(target_arch = "x86_64")]
 #[path = "x86_64.rs"]
 mod arch;
+#[cfg(target_arch = "aarch64")]
+#[path = "aarch64.rs"]
+mod arch;
 
 pub use arch::Window;
 pub(crate) use arch::{detect_fp, init_window, raw};

@@ -82,8 +82,9 @@ pub fn start_vcpus(n: usize, vcpu_main: fn(usize) -> !) {
     }
 }
 
-/// Per-vCPU "FP is live" words the kernel sets (`Registration::fp_live`).
-static FP_LIVE: [AtomicU64; MAX_VCPUS] = [const { AtomicU64::new(0) }; MAX_VCPUS];
+/// Per-vCPU "FP is live" words the kernel sets (`Registration::fp_live`). Context switches
+/// written in assembly read them directly (aarch64).
+pub(crate) static FP_LIVE: [AtomicU64; MAX_VCPUS] = [const { AtomicU64::new(0) }; MAX_VCPUS];
 
 /// Whether FP/SIMD state may be live on vCPU `v` (an activation of it has used FP): WINDOW
 /// switches there must keep the ABI's callee-saved FP registers.

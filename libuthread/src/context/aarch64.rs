@@ -1,0 +1,453 @@
+//! aarch64 context switching (AAPCS64, with Tsumugi's user ABI reserving `x18` for the thread
+//! library). Every entry point is plain `global_asm!`: a switch changes the stack pointer,
+//! which no Rust function (and no `asm!` block inside one) may do, and the FULL restore must
+//! load every general-purpose register, so no compiler-managed register may survive it.
+//!
+//! Entry points (all `extern "C"`, all in `.text`, `.hidden`):
+//!
+//! | symbol | Rust signature | does |
+//! |---|---|---|
+//! | `libuthread_switch_out` | `(from: *mut Thmb, stack_top: usize, entry: Entry, a0: usize, a1: usize)` | save window, mask = WINDOW, `entry(a0, a1)` on `stack_top`; returns when `from` is resumed |
+//! | `libuthread_call_on_stack` | `(stack_top: usize, entry: Entry, a0: usize, a1: usize) -> !` | `entry(a0, a1)` on `stack_top`, nothing saved |
+//! | `libuthread_resume_window` | `(to: *mut Thmb, ltn: *mut Thmb, write_ltn: u64) -> !` | [LTN = `ltn`], restore window, jump |
+//! | `libuthread_switch_out_full` | as `libuthread_switch_out` | the full-save baseline: `x0`..`x30`, `sp`, NZCV and q0..q31, FPCR, FPSR into the FP area, mask = FULL\|FP |
+//! | `libuthread_resume_full` | `(to: *mut Thmb, write_ltn: u64, fp_format: u64) -> !` | [FP from the FP area], [LTN = `to`], restore `to.resume` entirely, jump through `x18` |
+//! | `libuthread_thread_start` | (jumped to by a window resume) | first instruction of every user thread |
+//!
+//! `Entry` is `unsafe extern "C" fn(usize, usize) -> !`.
+//!
+//! # The window and FP
+//! AAPCS64 makes a callee preserve `x19`..`x29`, `sp`, and the low 64 bits of `v8`..`v15`
+//! (`d8`..`d15`); FPCR is global state that only dedicated functions (`fesetround`…) change, so
+//! a switch must give each thread its own. Reading any FP register or FPCR is an FP access,
+//! which the kernel traps while it switches FP lazily, so the window takes `d8`..`d15` and FPCR
+//! only on a vCPU where FP is live (`crate::platform::fp_live`, set by the kernel at an
+//! activation's first FP trap): a program that never touches FP switches without them and never
+//! takes an FP trap. The window records whether it holds them (`fp_saved`); a window without
+//! them belongs to a thread that never had FP state of its own, so its resume gives it the
+//! default FPCR (0: round to nearest, no traps) when FP is live where it resumes, and touches no
+//! FP register otherwise.
+
+use core::mem::offset_of;
+use core::ops::Range;
+
+use tsumugi_abi::kn::{fp_format, mask, FullFrame, FP_AREA_PTR_OFFSET, FP_AREA_SIZE, FP_FORMAT_OFFSET, MASK_OFFSET};
+
+use crate::thmb::{Thmb, RESUME_OFFSET, WINDOW_OFFSET};
+
+/// The callee-saved register window of AAPCS64: what a voluntary switch (a call) must
+/// preserve.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Window {
+    /// `x19`..`x28`.
+    pub x19_x28: [u64; 10],
+    /// `x29`, the frame pointer.
+    pub fp: u64,
+    /// `x30` (`lr`): where the thread resumes (the switch call's return address).
+    pub lr: u64,
+    /// The stack pointer (`bl` pushes nothing, so it is the same before and after the call).
+    pub sp: u64,
+    /// 1 when `d` and `fpcr` below were saved (FP was live on the vCPU), 0 when not.
+    pub fp_saved: u64,
+    /// `d8`..`d15`.
+    pub d: [u64; 8],
+    /// FPCR.
+    pub fpcr: u64,
+}
+
+const _: () = assert!(core::mem::size_of::<Window>() == 23 * 8);
+const _: () = assert!(offset_of!(Window, fp) == 80 && offset_of!(Window, sp) == 96);
+const _: () = assert!(offset_of!(Window, fp_saved) == 104 && offset_of!(Window, d) == 112 && offset_of!(Window, fpcr) == 176);
+
+/// Bytes of the FP area a full save writes: q0..q31, FPCR, FPSR (`fp_format::AARCH64_Q`).
+const FP_STATE_BYTES: usize = 32 * 16 + 16;
+const _: () = assert!(FP_STATE_BYTES <= FP_AREA_SIZE);
+/// Offset of FPCR (then FPSR) in the FP area.
+const FP_FPCR: usize = 32 * 16;
+
+/// Builds the window of a thread that has never run: it "resumes" at `libuthread_thread_start`
+/// with `x19` = its ThMB and `x20` = `entry`, on an empty stack whose top is `stack_top`, with
+/// no FP state of its own.
+pub(crate) fn init_window(window: &mut Window, stack_top: usize, thmb: *mut Thmb, entry: unsafe extern "C" fn(*mut Thmb) -> !) {
+    debug_assert_eq!(stack_top % 16, 0);
+    let mut x19_x28 = [0; 10];
+    x19_x28[0] = thmb as u64;
+    x19_x28[1] = entry as *const () as u64;
+    *window = Window { x19_x28, sp: stack_top as u64, lr: raw::libuthread_thread_start as *const () as u64, ..Window::default() };
+}
+
+/// Nothing to find out: every aarch64 CPU Tsumugi runs on has FP/SIMD, saved in one format
+/// (`fp_format::AARCH64_Q`).
+pub(crate) fn detect_fp() {}
+
+/// Bytes a switch stores in each mode: the window (`x19`..`x30`, `sp`, the `fp_saved` word,
+/// and `d8`..`d15` with FPCR when FP is live on the calling thread's vCPU), or every
+/// general-purpose register, `sp`, `pc`, NZCV and the FP/SIMD state.
+pub(crate) fn bytes_saved() -> (usize, usize) {
+    let fp = crate::thread::current_vcpu().is_some_and(crate::platform::fp_live);
+    (14 * 8 + if fp { 9 * 8 } else { 0 }, core::mem::size_of::<FullFrame>() + FP_STATE_BYTES)
+}
+
+/// Where a full frame resumes (`pc`).
+///
+/// # Safety
+/// `frame` points to a live frame.
+pub(crate) unsafe fn frame_pc(frame: *const FullFrame) -> u64 {
+    // SAFETY: forwarded contract.
+    unsafe { core::ptr::read_volatile(&raw const (*frame).pc) }
+}
+
+/// The instruction ranges of the two resume sequences (see `interrupted_resume`).
+pub(crate) fn resume_ranges() -> (Range<usize>, Range<usize>) {
+    use raw::*;
+    (
+        libuthread_resume_window as *const () as usize..libuthread_resume_window_end as *const () as usize,
+        libuthread_resume_full as *const () as usize..libuthread_resume_full_end as *const () as usize,
+    )
+}
+
+// Offsets used by the assembly, checked against the Rust layout at compile time (the `const`
+// operands below are computed from `offset_of!`, so they cannot drift). Window fields are
+// addressed from a base register holding the window's address, the resume copy from one
+// holding its own (`stp`/`ldp` reach only 504 bytes).
+const W: usize = WINDOW_OFFSET;
+const R: usize = RESUME_OFFSET;
+const WX: usize = offset_of!(Window, x19_x28);
+const WD: usize = offset_of!(Window, d);
+const RX: usize = offset_of!(FullFrame, x);
+const _: () = assert!(MASK_OFFSET == 0);
+const _: () = assert!(W < 4096 && R < 4096, "the assembly forms these addresses with one `add`");
+
+core::arch::global_asm!(
+    ".pushsection .text.libuthread_context, \"ax\", %progbits",
+    // ---------------------------------------------------------------------------------------
+    // libuthread_switch_out(from = x0, stack_top = x1, entry = x2, a0 = x3, a1 = x4)
+    // A voluntary switch: the caller-saved registers are dead (this is a call), so only the
+    // window is saved. x9..x11 are scratch (caller-saved).
+    ".globl libuthread_switch_out",
+    ".hidden libuthread_switch_out",
+    ".type libuthread_switch_out, %function",
+    ".p2align 4",
+    "libuthread_switch_out:",
+    "    add x9, x0, #{w}",
+    "    stp x19, x20, [x9, #{wx19}]",
+    "    stp x21, x22, [x9, #{wx21}]",
+    "    stp x23, x24, [x9, #{wx23}]",
+    "    stp x25, x26, [x9, #{wx25}]",
+    "    stp x27, x28, [x9, #{wx27}]",
+    "    stp x29, x30, [x9, #{w_fp}]",            // x30: where the thread resumes
+    "    mov x10, sp",
+    "    str x10, [x9, #{w_sp}]",
+    "    ldr x10, [x0, #{vcpu}]",                 // FP live on this vCPU?
+    "    adrp x11, {fp_live}",                    //   (the thread's vCPU cannot change here:
+    "    add x11, x11, :lo12:{fp_live}",          //   LTN is 0)
+    "    ldr x10, [x11, x10, lsl #3]",
+    "    cmp x10, #0",
+    "    cset x10, ne",
+    "    str x10, [x9, #{w_fp_saved}]",
+    "    cbz x10, 1f",
+    "    stp d8, d9, [x9, #{wd8}]",               // yes: the callee-saved FP registers ...
+    "    stp d10, d11, [x9, #{wd10}]",
+    "    stp d12, d13, [x9, #{wd12}]",
+    "    stp d14, d15, [x9, #{wd14}]",
+    "    mrs x10, fpcr",                          // ... and the FP control register
+    "    str x10, [x9, #{w_fpcr}]",
+    "1:",
+    "    mov x10, #{mask_window}",                // the window is now valid
+    "    str x10, [x0, #{mask_off}]",
+    "    mov sp, x1",                             // onto the scheduler's stack (16-aligned top)
+    "    mov x29, #0",                            // a backtrace ends here
+    "    mov x0, x3",                             // entry(a0, a1)
+    "    mov x1, x4",
+    "    blr x2",
+    "    brk #1",                                 // entry never returns
+    ".size libuthread_switch_out, . - libuthread_switch_out",
+    // ---------------------------------------------------------------------------------------
+    // libuthread_switch_out_full(from = x0, stack_top = x1, entry = x2, a0 = x3, a1 = x4)
+    // The full-save baseline (`SaveMode::Full`): what a library without register windows does
+    // at every switch — every general-purpose register, sp, NZCV into `from.resume`, the whole
+    // FP/SIMD state into the FP area, mask FULL|FP; `from` is resumed by the FULL path. x18 (the
+    // library's register) is the base; its own slot is not worth keeping.
+    ".globl libuthread_switch_out_full",
+    ".hidden libuthread_switch_out_full",
+    ".type libuthread_switch_out_full, %function",
+    ".p2align 4",
+    "libuthread_switch_out_full:",
+    "    add x18, x0, #{r}",
+    "    stp x0, x1, [x18, #{rx0}]",
+    "    stp x2, x3, [x18, #{rx2}]",
+    "    stp x4, x5, [x18, #{rx4}]",
+    "    stp x6, x7, [x18, #{rx6}]",
+    "    stp x8, x9, [x18, #{rx8}]",
+    "    stp x10, x11, [x18, #{rx10}]",
+    "    stp x12, x13, [x18, #{rx12}]",
+    "    stp x14, x15, [x18, #{rx14}]",
+    "    stp x16, x17, [x18, #{rx16}]",
+    "    str x19, [x18, #{rx19}]",
+    "    stp x20, x21, [x18, #{rx20}]",
+    "    stp x22, x23, [x18, #{rx22}]",
+    "    stp x24, x25, [x18, #{rx24}]",
+    "    stp x26, x27, [x18, #{rx26}]",
+    "    stp x28, x29, [x18, #{rx28}]",
+    "    str x30, [x18, #{rx30}]",
+    "    str x30, [x18, #{r_pc}]",                // resumes where this call returns
+    "    mov x9, sp",
+    "    str x9, [x18, #{r_sp}]",
+    "    mrs x9, nzcv",
+    "    str x9, [x18, #{r_pstate}]",
+    "    ldr x9, [x0, #{fp_area}]",
+    "    stp q0, q1, [x9, #0]",
+    "    stp q2, q3, [x9, #32]",
+    "    stp q4, q5, [x9, #64]",
+    "    stp q6, q7, [x9, #96]",
+    "    stp q8, q9, [x9, #128]",
+    "    stp q10, q11, [x9, #160]",
+    "    stp q12, q13, [x9, #192]",
+    "    stp q14, q15, [x9, #224]",
+    "    stp q16, q17, [x9, #256]",
+    "    stp q18, q19, [x9, #288]",
+    "    stp q20, q21, [x9, #320]",
+    "    stp q22, q23, [x9, #352]",
+    "    stp q24, q25, [x9, #384]",
+    "    stp q26, q27, [x9, #416]",
+    "    stp q28, q29, [x9, #448]",
+    "    stp q30, q31, [x9, #480]",
+    "    mrs x10, fpcr",
+    "    str x10, [x9, #{fp_fpcr}]",
+    "    mrs x10, fpsr",
+    "    str x10, [x9, #{fp_fpsr}]",
+    "    mov x10, #{fmt_q}",
+    "    str x10, [x0, #{fp_format_off}]",
+    "    mov x10, #{mask_full_fp}",
+    "    str x10, [x0, #{mask_off}]",
+    "    mov sp, x1",
+    "    mov x29, #0",
+    "    mov x0, x3",
+    "    mov x1, x4",
+    "    blr x2",
+    "    brk #1",
+    ".size libuthread_switch_out_full, . - libuthread_switch_out_full",
+    // ---------------------------------------------------------------------------------------
+    // libuthread_call_on_stack(stack_top = x0, entry = x1, a0 = x2, a1 = x3) -> !
+    ".globl libuthread_call_on_stack",
+    ".hidden libuthread_call_on_stack",
+    ".type libuthread_call_on_stack, %function",
+    ".p2align 4",
+    "libuthread_call_on_stack:",
+    "    mov sp, x0",                             // abandon the current stack
+    "    mov x29, #0",
+    "    mov x9, x1",
+    "    mov x0, x2",                             // entry(a0, a1)
+    "    mov x1, x3",
+    "    blr x9",
+    "    brk #1",
+    ".size libuthread_call_on_stack, . - libuthread_call_on_stack",
+    // ---------------------------------------------------------------------------------------
+    // libuthread_resume_window(to = x0, ltn = x1, write_ltn = x2) -> !
+    // Restartable: from the `msr tpidr_el0` on, a kernel stop saves into `to` (not harmful:
+    // only the window is read here and the kernel never writes it); no stack is touched.
+    ".globl libuthread_resume_window",
+    ".hidden libuthread_resume_window",
+    ".type libuthread_resume_window, %function",
+    ".p2align 4",
+    "libuthread_resume_window:",
+    "    cbz x2, 2f",
+    "    msr tpidr_el0, x1",                      // LTN = the thread (or 0 for a root context)
+    "2:",
+    "    add x9, x0, #{w}",
+    "    ldr x10, [x9, #{w_fp_saved}]",
+    "    cbz x10, 3f",
+    "    ldp d8, d9, [x9, #{wd8}]",               // its callee-saved FP registers and FPCR
+    "    ldp d10, d11, [x9, #{wd10}]",
+    "    ldp d12, d13, [x9, #{wd12}]",
+    "    ldp d14, d15, [x9, #{wd14}]",
+    "    ldr x10, [x9, #{w_fpcr}]",
+    "    msr fpcr, x10",
+    "    b 4f",
+    "3:",                                         // none saved: no FP state of its own; where
+    "    ldr x10, [x0, #{vcpu}]",                 // FP is live, it gets the default FPCR rather
+    "    adrp x11, {fp_live}",                    // than another thread's
+    "    add x11, x11, :lo12:{fp_live}",
+    "    ldr x10, [x11, x10, lsl #3]",
+    "    cbz x10, 4f",
+    "    msr fpcr, xzr",
+    "4:",
+    "    ldp x19, x20, [x9, #{wx19}]",
+    "    ldp x21, x22, [x9, #{wx21}]",
+    "    ldp x23, x24, [x9, #{wx23}]",
+    "    ldp x25, x26, [x9, #{wx25}]",
+    "    ldp x27, x28, [x9, #{wx27}]",
+    "    ldp x29, x30, [x9, #{w_fp}]",
+    "    ldr x10, [x9, #{w_sp}]",
+    "    mov sp, x10",                            // the thread's stack, exactly as it left it
+    "    ret",                                    // = the return of its switch_out
+    ".globl libuthread_resume_window_end",
+    ".hidden libuthread_resume_window_end",
+    "libuthread_resume_window_end:",
+    ".size libuthread_resume_window, . - libuthread_resume_window",
+    // ---------------------------------------------------------------------------------------
+    // libuthread_resume_full(to = x0, write_ltn = x1, fp_format = x2) -> !
+    // Restores every general-purpose register, sp, NZCV and pc from `to.resume` without
+    // entering the kernel and without touching the thread's stack (memory below its sp may be
+    // live: nothing is pushed). x18 is the one register the thread does not own (Tsumugi's
+    // aarch64 user ABI reserves it for the library), so it serves as the base and then as the
+    // jump target:
+    //   0. FP state from the FP area, while LTN is still 0 (a kernel stop here resumes in
+    //      place, so the thread's FP state is never saved half restored);
+    //   1. NZCV (nothing below changes flags);
+    //   2. LTN (TPIDR_EL0) = to;
+    //   3. sp, then x0..x30 except x18, through x18 = &to.resume;
+    //   4. x18 = pc; `br x18`.
+    // Restartable like the window resume: the kernel writes only `to.header`, never `to.resume`.
+    ".globl libuthread_resume_full",
+    ".hidden libuthread_resume_full",
+    ".type libuthread_resume_full, %function",
+    ".p2align 4",
+    "libuthread_resume_full:",
+    "    cbz x2, 3f",                             // 0. FP/SIMD state saved with the frame?
+    "    ldr x9, [x0, #{fp_area}]",
+    "    ldp q0, q1, [x9, #0]",
+    "    ldp q2, q3, [x9, #32]",
+    "    ldp q4, q5, [x9, #64]",
+    "    ldp q6, q7, [x9, #96]",
+    "    ldp q8, q9, [x9, #128]",
+    "    ldp q10, q11, [x9, #160]",
+    "    ldp q12, q13, [x9, #192]",
+    "    ldp q14, q15, [x9, #224]",
+    "    ldp q16, q17, [x9, #256]",
+    "    ldp q18, q19, [x9, #288]",
+    "    ldp q20, q21, [x9, #320]",
+    "    ldp q22, q23, [x9, #352]",
+    "    ldp q24, q25, [x9, #384]",
+    "    ldp q26, q27, [x9, #416]",
+    "    ldp q28, q29, [x9, #448]",
+    "    ldp q30, q31, [x9, #480]",
+    "    ldr x10, [x9, #{fp_fpcr}]",
+    "    msr fpcr, x10",
+    "    ldr x10, [x9, #{fp_fpsr}]",
+    "    msr fpsr, x10",
+    "3:",
+    "    add x18, x0, #{r}",
+    "    ldr x9, [x18, #{r_pstate}]",             // 1. NZCV (bits 31..28 of the saved PSTATE)
+    "    and x9, x9, #{nzcv_bits}",
+    "    msr nzcv, x9",
+    "    cbz x1, 2f",
+    "    msr tpidr_el0, x0",                      // 2. LTN = to
+    "2:",
+    "    ldr x9, [x18, #{r_sp}]",                 // 3. the thread's stack, nothing stored on it
+    "    mov sp, x9",
+    "    ldp x0, x1, [x18, #{rx0}]",
+    "    ldp x2, x3, [x18, #{rx2}]",
+    "    ldp x4, x5, [x18, #{rx4}]",
+    "    ldp x6, x7, [x18, #{rx6}]",
+    "    ldp x8, x9, [x18, #{rx8}]",
+    "    ldp x10, x11, [x18, #{rx10}]",
+    "    ldp x12, x13, [x18, #{rx12}]",
+    "    ldp x14, x15, [x18, #{rx14}]",
+    "    ldp x16, x17, [x18, #{rx16}]",
+    "    ldr x19, [x18, #{rx19}]",
+    "    ldp x20, x21, [x18, #{rx20}]",
+    "    ldp x22, x23, [x18, #{rx22}]",
+    "    ldp x24, x25, [x18, #{rx24}]",
+    "    ldp x26, x27, [x18, #{rx26}]",
+    "    ldp x28, x29, [x18, #{rx28}]",
+    "    ldr x30, [x18, #{rx30}]",
+    "    ldr x18, [x18, #{r_pc}]",                // 4. the base becomes the target
+    "    br x18",
+    ".globl libuthread_resume_full_end",
+    ".hidden libuthread_resume_full_end",
+    "libuthread_resume_full_end:",
+    ".size libuthread_resume_full, . - libuthread_resume_full",
+    // ---------------------------------------------------------------------------------------
+    // libuthread_thread_start: a new thread's first instruction, reached by a window resume
+    // of the window `init_window` built: x19 = its ThMB, x20 = its Rust entry, sp = the empty
+    // stack's 16-aligned top, x29 = 0. The CFI marks the outermost frame so backtraces stop here.
+    ".globl libuthread_thread_start",
+    ".hidden libuthread_thread_start",
+    ".type libuthread_thread_start, %function",
+    ".p2align 4",
+    "libuthread_thread_start:",
+    "    .cfi_startproc",
+    "    .cfi_undefined x30",
+    "    mov x29, #0",
+    "    mov x0, x19",                            // entry(thmb)
+    "    blr x20",
+    "    brk #1",                                 // entry never returns
+    "    .cfi_endproc",
+    ".size libuthread_thread_start, . - libuthread_thread_start",
+    ".popsection",
+    mask_off = const MASK_OFFSET,
+    mask_window = const mask::WINDOW,
+    mask_full_fp = const mask::FULL | mask::FP,
+    fp_area = const FP_AREA_PTR_OFFSET,
+    fp_format_off = const FP_FORMAT_OFFSET,
+    fmt_q = const fp_format::AARCH64_Q,
+    fp_fpcr = const FP_FPCR,
+    fp_fpsr = const FP_FPCR + 8,
+    nzcv_bits = const 0xf000_0000u64,
+    vcpu = const offset_of!(Thmb, vcpu),
+    fp_live = sym crate::platform::FP_LIVE,
+    w = const W,
+    wx19 = const WX,
+    wx21 = const WX + 16,
+    wx23 = const WX + 32,
+    wx25 = const WX + 48,
+    wx27 = const WX + 64,
+    w_fp = const offset_of!(Window, fp),
+    w_sp = const offset_of!(Window, sp),
+    w_fp_saved = const offset_of!(Window, fp_saved),
+    wd8 = const WD,
+    wd10 = const WD + 16,
+    wd12 = const WD + 32,
+    wd14 = const WD + 48,
+    w_fpcr = const offset_of!(Window, fpcr),
+    r = const R,
+    rx0 = const RX,
+    rx2 = const RX + 2 * 8,
+    rx4 = const RX + 4 * 8,
+    rx6 = const RX + 6 * 8,
+    rx8 = const RX + 8 * 8,
+    rx10 = const RX + 10 * 8,
+    rx12 = const RX + 12 * 8,
+    rx14 = const RX + 14 * 8,
+    rx16 = const RX + 16 * 8,
+    rx19 = const RX + 19 * 8,
+    rx20 = const RX + 20 * 8,
+    rx22 = const RX + 22 * 8,
+    rx24 = const RX + 24 * 8,
+    rx26 = const RX + 26 * 8,
+    rx28 = const RX + 28 * 8,
+    rx30 = const RX + 30 * 8,
+    r_sp = const offset_of!(FullFrame, sp),
+    r_pc = const offset_of!(FullFrame, pc),
+    r_pstate = const offset_of!(FullFrame, pstate),
+);
+
+/// The assembly's symbols.
+pub(crate) mod raw {
+    use super::super::Entry;
+    use crate::thmb::Thmb;
+
+    // The assembly touches only the `#[repr(C)]` prefix of a ThMB (header, window, vCPU word,
+    // resume copy), whose offsets are checked above; the rest of the type need not be FFI-safe.
+    #[allow(improper_ctypes)]
+    extern "C" {
+        /// See the module table.
+        pub(crate) fn libuthread_switch_out(from: *mut Thmb, stack_top: usize, entry: Entry, a0: usize, a1: usize);
+        /// See the module table.
+        pub(crate) fn libuthread_call_on_stack(stack_top: usize, entry: Entry, a0: usize, a1: usize) -> !;
+        /// See the module table.
+        pub(crate) fn libuthread_resume_window(to: *mut Thmb, ltn: *mut Thmb, write_ltn: u64) -> !;
+        /// End of the window resume sequence (a label, not a function).
+        pub(crate) fn libuthread_resume_window_end();
+        /// See the module table.
+        pub(crate) fn libuthread_resume_full(to: *mut Thmb, write_ltn: u64, fp_format: u64) -> !;
+        /// See the module table.
+        pub(crate) fn libuthread_switch_out_full(from: *mut Thmb, stack_top: usize, entry: Entry, a0: usize, a1: usize);
+        /// End of the full resume sequence (a label, not a function).
+        pub(crate) fn libuthread_resume_full_end();
+        /// A new thread's first instruction (jumped to, never called from Rust).
+        pub(crate) fn libuthread_thread_start();
+    }
+}
