@@ -35,7 +35,7 @@ use crate::domain::{Domain, Outcome};
 use crate::mm::view::ViewId;
 use crate::mm::views;
 use crate::sched::scheduler::{self, Then};
-use crate::thread::{self, Body, State, Thread, NOT_A_VCPU};
+use crate::thread::{self, Body, Thread, NOT_A_VCPU};
 
 /// Largest ring a program may register.
 const MAX_RING_SLOTS: u64 = 1 << 16;
@@ -483,7 +483,10 @@ pub fn park(me: &Arc<Thread>) -> Result<usize, Errno> {
         if kn.unread() {
             return Ok(0);
         }
-        me.set_state(State::Blocked);
+        // A vCPU of a program that is ending returns instead, and ends on its way out.
+        if !me.block_unless_killed() {
+            return Ok(0);
+        }
         kn.vcpus[vcpu].parked = Some(me.clone());
     }
     scheduler::schedule(Then::Block);

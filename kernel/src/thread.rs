@@ -178,6 +178,20 @@ impl Thread {
         self.life.lock().state = state;
     }
 
+    /// Marks the running thread `Blocked` before it gives up its CPU — unless it was killed:
+    /// then it must not block, since `Domain::end` found it running and only kicked its CPU,
+    /// so nobody would wake it. Returns whether it is `Blocked` now. `end` sets `killed` before
+    /// it reads the state under the same lock, so either it finds `Blocked` (and wakes the
+    /// thread) or this finds `killed`.
+    pub(crate) fn block_unless_killed(&self) -> bool {
+        let mut life = self.life.lock();
+        if self.killed.load(Ordering::Acquire) {
+            return false;
+        }
+        life.state = State::Blocked;
+        true
+    }
+
     /// The exit value (`None` while alive, or when killed).
     pub fn exit_value(&self) -> Option<usize> {
         self.life.lock().exit_value
