@@ -8,7 +8,7 @@ fn main() {
         "riscv64gc" => "riscv64",
         other => other,
     };
-    if target.ends_with("-none") || target.ends_with("-none-elf") {
+    if target.ends_with("-none") || target.ends_with("-none-elf") || target.ends_with("-none-softfloat") {
         let script = manifest.join("../arch/src").join(arch_dir).join("linker.ld");
         println!("cargo:rustc-link-arg-bin=tsumugi=-T{}", script.display());
         println!("cargo:rerun-if-changed={}", script.display());

@@ -157,7 +157,7 @@ pub fn for_arch(arch: &str) -> Option<Vec<Suite>> {
 pub const RISCV64_NOT_YET_PORTED: &[&str] = &["lazysave", "kn", "kn-smp4", "uthread", "uthread-smp4", "fpu", "fpu-smp4", "fpu-eager-smp4"];
 
 /// x86_64 suites whose mechanisms the aarch64 port does not have yet.
-pub const AARCH64_NOT_YET_PORTED: &[&str] = &["lazysave", "kn", "kn-smp4", "uthread", "uthread-smp4", "fpu", "fpu-smp4", "fpu-eager-smp4"];
+pub const AARCH64_NOT_YET_PORTED: &[&str] = &["lazysave", "kn", "kn-smp4", "uthread", "uthread-smp4"];
 
 /// libuthread on Tsumugi: the conformance suite (the one run hosted by `cargo test`) on every
 /// CPU as a vCPU, and what needs upcalls: a sleep that keeps its vCPU's other threads running,

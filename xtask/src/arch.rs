@@ -80,13 +80,36 @@ impl Arch {
         }
     }
 
-    /// The Rust target triple the kernel and user programs are built for.
+    /// The Rust target triple the user programs are built for.
     pub fn triple(self) -> &'static str {
         match self {
             Arch::X86_64 => "x86_64-unknown-none",
             Arch::Riscv64 => "riscv64gc-unknown-none-elf",
             Arch::Aarch64 => "aarch64-unknown-none",
         }
+    }
+
+    /// The Rust target triple the kernel is built for. The kernel must never touch FP/SIMD
+    /// registers itself (they hold user state, switched lazily: DESIGN §7), so its target has
+    /// no FP/SIMD in its ABI. `x86_64-unknown-none` and `riscv64gc-unknown-none-elf` (whose
+    /// kernel code has no floating point) qualify; `aarch64-unknown-none` has NEON, which the
+    /// compiler uses for copies and zeroing anywhere, so the aarch64 kernel is built for the
+    /// soft-float target (tier 2, built from source by `-Zbuild-std` like the other).
+    pub fn kernel_triple(self) -> &'static str {
+        match self {
+            Arch::X86_64 | Arch::Riscv64 => self.triple(),
+            Arch::Aarch64 => "aarch64-unknown-none-softfloat",
+        }
+    }
+
+    /// Every triple built for this architecture: the user programs', then the kernel's if it
+    /// differs.
+    pub fn triples(self) -> Vec<&'static str> {
+        let mut triples = vec![self.triple()];
+        if self.kernel_triple() != self.triple() {
+            triples.push(self.kernel_triple());
+        }
+        triples
     }
 
     /// Extra `rustc` flags for the kernel binary only (`cargo rustc -- <flags>`); the linker
@@ -354,6 +377,10 @@ mod tests {
         assert_eq!(Arch::Aarch64.decode_exit(exited(0)), Outcome::Guest(0));
         assert_eq!(Arch::Aarch64.decode_exit(exited(127)), Outcome::Guest(127));
         assert!(Arch::Aarch64.user_rustflags().contains(&"link-arg=-pie"));
+        // The kernel has no FP/SIMD (lazy switching); user programs keep NEON.
+        assert_eq!(Arch::Aarch64.kernel_triple(), "aarch64-unknown-none-softfloat");
+        assert_eq!(Arch::Aarch64.triples(), ["aarch64-unknown-none", "aarch64-unknown-none-softfloat"]);
+        assert_eq!(Arch::X86_64.triples(), ["x86_64-unknown-none"]);
         assert_eq!(Arch::Aarch64.user_reserved_register_flags(true), ["-Zfixed-x18"]);
         assert_eq!(
             Arch::Aarch64.user_reserved_register_flags(false).join(" "),

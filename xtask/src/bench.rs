@@ -287,12 +287,13 @@ pub const BENCHES: &[Bench] = &[
         timeout: BOOT_TIMEOUT,
         tables: &[CUBIX],
     },
-    // Lazy FP switching (issue 6), the kernel default. x86_64 only: fpbench keeps SSE registers
-    // live with inline assembly; add an architecture here when its port has lazy FP and fpbench.
+    // Lazy FP switching (issue 6), the kernel default. fpbench keeps SIMD registers live with
+    // inline assembly (SSE on x86_64, NEON on aarch64); add an architecture here when its port
+    // has lazy FP and fpbench.
     Bench {
         name: "fpu-lazy",
         about: "kernel FP/SIMD switch, lazy (fpbench with fpu=lazy)",
-        arches: Arches::Only(&[Arch::X86_64]),
+        arches: Arches::Only(&[Arch::X86_64, Arch::Aarch64]),
         runner: Runner::Qemu {
             smp: 1,
             boot_words: "quiet cpus=1 fpu=lazy run=fpbench",
@@ -305,7 +306,7 @@ pub const BENCHES: &[Bench] = &[
     Bench {
         name: "fpu-eager",
         about: "kernel FP/SIMD switch, eager baseline (fpbench with fpu=eager)",
-        arches: Arches::Only(&[Arch::X86_64]),
+        arches: Arches::Only(&[Arch::X86_64, Arch::Aarch64]),
         runner: Runner::Qemu {
             smp: 1,
             boot_words: "quiet cpus=1 fpu=eager run=fpbench",

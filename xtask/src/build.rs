@@ -86,10 +86,16 @@ pub fn cross_target_dir() -> PathBuf {
     workspace_root().join("target").join("cross")
 }
 
-/// Folder of the outputs for `arch` and a profile.
+/// Folder of the outputs for `arch` and a profile (user programs, boot archive).
 pub fn output_dir(arch: Arch, release: bool) -> PathBuf {
     let profile = if release { "release" } else { "debug" };
     cross_target_dir().join(arch.triple()).join(profile)
+}
+
+/// Folder of the kernel for `arch` and a profile (its triple may differ from the programs').
+pub fn kernel_output_dir(arch: Arch, release: bool) -> PathBuf {
+    let profile = if release { "release" } else { "debug" };
+    cross_target_dir().join(arch.kernel_triple()).join(profile)
 }
 
 /// Builds the user programs and the kernel for `arch` and packs the boot archive.
@@ -109,7 +115,7 @@ pub fn build(tools: &Tools, arch: Arch, release: bool) -> Result<Artifacts> {
         .run()
         .context("building the kernel")?;
     let dir = output_dir(arch, release);
-    let kernel = dir.join(KERNEL_BIN);
+    let kernel = kernel_output_dir(arch, release).join(KERNEL_BIN);
     if !kernel.is_file() {
         bail!(
             "the kernel build succeeded but {} does not exist",
@@ -136,8 +142,8 @@ pub fn build(tools: &Tools, arch: Arch, release: bool) -> Result<Artifacts> {
 }
 
 /// The cargo invocation shared by both builds: toolchain, flags (plus `extra_rustflags`),
-/// cleaned environment, `-Z` flags, target and target folder, after the subcommand.
-fn cross_cargo(tools: &Tools, arch: Arch, subcommand: &str, extra_rustflags: &[&str]) -> Cmd {
+/// cleaned environment, `-Z` flags, target `triple` and target folder, after the subcommand.
+fn cross_cargo(tools: &Tools, triple: &str, subcommand: &str, extra_rustflags: &[&str]) -> Cmd {
     let toolchain = &tools.toolchain;
     let mut rustflags = format!(
         "-C force-frame-pointers=yes -C linker={}",
@@ -161,7 +167,7 @@ fn cross_cargo(tools: &Tools, arch: Arch, subcommand: &str, extra_rustflags: &[&
     if toolchain.build_std() {
         cmd = cmd.args([BUILD_STD, BUILD_STD_FEATURES]);
     }
-    cmd.args(["--target", arch.triple()])
+    cmd.args(["--target", triple])
         .arg("--target-dir")
         .arg(cross_target_dir())
 }
@@ -189,7 +195,7 @@ fn outer_cargo_variables() -> Vec<String> {
 pub fn userland_command(tools: &Tools, arch: Arch, release: bool) -> Cmd {
     let mut rustflags = arch.user_rustflags().to_vec();
     rustflags.extend(arch.user_reserved_register_flags(tools.toolchain.build_std()));
-    let cmd = cross_cargo(tools, arch, "build", &rustflags).args([
+    let cmd = cross_cargo(tools, arch.triple(), "build", &rustflags).args([
         "-p",
         USERLAND_PACKAGE,
         "--features",
@@ -205,7 +211,7 @@ pub fn userland_command(tools: &Tools, arch: Arch, release: bool) -> Cmd {
 
 /// `cargo rustc ... -p tsumugi-kernel --bin tsumugi --features image -- <kernel rustc args>`.
 pub fn kernel_command(tools: &Tools, arch: Arch, release: bool) -> Cmd {
-    let mut cmd = cross_cargo(tools, arch, "rustc", &[]).args([
+    let mut cmd = cross_cargo(tools, arch.kernel_triple(), "rustc", &[]).args([
         "-p",
         KERNEL_PACKAGE,
         "--bin",
@@ -379,6 +385,17 @@ mod tests {
         assert!(
             output_dir(Arch::X86_64, true).ends_with("target/cross/x86_64-unknown-none/release")
         );
+        assert_eq!(kernel_output_dir(Arch::X86_64, true), output_dir(Arch::X86_64, true));
+        // The aarch64 kernel is built without FP/SIMD, the programs with NEON.
+        assert!(kernel_output_dir(Arch::Aarch64, false)
+            .ends_with("target/cross/aarch64-unknown-none-softfloat/debug"));
+        assert!(output_dir(Arch::Aarch64, false).ends_with("target/cross/aarch64-unknown-none/debug"));
+        assert!(kernel_command(&debian_tools(), Arch::Aarch64, false)
+            .display()
+            .contains("--target aarch64-unknown-none-softfloat "));
+        assert!(userland_command(&debian_tools(), Arch::Aarch64, false)
+            .display()
+            .contains("--target aarch64-unknown-none "));
     }
 
     #[test]

@@ -128,7 +128,7 @@ impl Found {
     fn missing(&self, arches: &[Arch]) -> Vec<String> {
         let mut missing = Vec::new();
         if self.toolchain.is_none() {
-            let triples: Vec<_> = arches.iter().map(|a| a.triple()).collect();
+            let triples: Vec<_> = arches.iter().flat_map(|a| a.triples()).collect();
             missing.push(format!(
                 "a Rust toolchain that can build for {} (target installed, rust-src, or Debian rustc-web + rust-web-src)",
                 triples.join(", ")
@@ -234,7 +234,7 @@ fn manual_instructions(missing: &[String], packages: &[&str], arches: &[Arch]) -
         "On Debian/Ubuntu install them with:\n  {sudo}apt-get update\n  {sudo}DEBIAN_FRONTEND=noninteractive apt-get install -y {}\n",
         packages.join(" ")
     ));
-    let targets: Vec<_> = arches.iter().map(|a| a.triple()).collect();
+    let targets: Vec<_> = arches.iter().flat_map(|a| a.triples()).collect();
     text.push_str(&format!(
         "Elsewhere, with rustup and network: `rustup target add {}` (or `rustup component add rust-src`), \
          and install LLVM's {LLD} and {} with your package manager.",
@@ -266,7 +266,7 @@ fn find_toolchain(arches: &[Arch]) -> Option<Toolchain> {
     if let Some((rustc, cargo, sysroot)) = &current {
         if arches
             .iter()
-            .all(|arch| has_prebuilt_core(rustc, arch.triple()))
+            .all(|arch| arch.triples().into_iter().all(|triple| has_prebuilt_core(rustc, triple)))
         {
             return toolchain(ToolchainKind::RustupTarget, rustc, cargo, sysroot);
         }

@@ -67,8 +67,9 @@ const BOOT_DEVICE_BLOCK: u64 = bits::VALID | bits::ACCESSED | bits::PXN | bits::
 const HCR_EL2_RW: u64 = 1 << 31;
 /// `SPSR_EL2` for the drop to EL1: EL1h with D, A, I, F masked.
 const SPSR_EL1H_MASKED: u64 = 0x3c5;
-/// `CPACR_EL1` every CPU starts with: FP/SIMD access for EL1 and EL0 (`FPEN` = 0b11).
-const CPACR_BOOT: u64 = 3 << 20;
+/// `CPACR_EL1` every CPU starts with: FP/SIMD, SVE and SME trapped at EL1 and EL0 (the kernel
+/// uses none; `fpu.rs` turns FP/SIMD access on for the thread that owns the registers).
+const CPACR_BOOT: u64 = 0;
 
 /// What a secondary CPU reads at `secondary_entry`, which PSCI `CPU_ON` enters with this
 /// block's physical address as its context id (`smp::start_cpu` fills it).
@@ -199,7 +200,8 @@ enter_el1:
     cmp     x0, #2
     b.ne    park
 
-    /* EL2: EL1 runs AArch64, may read both counters and use FP/SIMD, no virtual offset. */
+    /* EL2: EL1 runs AArch64, may read both counters, no EL2 FP/SIMD traps (CPACR_EL1
+       decides), no virtual offset. */
     ldr     x0, ={hcr_rw}
     msr     hcr_el2, x0
     mrs     x0, cnthctl_el2
@@ -223,7 +225,7 @@ enter_el1:
     eret
 9:  ret
 
-    /* el1_setup(): known EL1 state with the MMU off: FP/SIMD access, SCTLR, no per-CPU block
+    /* el1_setup(): known EL1 state with the MMU off: FP/SIMD trapped, SCTLR, no per-CPU block
        yet, memory attributes and translation control; IPS from the CPU (at most 48 bits, what
        the descriptors hold), 16-bit ASIDs when the CPU has them. Uses x0..x3. */
 el1_setup:

@@ -1,6 +1,9 @@
 //! Switching between kernel threads: each thread has its own kernel stack, and a switch saves
-//! the callee-saved registers (AAPCS64: x19-x28, the frame pointer x29, the link register x30,
-//! and d8-d15) on the old stack and restores them from the new one.
+//! the callee-saved registers (AAPCS64: x19-x28, the frame pointer x29, the link register x30)
+//! on the old stack and restores them from the new one. The callee-saved d8-d15 are not among
+//! them: the kernel is built without FP/SIMD, so kernel code never holds a value there, and the
+//! FP/SIMD registers belong to the CPU's FP owner, switched lazily (`fpu.rs`); restoring them
+//! here would overwrite the owner's state.
 //!
 //! Must be assembly: it exchanges the stack pointer, which compiled code cannot do safely.
 
@@ -19,16 +22,16 @@ extern "C" {
     fn context_thread_start();
 }
 
-/// Words `context_switch_asm` keeps on a suspended stack: x19..x30, then d8..d15.
-const SAVED_WORDS: usize = 20;
+/// Words `context_switch_asm` keeps on a suspended stack: x19..x30.
+const SAVED_WORDS: usize = 12;
 /// Index of x19 (the entry of a new thread), x20 (its argument) and x30 (where `ret` goes).
 const SLOT_X19: usize = 0;
 const SLOT_X20: usize = 1;
 const SLOT_X30: usize = 11;
 
 // context_switch_asm(from: *mut KernelContext (x0), to: *const KernelContext (x1))
-//   saves x19-x30 and d8-d15 below sp, stores sp in *from, loads sp from *to, restores the
-//   registers of `to` and returns into it (x30).
+//   saves x19-x30 below sp, stores sp in *from, loads sp from *to, restores the registers of
+//   `to` and returns into it (x30).
 // context_thread_start: first "return address" of a new thread; calls x19(x20) with x29 = 0 so
 //   backtraces stop there.
 global_asm!(
@@ -36,17 +39,13 @@ global_asm!(
     .section .text.context, "ax"
     .global context_switch_asm
 context_switch_asm:
-    sub     sp, sp, #160
+    sub     sp, sp, #{frame}
     stp     x19, x20, [sp, #0]
     stp     x21, x22, [sp, #16]
     stp     x23, x24, [sp, #32]
     stp     x25, x26, [sp, #48]
     stp     x27, x28, [sp, #64]
     stp     x29, x30, [sp, #80]
-    stp     d8, d9, [sp, #96]
-    stp     d10, d11, [sp, #112]
-    stp     d12, d13, [sp, #128]
-    stp     d14, d15, [sp, #144]
     mov     x9, sp
     str     x9, [x0]
     ldr     x9, [x1]
@@ -57,11 +56,7 @@ context_switch_asm:
     ldp     x25, x26, [sp, #48]
     ldp     x27, x28, [sp, #64]
     ldp     x29, x30, [sp, #80]
-    ldp     d8, d9, [sp, #96]
-    ldp     d10, d11, [sp, #112]
-    ldp     d12, d13, [sp, #128]
-    ldp     d14, d15, [sp, #144]
-    add     sp, sp, #160
+    add     sp, sp, #{frame}
     ret
 
     .global context_thread_start
@@ -71,8 +66,12 @@ context_thread_start:
     mov     x0, x20
     blr     x19
     brk     #0
-    "#
+    "#,
+    frame = const SAVED_WORDS * 8,
 );
+
+// sp must stay 16-byte aligned (SCTLR_EL1.SA).
+const _: () = assert!((SAVED_WORDS * 8) % 16 == 0);
 
 impl KernelContext {
     /// A context to be filled by the first [`switch`] away from it.
@@ -82,14 +81,14 @@ impl KernelContext {
     /// (`entry` must never return).
     ///
     /// # Safety
-    /// `stack_top` must be the 16-byte-aligned top of a writable kernel stack of at least 160
+    /// `stack_top` must be the 16-byte-aligned top of a writable kernel stack of at least 96
     /// bytes that nothing else uses.
     pub unsafe fn new(stack_top: u64, entry: extern "C" fn(usize) -> !, arg: usize) -> Self {
         let mut frame = [0u64; SAVED_WORDS];
         frame[SLOT_X19] = entry as usize as u64;
         frame[SLOT_X20] = arg as u64;
         frame[SLOT_X30] = context_thread_start as *const () as usize as u64;
-        // 160 bytes keep sp 16-byte aligned, as the architecture checks (SCTLR_EL1.SA).
+        // The saved words keep sp 16-byte aligned, as the architecture checks (SCTLR_EL1.SA).
         let sp = stack_top - core::mem::size_of_val(&frame) as u64;
         // SAFETY: the caller guarantees the stack is ours and large enough.
         unsafe { core::ptr::write(sp as *mut [u64; SAVED_WORDS], frame) };

@@ -4,10 +4,10 @@
 //!
 //! Every entry (synchronous exceptions including `svc`, IRQs, FIQs, SErrors, from EL0 or EL1)
 //! builds the same [`TrapFrame`] on the current kernel stack: all general registers, the
-//! interrupted sp, `ELR_EL1`/`SPSR_EL1`/`ESR_EL1`/`FAR_EL1`, and the FP/SIMD registers. The
-//! FP/SIMD state is saved on every entry because the kernel itself is compiled for a target
-//! with NEON (`aarch64-unknown-none`), so compiled kernel code may use any vector register;
-//! lazy FP switching (CPACR_EL1.FPEN traps, DESIGN §7) needs a kernel that does not.
+//! interrupted sp, `ELR_EL1`/`SPSR_EL1`/`ESR_EL1`/`FAR_EL1`. No FP/SIMD register is saved: the
+//! kernel is built for a target without FP/SIMD (`aarch64-unknown-none-softfloat`), so the
+//! user's FP state stays in the registers across kernel entries and is switched lazily
+//! (`fpu.rs`: `CPACR_EL1.FPEN` traps, DESIGN §7).
 //!
 //! A trap from EL0 is taken on `SP_EL1`, which `trap_return` leaves at the top of the thread's
 //! kernel stack, so the frame lands exactly where the kernel reserved it. `SP_EL0` holds the
@@ -46,28 +46,21 @@ pub struct TrapFrame {
     pub vector: u64,
     /// The GIC INTID acknowledged for an IRQ (`interrupts::NO_INTERRUPT` otherwise).
     pub intid: u64,
-    /// Keeps the FP/SIMD block 16-byte aligned. (`TPIDR_EL0`, the LTN register, is not in the
-    /// frame: the kernel saves and loads it per thread through `cpu::user_ltn`.)
+    /// Keeps the frame a multiple of 16 bytes, as sp must stay aligned. (`TPIDR_EL0`, the LTN
+    /// register, is not in the frame: the kernel saves and loads it per thread through
+    /// `cpu::user_ltn`.)
     pub reserved: u64,
-    /// `FPCR`.
-    pub fpcr: u64,
-    /// `FPSR`.
-    pub fpsr: u64,
-    /// q0..q31.
-    pub q: [u128; 32],
 }
 
 /// Size of a frame, as the assembly reserves it.
 const FRAME_SIZE: usize = size_of::<TrapFrame>();
-const _: () = assert!(FRAME_SIZE == 0x350);
+const _: () = assert!(FRAME_SIZE == 0x140);
 // Kernel stacks reserve the frame at their 16-byte-aligned top; keep that alignment below it.
 const _: () = assert!(FRAME_SIZE % 16 == 0);
 const _: () = assert!(offset_of!(TrapFrame, sp) == 0xf8);
 const _: () = assert!(offset_of!(TrapFrame, elr) == 0x100);
 const _: () = assert!(offset_of!(TrapFrame, esr) == 0x110);
 const _: () = assert!(offset_of!(TrapFrame, kind) == 0x120);
-const _: () = assert!(offset_of!(TrapFrame, fpcr) == 0x140);
-const _: () = assert!(offset_of!(TrapFrame, q) == 0x150);
 
 /// What the manuals call the instruction pointer (for reports).
 pub const IP_REGISTER: &str = "elr";
@@ -392,52 +385,12 @@ trap_common_with_sp:
     mrs     x3, far_el1
     stp     x2, x3, [sp, #0x110]
     str     x0, [sp, #0x120]                /* kind */
-    mrs     x2, fpcr
-    mrs     x3, fpsr
-    stp     x2, x3, [sp, #0x140]
-    add     x2, sp, #0x150
-    stp     q0, q1, [x2, #0x000]
-    stp     q2, q3, [x2, #0x020]
-    stp     q4, q5, [x2, #0x040]
-    stp     q6, q7, [x2, #0x060]
-    stp     q8, q9, [x2, #0x080]
-    stp     q10, q11, [x2, #0x0a0]
-    stp     q12, q13, [x2, #0x0c0]
-    stp     q14, q15, [x2, #0x0e0]
-    stp     q16, q17, [x2, #0x100]
-    stp     q18, q19, [x2, #0x120]
-    stp     q20, q21, [x2, #0x140]
-    stp     q22, q23, [x2, #0x160]
-    stp     q24, q25, [x2, #0x180]
-    stp     q26, q27, [x2, #0x1a0]
-    stp     q28, q29, [x2, #0x1c0]
-    stp     q30, q31, [x2, #0x1e0]
     mov     x0, sp
     bl      {dispatch}
 
     /* Restore the frame at sp and return to it. */
     .global trap_return
 trap_return:
-    add     x2, sp, #0x150
-    ldp     q0, q1, [x2, #0x000]
-    ldp     q2, q3, [x2, #0x020]
-    ldp     q4, q5, [x2, #0x040]
-    ldp     q6, q7, [x2, #0x060]
-    ldp     q8, q9, [x2, #0x080]
-    ldp     q10, q11, [x2, #0x0a0]
-    ldp     q12, q13, [x2, #0x0c0]
-    ldp     q14, q15, [x2, #0x0e0]
-    ldp     q16, q17, [x2, #0x100]
-    ldp     q18, q19, [x2, #0x120]
-    ldp     q20, q21, [x2, #0x140]
-    ldp     q22, q23, [x2, #0x160]
-    ldp     q24, q25, [x2, #0x180]
-    ldp     q26, q27, [x2, #0x1a0]
-    ldp     q28, q29, [x2, #0x1c0]
-    ldp     q30, q31, [x2, #0x1e0]
-    ldp     x2, x3, [sp, #0x140]
-    msr     fpcr, x2
-    msr     fpsr, x3
     ldp     x2, x3, [sp, #0x100]
     msr     elr_el1, x2
     msr     spsr_el1, x3

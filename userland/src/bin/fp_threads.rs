@@ -1,13 +1,15 @@
-//! FP/SIMD correctness under lazy switching: threads on several CPUs each run an SSE
-//! computation with yields and preemptions in between, and must produce exactly (bit for bit)
-//! the results of the same computation run alone. Half the threads never touch FP.
+//! FP/SIMD correctness under lazy switching: threads on several CPUs each run a SIMD
+//! computation (SSE2 on x86_64, NEON on aarch64) with yields and preemptions in between, and
+//! must produce exactly (bit for bit) the results of the same computation run alone. Half the
+//! threads never touch FP.
 #![no_std]
 #![no_main]
 
-// This program uses x86_64 instructions or registers directly; on other architectures it
-// reports that it is not ported (and fails, so a suite that runs it cannot pass by accident).
-#[cfg(target_arch = "x86_64")]
-mod x86_64 {
+// This program uses each architecture's SIMD instructions and registers directly (the values
+// must stay live in the registers across the yields); on other architectures it reports that
+// it is not ported (and fails, so a suite that runs it cannot pass by accident).
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+mod simd {
     use core::sync::atomic::{AtomicU64, Ordering};
     use libuthread::{println, sys};
     use tsumugi_abi::stats::{scope, Counter};
@@ -27,6 +29,7 @@ mod x86_64 {
     /// (this target compiles Rust floating point to soft-float calls, so the SIMD work is written
     /// out); with `yields`, the thread yields every `YIELD_EVERY` steps *with the values live in
     /// the registers*. Returns the bits of the result.
+    #[cfg(target_arch = "x86_64")]
     fn compute(seed: u64, yields: bool) -> u64 {
         let (lo, hi): (u64, u64);
         // SAFETY: SSE2 exists on every x86_64 CPU and the kernel enables it for user mode; the asm
@@ -73,6 +76,64 @@ mod x86_64 {
                 out("rax") _,
                 out("rcx") _,
                 out("r11") _,
+                options(nostack),
+            );
+        }
+        lo ^ hi.rotate_left(1)
+    }
+
+    /// The same chain in NEON, entirely in v0–v4 (two f64 lanes each): `fmul`/`fadd` for the
+    /// multiply-add, `fsqrt`, and with `yields` a yield syscall every `YIELD_EVERY` steps *with
+    /// the values live in the registers* (the kernel switches them lazily, never saving them
+    /// in its frames). FPCR stays at its reset value (round to nearest), as for the run alone.
+    #[cfg(target_arch = "aarch64")]
+    fn compute(seed: u64, yields: bool) -> u64 {
+        let (lo, hi): (u64, u64);
+        // SAFETY: NEON exists on every aarch64 CPU and the kernel gives it to user mode; the asm
+        // touches only the declared registers and reads the two constant arrays; the syscall
+        // returns its result in x0 and changes nothing else.
+        unsafe {
+            core::arch::asm!(
+                "scvtf d0, {seed}",
+                "dup v0.2d, v0.d[0]",
+                "ldr q1, [{a}]",
+                "ldr q2, [{b}]",
+                "fsqrt v3.2d, v0.2d",
+                "mov {cnt}, #{every}",
+                "2:",
+                "fmul v0.2d, v0.2d, v1.2d",
+                "fadd v0.2d, v0.2d, v2.2d",
+                "fsqrt v4.2d, v0.2d",
+                "fadd v3.2d, v3.2d, v4.2d",
+                "subs {cnt}, {cnt}, #1",
+                "b.ne 3f",
+                "mov {cnt}, #{every}",
+                "cbz {y}, 3f",
+                "mov x8, #{yield_nr}",
+                "svc #0",
+                "3:",
+                "subs {n}, {n}, #1",
+                "b.ne 2b",
+                "fadd v0.2d, v0.2d, v3.2d",
+                "mov {lo}, v0.d[0]",
+                "mov {hi}, v0.d[1]",
+                seed = in(reg) (seed % 1000 + 1),
+                a = in(reg) A.as_ptr(),
+                b = in(reg) B.as_ptr(),
+                y = in(reg) u64::from(yields),
+                every = const YIELD_EVERY,
+                yield_nr = const tsumugi_abi::syscall::Syscall::Yield as usize,
+                cnt = out(reg) _,
+                n = inout(reg) STEPS => _,
+                lo = out(reg) lo,
+                hi = out(reg) hi,
+                out("x0") _,
+                out("x8") _,
+                out("v0") _,
+                out("v1") _,
+                out("v2") _,
+                out("v3") _,
+                out("v4") _,
                 options(nostack),
             );
         }
@@ -131,10 +192,10 @@ mod x86_64 {
     }
 }
 
-#[cfg(target_arch = "x86_64")]
-use x86_64::main;
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+use simd::main;
 
-#[cfg(not(target_arch = "x86_64"))]
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
 fn main() -> i32 {
     libuthread::println!("fp_threads: not ported to this architecture");
     1

@@ -5,10 +5,11 @@
 #![no_std]
 #![no_main]
 
-// This program uses x86_64 instructions or registers directly; on other architectures it
-// reports that it is not ported (and fails, so a suite that runs it cannot pass by accident).
-#[cfg(target_arch = "x86_64")]
-mod x86_64 {
+// This program uses each architecture's SIMD registers directly (a value must stay live in
+// them across the yields); on other architectures it reports that it is not ported (and fails,
+// so a suite that runs it cannot pass by accident).
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+mod simd {
     use core::sync::atomic::{AtomicUsize, Ordering};
     use libuthread::{println, sys, Clock};
     use tsumugi_abi::stats::{scope, Counter};
@@ -18,36 +19,92 @@ mod x86_64 {
 
     static GO: AtomicUsize = AtomicUsize::new(0);
 
-    /// Yields `ROUNDS` times; with `fp`, keeps an SSE value live across every yield.
+    /// Yields `ROUNDS` times; with `fp`, keeps a SIMD value live across every yield.
     fn worker(fp: usize) -> usize {
         while GO.load(Ordering::Acquire) == 0 {
             sys::yield_now();
         }
-        let yield_nr = tsumugi_abi::syscall::Syscall::Yield as usize;
         if fp != 0 {
-            // SAFETY: SSE2 exists on every x86_64 CPU; only xmm0 (unused by compiled code on this
-            // soft-float target) and the declared registers are touched.
-            unsafe {
-                core::arch::asm!(
-                    "pxor xmm0, xmm0",
-                    "2:",
-                    "paddq xmm0, xmm0",
-                    "mov eax, {y}",
-                    "syscall",
-                    "dec {n}",
-                    "jnz 2b",
-                    y = const tsumugi_abi::syscall::Syscall::Yield as usize,
-                    n = inout(reg) ROUNDS => _,
-                    out("rax") _, out("rcx") _, out("r11") _,
-                    options(nostack),
-                );
-            }
+            live_fp_yields();
         } else {
-            for _ in 0..ROUNDS {
-                let _ = sys::call(yield_nr, [0; 6]);
-            }
+            plain_yields();
         }
         0
+    }
+
+    /// Yields `ROUNDS` times without touching FP (compiled code on this soft-float target
+    /// never does).
+    #[cfg(target_arch = "x86_64")]
+    fn plain_yields() {
+        let yield_nr = tsumugi_abi::syscall::Syscall::Yield as usize;
+        for _ in 0..ROUNDS {
+            let _ = sys::call(yield_nr, [0; 6]);
+        }
+    }
+
+    /// Yields `ROUNDS` times without touching FP. Written out: compiled code on this target
+    /// uses SIMD registers for ordinary work (zeroing the syscall's argument array takes a
+    /// `movi`), which would make every thread an FP user.
+    #[cfg(target_arch = "aarch64")]
+    fn plain_yields() {
+        // SAFETY: only the declared registers are touched; the syscall returns its result in x0.
+        unsafe {
+            core::arch::asm!(
+                "2:",
+                "mov x8, #{y}",
+                "svc #0",
+                "subs {n}, {n}, #1",
+                "b.ne 2b",
+                y = const tsumugi_abi::syscall::Syscall::Yield as usize,
+                n = inout(reg) ROUNDS => _,
+                out("x0") _, out("x8") _,
+                options(nostack),
+            );
+        }
+    }
+
+    /// Yields `ROUNDS` times with an SSE value live in xmm0.
+    #[cfg(target_arch = "x86_64")]
+    fn live_fp_yields() {
+        // SAFETY: SSE2 exists on every x86_64 CPU; only xmm0 (unused by compiled code on this
+        // soft-float target) and the declared registers are touched.
+        unsafe {
+            core::arch::asm!(
+                "pxor xmm0, xmm0",
+                "2:",
+                "paddq xmm0, xmm0",
+                "mov eax, {y}",
+                "syscall",
+                "dec {n}",
+                "jnz 2b",
+                y = const tsumugi_abi::syscall::Syscall::Yield as usize,
+                n = inout(reg) ROUNDS => _,
+                out("rax") _, out("rcx") _, out("r11") _,
+                options(nostack),
+            );
+        }
+    }
+
+    /// Yields `ROUNDS` times with a NEON value live in v0.
+    #[cfg(target_arch = "aarch64")]
+    fn live_fp_yields() {
+        // SAFETY: NEON exists on every aarch64 CPU and the kernel gives it to user mode; only v0
+        // and the declared registers are touched; the syscall returns its result in x0.
+        unsafe {
+            core::arch::asm!(
+                "movi v0.2d, #0",
+                "2:",
+                "add v0.2d, v0.2d, v0.2d",
+                "mov x8, #{y}",
+                "svc #0",
+                "subs {n}, {n}, #1",
+                "b.ne 2b",
+                y = const tsumugi_abi::syscall::Syscall::Yield as usize,
+                n = inout(reg) ROUNDS => _,
+                out("x0") _, out("x8") _, out("v0") _,
+                options(nostack),
+            );
+        }
     }
 
     fn phase(fp_threads: usize) -> Option<(u64, u64, u64, u64, u64)> {
@@ -86,13 +143,17 @@ mod x86_64 {
 
     /// Bytes one FP save writes (the XSAVE area the kernel reports at boot for x87+SSE+AVX under
     /// QEMU `-cpu max`).
+    #[cfg(target_arch = "x86_64")]
     const FP_AREA_BYTES: u64 = 832;
+    /// Bytes one FP save writes (q0–q31, FPCR, FPSR).
+    #[cfg(target_arch = "aarch64")]
+    const FP_AREA_BYTES: u64 = 528;
 }
 
-#[cfg(target_arch = "x86_64")]
-use x86_64::main;
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+use simd::main;
 
-#[cfg(not(target_arch = "x86_64"))]
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
 fn main() -> i32 {
     libuthread::println!("fpbench: not ported to this architecture");
     1
