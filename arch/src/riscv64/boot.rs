@@ -42,6 +42,11 @@ boot_root:      .skip 4096
 boot_l2_low:    .skip 4096
 boot_l2_high:   .skip 4096
 
+    # Set by the first hart to reach _start. In .data, not .bss: that hart zeroes .bss.
+    .section .data.boot_claimed, "aw"
+    .balign 4
+boot_claimed:   .word 0
+
     .section .text.boot, "ax"
     .global _start
 _start:
@@ -50,6 +55,20 @@ _start:
     csrci sstatus, 0x2
     lla t0, boot_park
     csrw stvec, t0
+
+    # Only the first hart here boots the kernel; a later one is a hart the kernel is starting
+    # (smp.rs). OpenSBI 1.1's hart_start marks the hart START_PENDING before it stores the
+    # start address, and the hart waiting for that state may read the old address, which is
+    # this entry (QEMU with several vCPUs hits this now and then).
+    lla t0, boot_claimed
+    li t1, 1
+    .option push
+    .option arch, +a                    # global_asm! does not inherit the target's features
+    amoswap.w.aqrl t1, t1, (t0)
+    .option pop
+    beqz t1, 1f
+    j secondary_start
+1:
     mv s1, a0                           # hart id
     mv s2, a1                           # device tree, physical
 
@@ -155,10 +174,11 @@ boot_park:
     wfi
     j boot_park
 
-    # Other harts (smp.rs). SBI HSM starts them here in S-mode with the MMU off, like the boot
-    # hart, with a0 = hart id and a1 = the opaque value: the physical address of the start
-    # record. .bss is not zeroed again: it holds the boot tables the boot hart built, which take
-    # this hart up to the linked address the same way, and the per-CPU blocks.
+    # Other harts (smp.rs). SBI HSM starts them here (or, see above, at _start) in S-mode with
+    # the MMU off, like the boot hart, with a0 = hart id. .bss is not zeroed again: it holds the
+    # boot tables the boot hart built, which take this hart up to the linked address the same
+    # way, and the per-CPU blocks. The start record is found PC-relatively rather than through
+    # the opaque value in a1, which OpenSBI 1.1 may hand over stale like the address.
     .balign 4
     .global secondary_start
 secondary_start:
@@ -166,6 +186,7 @@ secondary_start:
     csrci sstatus, 0x2
     lla t0, boot_park
     csrw stvec, t0
+    mv s1, a0                           # hart id
     lla t0, boot_root
     srli t0, t0, 12
     li t1, {satp_sv48}
@@ -181,8 +202,9 @@ secondary_start:
     add t0, t0, t1
     jr t0
 8:
-    li t0, {phys_map}
-    add a1, a1, t0                      # the record, through the boot tables' PHYS_MAP slot
+    lla a1, {record}                    # linked address, mapped by the boot tables
+    ld t0, {record_hart}(a1)
+    bne t0, s1, boot_park               # a hart nobody is starting: it stays parked
     ld t0, {record_satp}(a1)
     ld sp, {record_stack}(a1)
     ld tp, {record_percpu}(a1)          # the kernel's per-CPU pointer (cpu.rs)
@@ -205,8 +227,9 @@ boot_no_sv48_message:
     leaf = const BOOT_LEAF,
     satp_sv48 = const SATP_SV48,
     kernel_base = const KERNEL_BASE,
-    phys_map = const PHYS_MAP,
     entry = sym riscv64_boot_entry,
+    record = sym super::smp::START_RECORD,
+    record_hart = const super::smp::RECORD_HART,
     record_satp = const super::smp::RECORD_SATP,
     record_stack = const super::smp::RECORD_STACK_TOP,
     record_percpu = const super::smp::RECORD_PERCPU,

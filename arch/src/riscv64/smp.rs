@@ -4,10 +4,12 @@
 //! keeps those whose status is okay and that have the Sv48 MMU the kernel needs. [`start_cpu`]
 //! fills the hart's per-CPU block (`cpu::PerCpu`, reached through `tp`) and a start record with
 //! the kernel's `satp`, stack, entry and argument, then asks SBI to start the hart
-//! (`sbi_rt::hart_start(hart, physical entry, physical record)`). The hart starts in S-mode with
-//! the MMU off, like the boot hart, so its entry (`secondary_start` in `boot.rs`) reuses the boot
-//! path: the boot page tables (kept in .bss) take it to the linked address, where it loads the
-//! kernel's root, stack and per-CPU pointer and calls the entry. [`init_this_cpu`] then installs
+//! (`sbi_rt::hart_start(hart, physical entry, 0)`). The hart starts in S-mode with the MMU off,
+//! like the boot hart, so its entry (`secondary_start` in `boot.rs`) reuses the boot path: the
+//! boot page tables (kept in .bss) take it to the linked address, where it loads the kernel's
+//! root, stack and per-CPU pointer and calls the entry. (OpenSBI 1.1 may start it at the
+//! image's own entry instead, with stale arguments; `_start` sends it on, and the record names
+//! the hart it is for, so no other hart can take it.) [`init_this_cpu`] then installs
 //! the trap vector, enables software interrupts for IPIs (the mailboxes in `interrupts` are per
 //! hart id) and starts the hart's tick (`timer::start_periodic`, deadlines per CPU). No
 //! trampoline page is needed: the image's own code runs at its physical address.
@@ -43,7 +45,9 @@ pub struct StartParams {
 
 /// What `secondary_start` (boot.rs) loads, at the offsets below.
 #[repr(C)]
-struct StartRecord {
+pub(super) struct StartRecord {
+    /// The hart being started: any other hart that reaches the entry stays parked.
+    hart: u64,
     /// `satp` for the kernel's root table (Sv48, ASID 0).
     satp: u64,
     /// The hart's first stack pointer.
@@ -56,24 +60,27 @@ struct StartRecord {
     arg: u64,
 }
 
+/// Offset of `StartRecord::hart`, used by assembly.
+pub(super) const RECORD_HART: usize = 0;
 /// Offset of `StartRecord::satp`, used by assembly.
-pub(super) const RECORD_SATP: usize = 0;
+pub(super) const RECORD_SATP: usize = 8;
 /// Offset of `StartRecord::stack_top`, used by assembly.
-pub(super) const RECORD_STACK_TOP: usize = 8;
+pub(super) const RECORD_STACK_TOP: usize = 16;
 /// Offset of `StartRecord::percpu`, used by assembly.
-pub(super) const RECORD_PERCPU: usize = 16;
+pub(super) const RECORD_PERCPU: usize = 24;
 /// Offset of `StartRecord::entry`, used by assembly.
-pub(super) const RECORD_ENTRY: usize = 24;
+pub(super) const RECORD_ENTRY: usize = 32;
 /// Offset of `StartRecord::arg`, used by assembly.
-pub(super) const RECORD_ARG: usize = 32;
+pub(super) const RECORD_ARG: usize = 40;
+const _: () = assert!(offset_of!(StartRecord, hart) == RECORD_HART);
 const _: () = assert!(offset_of!(StartRecord, satp) == RECORD_SATP);
 const _: () = assert!(offset_of!(StartRecord, stack_top) == RECORD_STACK_TOP);
 const _: () = assert!(offset_of!(StartRecord, percpu) == RECORD_PERCPU);
 const _: () = assert!(offset_of!(StartRecord, entry) == RECORD_ENTRY);
 const _: () = assert!(offset_of!(StartRecord, arg) == RECORD_ARG);
 
-/// The start record of the hart being started.
-static mut START_RECORD: StartRecord = StartRecord { satp: 0, stack_top: 0, percpu: 0, entry: 0, arg: 0 };
+/// The start record of the hart being started (no hart id matches it before the first start).
+pub(super) static mut START_RECORD: StartRecord = StartRecord { hart: u64::MAX, satp: 0, stack_top: 0, percpu: 0, entry: 0, arg: 0 };
 
 extern "C" {
     /// The entry of other harts (boot.rs); reached at its physical address.
@@ -108,7 +115,8 @@ pub fn for_each_cpu(_info: &BootInfo, _read_phys: &dyn Fn(u64, &mut [u8]), found
     if let Some(cpus) = fdt.as_ref().and_then(|f| f.find_node("/cpus")) {
         for node in cpus.children().filter(usable_hart) {
             let hart = node.reg().and_then(|mut r| r.next()).map(|r| r.starting_address as u64);
-            if let Some(hart) = hart.and_then(|h| u32::try_from(h).ok()) {
+            // IPIs (the mailboxes) reach hart ids below MAX_HARTS only.
+            if let Some(hart) = hart.and_then(|h| u32::try_from(h).ok()).filter(|&h| (h as usize) < super::interrupts::MAX_HARTS) {
                 found(hart);
                 count += 1;
             }
@@ -127,6 +135,7 @@ pub fn for_each_cpu(_info: &BootInfo, _read_phys: &dyn Fn(u64, &mut [u8]), found
 pub fn start_cpu(hw_id: u32, params: &StartParams, _write_phys: &dyn Fn(u64, &[u8])) {
     let Some(percpu) = super::cpu::prepare_other_cpu(params.arg, u64::from(hw_id)) else { return };
     let record = StartRecord {
+        hart: u64::from(hw_id),
         satp: super::boot::SATP_SV48 | params.root.number(),
         stack_top: params.stack_top,
         percpu,
@@ -139,11 +148,32 @@ pub fn start_cpu(hw_id: u32, params: &StartParams, _write_phys: &dyn Fn(u64, &[u
     unsafe { record_address.write_volatile(record) };
     // The record and the per-CPU block must be in memory before the hart can look.
     core::sync::atomic::fence(core::sync::atomic::Ordering::SeqCst);
-    // The image is linked at KERNEL_BASE + physical, so these are the physical addresses.
+    // The image is linked at KERNEL_BASE + physical. The opaque value is not used: the entry
+    // finds the record itself (boot.rs says why).
     let entry = secondary_start as *const () as u64 - KERNEL_BASE;
-    let record = record_address as u64 - KERNEL_BASE;
-    let _ = sbi_rt::hart_start(hw_id as usize, entry as usize, record as usize);
+    if sbi_rt::hart_start(hw_id as usize, entry as usize, 0).error != 0 {
+        return;
+    }
+    // Wait until the firmware has let the hart go. Under QEMU's round-robin TCG (`-icount`) the
+    // hart runs only when this one reaches a timer deadline, so keep one near while waiting;
+    // with real parallelism this ends at once.
+    for _ in 0..HSM_START_POLLS {
+        if sbi_rt::hart_get_status(hw_id as usize).value != HSM_START_PENDING {
+            break;
+        }
+        super::timer::arm_soon(HSM_START_POLL_MICROS);
+        riscv::asm::wfi();
+    }
+    super::timer::resume_tick();
 }
+
+/// `hart_get_status` value of a hart the firmware is still starting (SBI specification, HSM
+/// hart states).
+const HSM_START_PENDING: usize = 2;
+/// How often [`start_cpu`] looks whether the hart left START_PENDING...
+const HSM_START_POLLS: u32 = 10_000;
+/// ...and how long it waits in between (so at most 0.5 s in all).
+const HSM_START_POLL_MICROS: u64 = 50;
 
 /// Everything a newly started hart needs from the port before it can run threads: FP off,
 /// counters, its trap vector, IPIs, and its tick.

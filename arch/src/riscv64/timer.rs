@@ -113,6 +113,21 @@ pub fn next_tick() {
     program(deadline);
 }
 
+/// Arms this hart's timer `micros` microseconds from now, for a wait with interrupts off that
+/// needs other harts to make progress (`smp.rs`): QEMU's single-threaded round-robin TCG
+/// (`-icount`) lets a busy vCPU run on until the next timer deadline, and this hart's tick is
+/// already pending there. [`resume_tick`] puts the tick's own deadline back.
+pub(super) fn arm_soon(micros: u64) {
+    let hz = TIMEBASE_HZ.load(Ordering::Relaxed);
+    program(now() + (hz / 1_000_000).max(1) * micros);
+}
+
+/// Programs this hart's next tick again after [`arm_soon`] (a deadline already past makes the
+/// tick pending at once, as it was).
+pub(super) fn resume_tick() {
+    program(next_deadline().load(Ordering::Relaxed));
+}
+
 /// Asks SBI for a timer interrupt at `deadline` (in `time` ticks); this also clears the pending
 /// one.
 fn program(deadline: u64) {
