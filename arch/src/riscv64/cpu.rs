@@ -62,6 +62,8 @@ pub struct Features {
     pub svpbmt: bool,
     /// Fine-grained TLB invalidation (Svinval).
     pub svinval: bool,
+    /// ASIDLEN: how many `satp.ASID` bits the hart implements (0: no TLB tags).
+    pub asid_bits: u8,
     /// Single and double precision floating point (F and D).
     pub fpu: bool,
     /// SBI TIME extension (the tick).
@@ -95,6 +97,7 @@ pub fn detect_features() -> Features {
         sstc: has("sstc"),
         svpbmt: has("svpbmt"),
         svinval: has("svinval"),
+        asid_bits: super::tlb::asid_bits() as u8,
         fpu: has_letter('f') && has_letter('d'),
         sbi_timer: sbi(sbi_rt::Timer),
         sbi_hsm: sbi(sbi_rt::Hsm),
