@@ -94,6 +94,35 @@ fn counters() -> &'static crate::stats::Counters {
     &scheduler::this_cpu().counters
 }
 
+/// What a port's `arch::fpu::save` reports. A port whose hardware tracks whether the registers
+/// changed since they were loaded (riscv64 `sstatus.FS`) skips the store when they did not and
+/// returns whether it stored; a port that always stores returns `()`.
+trait SaveOutcome {
+    /// Whether the registers were stored.
+    fn stored(self) -> bool;
+}
+
+impl SaveOutcome for () {
+    fn stored(self) -> bool {
+        true
+    }
+}
+
+impl SaveOutcome for bool {
+    fn stored(self) -> bool {
+        self
+    }
+}
+
+/// Saves the live FP registers into `area` (the owner's) and counts the save, or the save the
+/// port found unnecessary.
+fn save_into(area: &FpArea) {
+    // SAFETY: the area has the size and alignment the save instruction needs; the callers have
+    // turned FP access on.
+    let stored = unsafe { arch::fpu::save(area.ptr) }.stored();
+    counters().bump(if stored { Counter::FpSaves } else { Counter::FpSavesSkipped });
+}
+
 /// Saves the registers of this CPU's owner into its area and forgets the owner. FP access
 /// is left on.
 fn save_owner(cpu: usize) {
@@ -110,9 +139,7 @@ fn save_owner(cpu: usize) {
             *area = FpArea::new();
         }
         if let Some(a) = area.as_ref() {
-            // SAFETY: the area has the size and alignment the save instruction needs; FP is on.
-            unsafe { arch::fpu::save(a.ptr) };
-            counters().bump(Counter::FpSaves);
+            save_into(a);
         }
     }
     owner.fp.live_on.store(NOWHERE, Ordering::Release);
@@ -235,9 +262,7 @@ pub fn with_current_state<R>(f: impl FnOnce(&[u8]) -> R) -> Option<R> {
             *area = FpArea::new();
         }
         let a = area.as_ref()?;
-        // SAFETY: the area has the size and alignment the save instruction needs; FP is on.
-        unsafe { arch::fpu::save(a.ptr) };
-        counters().bump(Counter::FpSaves);
+        save_into(a);
         // SAFETY: the area holds `layout.size()` initialised bytes (zeroed at allocation).
         return Some(f(unsafe { core::slice::from_raw_parts(a.ptr, a.layout.size()) }));
     }

@@ -154,7 +154,7 @@ pub fn for_arch(arch: &str) -> Option<Vec<Suite>> {
 }
 
 /// x86_64 suites whose mechanisms the riscv64 port does not have yet.
-pub const RISCV64_NOT_YET_PORTED: &[&str] = &["lazysave", "kn", "kn-smp4", "uthread", "uthread-smp4", "fpu", "fpu-smp4", "fpu-eager-smp4"];
+pub const RISCV64_NOT_YET_PORTED: &[&str] = &["lazysave", "kn", "kn-smp4", "uthread", "uthread-smp4"];
 
 /// x86_64 suites whose mechanisms the aarch64 port does not have yet.
 pub const AARCH64_NOT_YET_PORTED: &[&str] = &["lazysave", "kn", "kn-smp4", "uthread", "uthread-smp4"];

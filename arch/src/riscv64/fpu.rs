@@ -78,14 +78,17 @@ fn dirty() -> bool {
     sstatus::read().fs() == FS::Dirty || dirty_while_off().load(Ordering::Relaxed)
 }
 
-/// Saves the FP registers into `area` if they changed since they were restored. FP access
-/// must be on.
+/// Saves the FP registers into `area` if they changed since they were last restored from it or
+/// saved into it (`sstatus.FS` Dirty now, or when FP access was turned off); returns whether it
+/// stored them, so the kernel can count the saves the hardware's tracking made unnecessary.
+/// `area` must be the FP owner's, the one the registers were last restored from or saved into
+/// (else a skipped save would leave it stale). FP access must be on.
 ///
 /// # Safety
 /// `area` must be [`area_size`] writable bytes aligned to [`AREA_ALIGN`].
-pub unsafe fn save(area: *mut u8) {
+pub unsafe fn save(area: *mut u8) -> bool {
     if !dirty() {
-        return;
+        return false;
     }
     // SAFETY: guaranteed by the caller (size, alignment); FP access is on.
     unsafe {
@@ -109,6 +112,7 @@ pub unsafe fn save(area: *mut u8) {
         sstatus::set_fs(FS::Clean);
     }
     dirty_while_off().store(false, Ordering::Relaxed);
+    true
 }
 
 extern "C" {

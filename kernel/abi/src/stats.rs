@@ -33,11 +33,14 @@ pub enum Counter {
     FpSaves = 11,
     /// FP register restores from a thread's area.
     FpRestores = 12,
+    /// FP saves the port skipped because the registers still held what the thread's area
+    /// holds (riscv64: `sstatus.FS` Clean); ports that cannot tell always save.
+    FpSavesSkipped = 13,
 }
 
 impl Counter {
     /// Number of counters.
-    pub const COUNT: usize = 13;
+    pub const COUNT: usize = 14;
     /// Every counter in copy order.
     pub const ALL: [Counter; Counter::COUNT] = [
         Counter::ContextSwitches,
@@ -53,6 +56,7 @@ impl Counter {
         Counter::FpTraps,
         Counter::FpSaves,
         Counter::FpRestores,
+        Counter::FpSavesSkipped,
     ];
 
     /// Short name for tables.
@@ -71,6 +75,7 @@ impl Counter {
             Counter::FpTraps => "fp-traps",
             Counter::FpSaves => "fp-saves",
             Counter::FpRestores => "fp-restores",
+            Counter::FpSavesSkipped => "fp-skipped",
         }
     }
 }
@@ -84,5 +89,20 @@ pub mod scope {
     /// Number of CPUs online (returned by the syscall as its value for any scope).
     pub const fn cpu(index: usize) -> usize {
         index
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_counter_is_listed_in_copy_order_with_a_distinct_name() {
+        for (index, counter) in Counter::ALL.iter().enumerate() {
+            assert_eq!(*counter as usize, index);
+        }
+        for (i, a) in Counter::ALL.iter().enumerate() {
+            assert!(Counter::ALL[i + 1..].iter().all(|b| a.name() != b.name()));
+        }
     }
 }

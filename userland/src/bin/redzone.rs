@@ -2,14 +2,15 @@
 //! below its stack pointer (never moving rsp) while it is preempted many times, and checks them.
 //! aarch64's procedure call standard has no red zone, but the same check there shows that the
 //! kernel never writes below a preempted thread's stack pointer (trap frames go on the kernel
-//! stack, `SP_EL1`).
+//! stack, `SP_EL1`); so does riscv64's psABI, whose trap entry switches to the kernel stack
+//! through `sscratch` before it stores anything.
 #![no_std]
 #![no_main]
 
 // This program uses each architecture's instructions and registers directly; on other
 // architectures it reports that it is not ported (and fails, so a suite that runs it cannot
 // pass by accident).
-#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64", target_arch = "riscv64"))]
 mod below_sp {
     use libuthread::{println, sys, Clock};
 
@@ -121,6 +122,60 @@ mod below_sp {
         bad
     }
 
+    /// Writes a pattern in the 128 bytes below sp, re-reads it `rounds` times, returns how many
+    /// reads differed.
+    #[cfg(target_arch = "riscv64")]
+    fn red_zone_check(rounds: u64) -> u64 {
+        let bad: u64;
+        // SAFETY: touches only the 128 bytes below sp, which no compiled code on this target uses
+        // (the psABI keeps no red zone, so nothing live is there) and which nothing in this asm
+        // moves sp over: it calls and pushes nothing.
+        unsafe {
+            core::arch::asm!(
+                // Fill 16 doublewords below sp with pattern i * 0x01010101 ^ sp.
+                "mv {s}, sp",
+                "li {i}, 0",
+                "2:",
+                "mul {t}, {i}, {k}",
+                "xor {t}, {t}, {s}",
+                "slli {p}, {i}, 3",
+                "sub {p}, {s}, {p}",
+                "sd {t}, -8({p})",
+                "addi {i}, {i}, 1",
+                "li {o}, 16",
+                "bltu {i}, {o}, 2b",
+                "li {bad}, 0",
+                // Re-read them again and again (preemptions land anywhere in here).
+                "3:",
+                "li {i}, 0",
+                "4:",
+                "mul {t}, {i}, {k}",
+                "xor {t}, {t}, {s}",
+                "slli {p}, {i}, 3",
+                "sub {p}, {s}, {p}",
+                "ld {o}, -8({p})",
+                "xor {o}, {o}, {t}",
+                "snez {o}, {o}",
+                "add {bad}, {bad}, {o}",
+                "addi {i}, {i}, 1",
+                "li {o}, 16",
+                "bltu {i}, {o}, 4b",
+                "addi {n}, {n}, -1",
+                "bnez {n}, 3b",
+                s = out(reg) _,
+                i = out(reg) _,
+                t = out(reg) _,
+                p = out(reg) _,
+                o = out(reg) _,
+                k = in(reg) 0x0101_0101u64,
+                bad = out(reg) bad,
+                n = inout(reg) (rounds / 16).max(1) => _,
+                options(nostack),
+            );
+        }
+        bad
+    }
+
     fn spinner(_: usize) -> usize {
         loop {
             core::hint::spin_loop();
@@ -152,10 +207,10 @@ mod below_sp {
     }
 }
 
-#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64", target_arch = "riscv64"))]
 use below_sp::main;
 
-#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64", target_arch = "riscv64")))]
 fn main() -> i32 {
     libuthread::println!("redzone: not ported to this architecture");
     1
