@@ -14,7 +14,8 @@
 //!
 //! [`init_this_cpu`] then takes the per-CPU block of the CPU's index (`TPIDR_EL1`), wakes its
 //! GIC redistributor (found by affinity in the region `interrupts::init` mapped) and turns on
-//! its CPU interface with the kernel's SGIs, and starts its tick, PMU and FP settings.
+//! its CPU interface with the kernel's SGIs, and starts its tick, PMU (its cycle counter
+//! aligned with the boot CPU's, `pmu.rs`) and FP settings.
 
 use core::cell::UnsafeCell;
 use core::fmt::Write as _;
@@ -102,6 +103,7 @@ pub fn start_cpu(hw_id: u32, params: &StartParams, _write_phys: &dyn Fn(u64, &[u
     let entry = physical_alias(secondary_entry as *const () as u64);
     let context = physical_alias(block as u64);
     let mpidr = super::boot::mpidr_of_hw_id(hw_id);
+    super::pmu::note_cpu_start();
     // SAFETY: the entry is the image's secondary entry, ready for a CPU with its MMU off, and
     // the block it reads is filled and cleaned above.
     match unsafe { psci_call(psci::CPU_ON, mpidr, entry, context) } {
