@@ -96,10 +96,22 @@ pub fn start_cpu(hw_id: u32, params: &StartParams, _write_phys: &dyn Fn(u64, &[u
             arg: params.arg as u64,
         });
     }
-    // The new CPU reads the block with its MMU off (non-cacheable): clean its cache line to the
-    // point of coherency first. The block is 64-byte aligned and fits in one line of any CPU.
-    // SAFETY: cache maintenance by virtual address of memory we own; it changes no data.
-    unsafe { core::arch::asm!("dc civac, {}", "dsb sy", in(reg) block, options(nostack, preserves_flags)) };
+    // The new CPU reads the block with its MMU off (non-cacheable): clean it to the point of
+    // coherency first, line by line (the smallest data-cache line, CTR_EL0.DminLine, may be as
+    // short as 16 bytes).
+    let ctr: u64;
+    // SAFETY: reads an ID register.
+    unsafe { core::arch::asm!("mrs {}, ctr_el0", out(reg) ctr, options(nomem, nostack, preserves_flags)) };
+    let line = 4u64 << ((ctr >> 16) & 0xf);
+    let (start, end) = (block as u64, block as u64 + core::mem::size_of::<SecondaryStart>() as u64);
+    let mut va = start & !(line - 1);
+    while va < end {
+        // SAFETY: cache maintenance by virtual address of memory we own; it changes no data.
+        unsafe { core::arch::asm!("dc civac, {}", in(reg) va, options(nostack, preserves_flags)) };
+        va += line;
+    }
+    // SAFETY: a barrier: the cleaning completes before the CPU_ON call below.
+    unsafe { core::arch::asm!("dsb sy", options(nostack, preserves_flags)) };
     let entry = physical_alias(secondary_entry as *const () as u64);
     let context = physical_alias(block as u64);
     let mpidr = super::boot::mpidr_of_hw_id(hw_id);
