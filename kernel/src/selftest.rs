@@ -33,6 +33,7 @@ const TESTS: &[Test] = &[
     ("kernel_image_is_wx", kernel_image_is_wx),
     ("direct_map_reaches_frames", direct_map_reaches_frames),
     ("kernel_stack_has_guard_page", kernel_stack_has_guard_page),
+    ("kernel_stack_slot_reused_after_flush", kernel_stack_slot_reused_after_flush),
     ("timer_ticks", timer_ticks),
     ("clock_is_monotonic", clock_is_monotonic),
     ("initrd_holds_init", initrd_holds_init),
@@ -140,6 +141,32 @@ fn kernel_stack_has_guard_page(_: &Context) -> Result<(), String> {
     let top = stack.top();
     drop(stack);
     check(kernel_space::translate(VirtAddr::new(top.as_u64() - 8)).is_none(), || "stack still mapped after drop".into())
+}
+
+/// A freed stack's slot is not reused while a CPU may still cache its translations, and is
+/// reused once every CPU flushed — which the tick guarantees even when TLB tags mean root
+/// loads flush nothing (before the other CPUs start, this CPU is the only one).
+fn kernel_stack_slot_reused_after_flush(_: &Context) -> Result<(), String> {
+    // Count this CPU as online (it has flushed since boot: the boot tables were replaced), so
+    // its epoch takes part in the quarantine as every online CPU's does.
+    crate::mm::kernel_stack::note_full_flush(arch::cpu::cpu_index());
+    let first = KernelStack::new().map_err(|_| "no stack")?;
+    let slot = first.bottom();
+    drop(first);
+    let second = KernelStack::new().map_err(|_| "no stack")?;
+    check(second.bottom() != slot, || "a freed slot was reused before any flush".into())?;
+    crate::mm::kernel_stack::tick();
+    // Other reusable slots may come first; the freed one must come within a few.
+    let mut taken = Vec::new();
+    for _ in 0..16 {
+        let s = KernelStack::new().map_err(|_| "no stack")?;
+        let hit = s.bottom() == slot;
+        taken.push(s);
+        if hit {
+            return Ok(());
+        }
+    }
+    Err(format!("slot {slot:?} not reused after the tick's flush"))
 }
 
 fn timer_ticks(_: &Context) -> Result<(), String> {

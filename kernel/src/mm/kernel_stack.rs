@@ -30,9 +30,27 @@ static NEXT_SLOT: Mutex<u64> = Mutex::new(0);
 const ZERO_EPOCH: AtomicU64 = AtomicU64::new(0);
 static FLUSH_EPOCHS: [AtomicU64; MAX_CPUS] = [ZERO_EPOCH; MAX_CPUS];
 
+/// Each CPU's flush epoch when a stack was last freed: until the CPU flushes again, it may
+/// hold translations of that stack.
+static FREED_AT: [AtomicU64; MAX_CPUS] = [ZERO_EPOCH; MAX_CPUS];
+
 /// Records that CPU `cpu` flushed its non-global TLB entries (loaded a root).
 pub fn note_full_flush(cpu: usize) {
     FLUSH_EPOCHS[cpu].fetch_add(1, Ordering::Relaxed);
+}
+
+/// The timer tick on this CPU: if a stack was freed since this CPU last flushed, flush now.
+/// With TLB tags (PCIDs, ASIDs) a root load flushes nothing, so without this a CPU could go
+/// on forever without a full flush and freed slots would never leave quarantine (a leak of
+/// the kernel-stack area, and of the table pages mapping it). At most one flush per tick, and
+/// only while slots wait.
+pub fn tick() {
+    let cpu = arch::cpu::cpu_index();
+    if FLUSH_EPOCHS[cpu].load(Ordering::Relaxed) <= FREED_AT[cpu].load(Ordering::Relaxed) {
+        arch::tlb::flush_all();
+        note_full_flush(cpu);
+        crate::sched::scheduler::this_cpu().counters.bump(tsumugi_abi::stats::Counter::TlbFlushes);
+    }
 }
 
 fn epochs() -> [u64; MAX_CPUS] {
@@ -118,6 +136,10 @@ impl Drop for KernelStack {
                 });
             }
         }
-        FREE_SLOTS.lock().push((self.slot, epochs()));
+        let now = epochs();
+        for (freed_at, epoch) in FREED_AT.iter().zip(now) {
+            freed_at.fetch_max(epoch, Ordering::Relaxed);
+        }
+        FREE_SLOTS.lock().push((self.slot, now));
     }
 }

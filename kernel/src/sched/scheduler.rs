@@ -472,6 +472,7 @@ pub fn idle_loop() -> ! {
 pub fn tick(from_user: bool) -> bool {
     let cpu = this_cpu();
     cpu.counters.bump(Counter::Ticks);
+    crate::mm::kernel_stack::tick();
     if arch::cpu::cpu_index() == 0 {
         let t = TICKS.fetch_add(1, Ordering::Relaxed) + 1;
         let w = WATCHDOG_SECS.load(Ordering::Relaxed);
