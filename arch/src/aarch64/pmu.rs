@@ -37,6 +37,8 @@ const PMCR_LP: u64 = 1 << 7;
 /// `PMCNTENSET_EL0` bits: cycle counter, event counter 0.
 const CNTEN_CYCLES: u64 = 1 << 31;
 const CNTEN_EVENT0: u64 = 1 << 0;
+/// `PMUSERENR_EL0.CR`: EL0 may read the cycle counter (nothing else of the PMU).
+const USERENR_CR: u64 = 1 << 2;
 /// Common event number of instructions retired (Arm ARM, PMU events).
 const INST_RETIRED: u64 = 0x08;
 
@@ -133,6 +135,9 @@ pub fn init_this_cpu() {
         asm!("msr PMSELR_EL0, xzr", "isb", "msr PMXEVTYPER_EL0, {}", in(reg) INST_RETIRED, options(nomem, nostack, preserves_flags));
         asm!("msr PMCR_EL0, {}", "isb", in(reg) pmcr, options(nomem, nostack, preserves_flags));
         asm!("msr PMCNTENSET_EL0, {}", "isb", in(reg) CNTEN_CYCLES | CNTEN_EVENT0, options(nomem, nostack, preserves_flags));
+        // User mode may read `PMCCNTR_EL0`, as x86_64 lets it read the TSC: a thread library
+        // and benchmarks time themselves without a syscall. Only reads, only that counter.
+        asm!("msr PMUSERENR_EL0, {}", "isb", in(reg) USERENR_CR, options(nomem, nostack, preserves_flags));
     }
     if super::cpu::cpu_index() == 0 {
         let (cycles, ticks) = cycles_and_ticks();
