@@ -80,6 +80,9 @@ impl KnState {
     /// Moves held events into the ring while there is room; returns whether any moved.
     fn flush_held(&mut self) -> bool {
         let Ok((head, mut tail)) = self.ring_words() else { return false };
+        // The library read the slots below `head` before it advanced `head`: reuse them only
+        // after that read (weakly ordered CPUs: aarch64, riscv64).
+        core::sync::atomic::fence(Ordering::Acquire);
         let mut moved = false;
         while let Some(e) = self.held.front().copied() {
             if tail.wrapping_sub(head) >= self.capacity {
@@ -94,6 +97,9 @@ impl KnState {
             if views::write_as(self.ring_view, slot, &raw).is_err() {
                 break;
             }
+            // The slot, and the ThMB written before the event was posted, must be visible
+            // before the new `tail` is: the library reads them once it sees it.
+            core::sync::atomic::fence(Ordering::Release);
             tail += 1;
             let _ = views::write_as(self.ring_view, self.ring + 8, &tail.to_le_bytes());
             self.held.pop_front();

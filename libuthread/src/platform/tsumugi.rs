@@ -127,9 +127,14 @@ pub fn drain_events() {
         if head == tail {
             break;
         }
+        // Pairs with the kernel's release before it advanced `tail`: the slot, and the ThMB it
+        // names, are complete (weakly ordered CPUs: aarch64, riscv64).
+        core::sync::atomic::fence(Ordering::Acquire);
         let slot = ring + RING_SLOTS_OFFSET + (head as usize % RING_SLOTS) * core::mem::size_of::<Event>();
         // SAFETY: a slot the kernel filled (head < tail).
         let e = unsafe { core::ptr::read_volatile(slot as *const Event) };
+        // The slot is read before the kernel can see it free and fill it again.
+        core::sync::atomic::fence(Ordering::Release);
         // SAFETY: as above.
         unsafe { core::ptr::write_volatile(&mut (*h).head, head + 1) };
         let t = e.thread as *mut Thmb;
