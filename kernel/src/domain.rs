@@ -108,7 +108,8 @@ pub struct Domain {
     inner: Mutex<Inner>,
     /// Kernel Notification state, once the program registered (`kn_register`).
     pub kn: Mutex<Option<crate::kn::KnState>>,
-    /// Serialises region creation (which changes several threads' views).
+    /// Serialises region creation (which changes several threads' views) and the start of
+    /// Kernel Notification activations (which copy a thread's view): see `kn::start_activation`.
     pub region_lock: Mutex<()>,
     /// Upcalls delivered, by kind, once the Kernel Notification state is gone.
     pub final_upcalls: Mutex<[u64; 8]>,

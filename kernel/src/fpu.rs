@@ -145,6 +145,11 @@ fn save_owner(cpu: usize) {
     owner.fp.live_on.store(NOWHERE, Ordering::Release);
 }
 
+/// Whether `t` has ever used FP: its registers are live on some CPU, or saved in its area.
+pub fn has_used_fp(t: &Thread) -> bool {
+    t.fp.live_on.load(Ordering::Acquire) != NOWHERE || t.fp.area.lock().is_some()
+}
+
 /// Serves another CPU's request to save this CPU's owner (from the IPI or while spinning).
 pub fn serve_request() {
     let cpu = arch::cpu::cpu_index();

@@ -210,16 +210,31 @@ pub fn register(me: &Arc<Thread>, reg_addr: u64) -> Result<usize, Errno> {
         });
     }
     me.vcpu.store(0, Ordering::Release);
+    // The caller becomes vCPU 0. If it used FP before (its first FP trap then found no vCPU to
+    // report), its FP state is live now: say so, or the library's WINDOW switches on vCPU 0
+    // would leave the ABI's callee-saved FP registers unsaved.
+    if crate::fpu::has_used_fp(me) {
+        note_fp_use(me);
+    }
     for v in 1..reg.vcpus {
         post(&domain, Event { kind: EventKind::VcpuGranted as u64, thread: 0, arg0: v, arg1: 0 });
         let args = [EventKind::VcpuGranted as u64, 0, v, v];
-        start_activation(&domain, view, v as usize, reg.handler, stacks[v as usize], args)?;
+        start_activation(&domain, me, v as usize, reg.handler, stacks[v as usize], args)?;
     }
     Ok(0)
 }
 
-/// Starts a new activation of vCPU `vcpu` entering the handler with `args`.
-fn start_activation(domain: &Arc<Domain>, view: ViewId, vcpu: usize, handler: u64, stack: u64, args: [u64; 4]) -> Result<Arc<Thread>, Errno> {
+/// Starts a new activation of vCPU `vcpu` entering the handler with `args`, with the rights
+/// `source` (the registering or blocking thread) has now.
+///
+/// Under the program's `region_lock`, as `region_create` is: a region another vCPU creates
+/// meanwhile is either in `source`'s view before the copy (`source` is one of its creator's
+/// mates) or created after the new activation joined the program (which makes it a mate).
+/// Without the lock, an activation copying a view read earlier misses such a region, and the
+/// library's threads fault on their own stacks when that vCPU runs them.
+fn start_activation(domain: &Arc<Domain>, source: &Thread, vcpu: usize, handler: u64, stack: u64, args: [u64; 4]) -> Result<Arc<Thread>, Errno> {
+    let _creating = domain.region_lock.lock();
+    let view = source.view().ok_or(Errno::Fault)?;
     let set = views::with(|s, _| s.set(view).map(|x| x.to_vec())).ok_or(Errno::Fault)?;
     let v = views::with(|s, m| s.attach(m, &set)).map_err(|_| Errno::NoMem)?;
     count_upcall(domain, args[0]);
@@ -400,7 +415,7 @@ pub fn blocking(frame: &mut TrapFrame, wait: impl FnOnce() -> usize) -> usize {
         (kn.handler, kn.upcall_stacks[vcpu])
     };
     me.vcpu.store(NOT_A_VCPU, Ordering::Release);
-    if let Err(e) = start_activation(&domain, view, vcpu, handler, stack, [EventKind::Blocked as u64, thmb, vcpu as u64, 0]) {
+    if let Err(e) = start_activation(&domain, &me, vcpu, handler, stack, [EventKind::Blocked as u64, thmb, vcpu as u64, 0]) {
         kill(&me, format!("no memory for a new activation of vCPU {vcpu} ({e:?})"));
     }
     drop(me);

@@ -85,11 +85,18 @@ fn user_page_fault(frame: &mut TrapFrame, address: u64, access: Access) {
         let view = scheduler::with_current(|t| t.and_then(|t| t.view()));
         if let Some(view) = view {
             match views::with(|s, m| s.fault(m, view, address, need(access))) {
-                Ok(Fault::Filled | Fault::Mapped) => return,
+                // The page is there now. If it was there already, this CPU may still run an older
+                // root of the thread: a change of its view (another vCPU's `region_create`) can
+                // race with the switch that loaded the root, and then no kick comes. Reload it,
+                // or the thread would fault on that page forever.
+                Ok(Fault::Filled | Fault::Mapped) => {
+                    scheduler::reload_current_root();
+                    return;
+                }
                 // The view changed under the thread (a grant by another thread): load it, retry.
                 Ok(_) if scheduler::reload_current_root() => return,
                 Ok(_) => {}
-                Err(_) => return kill_current(format!("page fault: out of memory filling {address:#x}; rip {:#x}", frame.ip())),
+                Err(_) => return kill_current(format!("page fault: out of memory filling {address:#x}; {} {:#x}", arch::trap::IP_REGISTER, frame.ip())),
             }
         }
     }
