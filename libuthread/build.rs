@@ -8,7 +8,7 @@ fn main() {
     println!("cargo::rustc-check-cfg=cfg(loom)");
     println!("cargo::rustc-check-cfg=cfg(mn_core)");
     /// Architectures with a Tsumugi context switch.
-    const PORTED: &[&str] = &["x86_64", "aarch64"];
+    const PORTED: &[&str] = &["x86_64", "aarch64", "riscv64"];
     let os = std::env::var("CARGO_CFG_TARGET_OS").unwrap_or_default();
     let arch = std::env::var("CARGO_CFG_TARGET_ARCH").unwrap_or_default();
     if os != "none" || PORTED.contains(&arch.as_str()) {

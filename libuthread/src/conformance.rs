@@ -434,7 +434,11 @@ fn fp_values_survive_switches() -> Outcome {
 /// Threads started together with different sleep lengths wake in order of their lengths, each
 /// after at least its length.
 fn sleep_ordering() -> Outcome {
-    const MILLIS: [u64; 5] = [50, 10, 40, 20, 30];
+    // Deadlines 40 ms apart: on Tsumugi a sleep ends at a timer tick (10 ms), so sleepers whose
+    // deadlines fall in the same tick are released together and then race to push on several
+    // vCPUs; 40 ms leaves every release its own ticks, with room for the time a loaded host
+    // takes to run the woken thread.
+    const MILLIS: [u64; 5] = [200, 40, 160, 80, 120];
     let order = Arc::new(Mutex::new(Vec::new()));
     let start = Arc::new(Barrier::new(MILLIS.len()));
     let handles: Vec<_> = MILLIS

@@ -44,7 +44,7 @@
 //! ```
 //!
 //! Design (DESIGN §6–§8): each user thread has a ThMB ([`Thmb`]) whose address is its id and
-//! which the LTN register (x86_64 GS base) names while it runs; voluntary switches save only
+//! which the LTN register (x86_64 GS base, riscv64 `tp`) names while it runs; voluntary switches save only
 //! the callee-saved register window; a frame the kernel saved at an involuntary stop is
 //! restored in user mode; spawning is lazy (a stack is taken from a pool at first run); the
 //! mutex hands ownership straight to the next waiter and the barrier releases a whole batch.
@@ -64,8 +64,9 @@
 #![cfg_attr(target_os = "none", no_std)]
 
 // Items loom does not model (the scheduler, the platform, the public thread API) carry
-// `cfg(not(loom))`. The M:N core has a context switch for x86_64 only so far: on the other
-// bare-metal ports only the program runtime (`rt`, `sys`, `io`) is built.
+// `cfg(not(loom))`. The M:N core (`cfg(mn_core)`) is built for the bare-metal ports whose
+// context switch exists (`build.rs` lists them); on the others only the program runtime (`rt`,
+// `sys`, `io`) is built.
 
 extern crate alloc;
 

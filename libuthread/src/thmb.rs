@@ -4,7 +4,9 @@
 //! library reads and writes.
 //!
 //! Layout (x86_64, checked at compile time; on aarch64 the frame is 34 words and the window
-//! 184 bytes, so `window` is at `0x128`, `state` at `0x1e0`, `resume` at `0x1f0`):
+//! 184 bytes, so `window` is at `0x128`, `state` at `0x1e0`, `resume` at `0x1f0`; on riscv64
+//! the frame is 32 words and the window 224 bytes: `window` at `0x118`, `state` at `0x1f8`,
+//! `resume` at `0x208`):
 //!
 //! | offset | field | written by |
 //! |---|---|---|
@@ -106,6 +108,8 @@ const _: () = assert!(core::mem::align_of::<Thmb>() as u64 == THMB_ALIGN);
 const _: () = assert!(WINDOW_OFFSET == 0xa8 && STATE_OFFSET == 0xf0 && RESUME_OFFSET == 0x100);
 #[cfg(target_arch = "aarch64")]
 const _: () = assert!(WINDOW_OFFSET == 0x128 && STATE_OFFSET == 0x1e0 && RESUME_OFFSET == 0x1f0);
+#[cfg(target_arch = "riscv64")]
+const _: () = assert!(WINDOW_OFFSET == 0x118 && STATE_OFFSET == 0x1f8 && RESUME_OFFSET == 0x208);
 
 const ZERO_FRAME: FullFrame = FullFrame::ZERO;
 

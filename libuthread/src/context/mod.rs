@@ -26,6 +26,9 @@ mod arch;
 #[cfg(target_arch = "aarch64")]
 #[path = "aarch64.rs"]
 mod arch;
+#[cfg(target_arch = "riscv64")]
+#[path = "riscv64.rs"]
+mod arch;
 
 pub use arch::Window;
 pub(crate) use arch::{detect_fp, init_window, raw};

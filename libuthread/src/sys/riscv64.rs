@@ -38,8 +38,13 @@ pub fn ltn_read() -> usize {
 }
 
 /// Writes the LTN register (`tp`).
+///
+/// Also a compiler barrier for memory (no `nomem`): writing LTN enters or leaves the library's
+/// critical section, so no memory access may be moved across it — a lock taken before LTN = 0
+/// or released after LTN is restored would let the kernel hand a lock holder to an upcall.
 #[inline(always)]
 pub fn ltn_write(v: usize) {
-    // SAFETY: as for `ltn_read`; the kernel keeps `tp` per thread across traps.
-    unsafe { core::arch::asm!("mv tp, {}", in(reg) v, options(nomem, nostack, preserves_flags)) };
+    // SAFETY: as for `ltn_read`; the kernel keeps `tp` per thread across traps. The asm touches
+    // no memory; it is only declared as possibly doing so, to keep memory accesses on their side.
+    unsafe { core::arch::asm!("mv tp, {}", in(reg) v, options(nostack, preserves_flags)) };
 }
