@@ -3,7 +3,8 @@
 //! - `mn_core`: the M:N core (scheduler, context switch, sync, Kernel Notification platform) is
 //!   built — hosted everywhere, and on Tsumugi for the architectures whose context switch
 //!   (`src/context/<arch>.rs`) exists. Elsewhere only the program runtime (`rt`, `sys`, `io`)
-//!   is built.
+//!   is built. Dependent crates learn it too (`links = "uthread"`: their build scripts see
+//!   `DEP_UTHREAD_MN_CORE`), so programs that need the M:N core follow this one list.
 fn main() {
     println!("cargo::rustc-check-cfg=cfg(loom)");
     println!("cargo::rustc-check-cfg=cfg(mn_core)");
@@ -13,5 +14,6 @@ fn main() {
     let arch = std::env::var("CARGO_CFG_TARGET_ARCH").unwrap_or_default();
     if os != "none" || PORTED.contains(&arch.as_str()) {
         println!("cargo::rustc-cfg=mn_core");
+        println!("cargo::metadata=mn_core=1");
     }
 }

@@ -154,7 +154,7 @@ pub fn for_arch(arch: &str) -> Option<Vec<Suite>> {
 }
 
 /// x86_64 suites whose mechanisms the riscv64 port does not have yet.
-pub const RISCV64_NOT_YET_PORTED: &[&str] = &["lazysave", "kn", "kn-smp4", "uthread", "uthread-smp4"];
+pub const RISCV64_NOT_YET_PORTED: &[&str] = &[];
 
 /// x86_64 suites whose mechanisms the aarch64 port does not have yet.
 pub const AARCH64_NOT_YET_PORTED: &[&str] = &["lazysave", "kn", "kn-smp4", "uthread", "uthread-smp4"];
@@ -535,6 +535,10 @@ mod tests {
             }
         }
         assert!(riscv.iter().any(|s| s.smp > 1));
+        // Kernel Notification, libuthread's M:N core and its lazy save run on riscv64 (issue #7).
+        for ported in ["kn", "kn-smp4", "uthread", "uthread-smp4", "lazysave"] {
+            assert!(riscv.iter().any(|s| s.name == ported), "riscv64 runs {ported}");
+        }
         let report = riscv.iter().find(|s| s.name == "exception-report").unwrap();
         assert!(report
             .checks

@@ -61,12 +61,9 @@ pub fn spin_ticks(ticks: usize) {
     }
 }
 
-#[cfg(target_arch = "x86_64")]
 static mut FORGE_RING: Ring = Ring { header: RingHeader { head: 0, tail: 0, capacity: 0, held_back: 0 }, slots: [Event { kind: 0, thread: 0, arg0: 0, arg1: 0 }; SLOTS] };
-#[cfg(target_arch = "x86_64")]
 static mut FORGE_STACK: Stack = Stack([0; 64 * 1024]);
 
-#[cfg(target_arch = "x86_64")]
 extern "C" fn forge_handler(kind: u64, _: u64, _: u64, _: u64) -> ! {
     libuthread::println!("forge: FAILED: upcall {kind} with a forged LTN");
     sys::exit(1)
@@ -75,7 +72,6 @@ extern "C" fn forge_handler(kind: u64, _: u64, _: u64, _: u64) -> ! {
 /// LTN forgery: registers for Kernel Notification, points the LTN register at `ltn` (`what`
 /// names it in the output) and spins until preempted. The kernel must refuse to write a ThMB
 /// there and end the program; returning at all is a failure (status 1).
-#[cfg(target_arch = "x86_64")]
 pub fn forge_ltn(program: &str, ltn: usize, what: &str) -> i32 {
     if let Err(e) = register(forge_handler, core::ptr::addr_of_mut!(FORGE_RING), core::ptr::addr_of_mut!(FORGE_STACK)) {
         libuthread::println!("{program}: FAILED: register: {e:?}");

@@ -165,6 +165,13 @@ impl Arch {
                 "link-arg=text",
                 "-C",
                 "link-arg=--discard-locals",
+                // `gp` belongs to the thread library (a FULL resume jumps through it:
+                // `tsumugi_abi::kn::riscv64`). Compilers never allocate it, so only the
+                // linker's global-pointer relaxation could make code depend on it; no
+                // relaxation at all (LLD 14 relaxes nothing on RISC-V anyway, later versions
+                // would only shorten calls).
+                "-C",
+                "link-arg=--no-relax",
             ],
         }
     }
@@ -408,6 +415,8 @@ mod tests {
         assert!(Arch::Riscv64
             .user_rustflags()
             .contains(&"relocation-model=pie"));
+        // gp is the thread library's: no global-pointer relaxation.
+        assert!(Arch::Riscv64.user_rustflags().contains(&"link-arg=--no-relax"));
         assert!(Arch::X86_64.user_rustflags().is_empty());
     }
 

@@ -80,9 +80,17 @@ fn configure(event_idx: usize, hw_counters: usize) -> usize {
     }
 }
 
-/// Maps and starts the TLB-miss counters on the calling hart through the SBI PMU extension,
-/// when the firmware has it. Call on every hart.
+/// Lets user mode read `cycle` and `instret` (`scounteren` CY and IR), as x86_64 lets it read
+/// the TSC: a thread library and benchmarks time themselves without a syscall. Then maps and
+/// starts the TLB-miss counters on the calling hart through the SBI PMU extension, when the
+/// firmware has it. Call on every hart.
 pub fn init_this_cpu() {
+    // SAFETY: only opens two read-only counters to U-mode (the firmware's `mcounteren` already
+    // opens them to S-mode); no memory is affected.
+    unsafe {
+        riscv::register::scounteren::set_cy();
+        riscv::register::scounteren::set_ir();
+    }
     if !sbi_rt::probe_extension(sbi_rt::Pmu).is_available() {
         return;
     }

@@ -106,6 +106,16 @@ pub mod x86_64 {
             rsp: 0,
             rflags: 0,
         };
+
+        /// Where the thread resumes.
+        pub fn pc(&self) -> u64 {
+            self.rip
+        }
+
+        /// The syscall-result register (see [`RESULT_IN_FRAME`]).
+        pub fn result(&self) -> u64 {
+            self.rax
+        }
     }
     /// Offset, inside the frame, of the register a syscall's result goes to (`rax`).
     pub const RESULT_IN_FRAME: usize = core::mem::offset_of!(FullFrame, rax);
@@ -133,6 +143,16 @@ pub mod riscv64 {
     impl FullFrame {
         /// Every register zero.
         pub const ZERO: FullFrame = FullFrame { x: [0; 32] };
+
+        /// Where the thread resumes.
+        pub fn pc(&self) -> u64 {
+            self.x[0]
+        }
+
+        /// The syscall-result register (see [`RESULT_IN_FRAME`]).
+        pub fn result(&self) -> u64 {
+            self.x[10]
+        }
     }
     /// Offset of the register a syscall's result goes to (`a0` = `x10`).
     pub const RESULT_IN_FRAME: usize = 10 * 8;
@@ -163,6 +183,16 @@ pub mod aarch64 {
     impl FullFrame {
         /// Every register zero.
         pub const ZERO: FullFrame = FullFrame { x: [0; 31], sp: 0, pc: 0, pstate: 0 };
+
+        /// Where the thread resumes.
+        pub fn pc(&self) -> u64 {
+            self.pc
+        }
+
+        /// The syscall-result register (see [`RESULT_IN_FRAME`]).
+        pub fn result(&self) -> u64 {
+            self.x[0]
+        }
     }
     /// Offset of the register a syscall's result goes to (`x0`).
     pub const RESULT_IN_FRAME: usize = 0;
@@ -223,7 +253,8 @@ const _: () = assert!(FP_AREA_PTR_OFFSET == FULL_OFFSET + size_of::<FullFrame>()
 pub enum EventKind {
     /// Thread `thread` blocked in the kernel; this vCPU is yours to run someone else.
     Blocked = 1,
-    /// Thread `thread`'s blocking syscall finished; its result is in its ThMB (`full.rax`).
+    /// Thread `thread`'s blocking syscall finished; its result is in its ThMB (the frame's result
+    /// register: [`FullFrame::result`], at [`RESULT_IN_FRAME`]).
     Unblocked = 2,
     /// Thread `thread` was preempted at the end of its quantum; its state is in its ThMB.
     Preempted = 3,
@@ -319,4 +350,24 @@ pub struct Registration {
     /// callee-saved FP registers (riscv64 `fs0`..`fs11`, aarch64 `d8`..`d15`) only on vCPUs
     /// whose word is set, so threads of a program that never touches FP switch without them.
     pub fp_live: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn result_and_pc_read_the_slots_the_layouts_name() {
+        // Each register holds its own offset in the frame.
+        let at = |off: usize| off as u64;
+        let x = super::x86_64::FullFrame { rax: at(0), rip: at(15 * 8), ..super::x86_64::FullFrame::ZERO };
+        assert_eq!(x.result(), at(super::x86_64::RESULT_IN_FRAME));
+        assert_eq!(x.pc(), at(core::mem::offset_of!(super::x86_64::FullFrame, rip)));
+        let mut r = super::riscv64::FullFrame::ZERO;
+        r.x.iter_mut().enumerate().for_each(|(i, v)| *v = at(i * 8));
+        assert_eq!(r.result(), at(super::riscv64::RESULT_IN_FRAME));
+        assert_eq!(r.pc(), 0);
+        let mut a = super::aarch64::FullFrame { sp: at(31 * 8), pc: at(32 * 8), pstate: at(33 * 8), ..super::aarch64::FullFrame::ZERO };
+        a.x.iter_mut().enumerate().for_each(|(i, v)| *v = at(i * 8));
+        assert_eq!(a.result(), at(super::aarch64::RESULT_IN_FRAME));
+        assert_eq!(a.pc(), at(core::mem::offset_of!(super::aarch64::FullFrame, pc)));
+    }
 }

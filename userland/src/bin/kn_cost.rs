@@ -1,98 +1,106 @@
 //! Costs of Kernel Notification in instructions (run under `cargo xtask bench`, TCG
-//! `-icount shift=0`, where the TSC counts instructions): a blocking syscall turned into a
+//! `-icount shift=0`, where the cycle counter counts instructions): a blocking syscall turned into a
 //! `BLOCKED` upcall (MULiTh's "notification"), and a timer preemption turned into a `PREEMPTED`
 //! upcall. Measured from user mode on both sides, so every kernel instruction between is in.
 #![no_std]
 #![no_main]
 
+use core::sync::atomic::{AtomicU64, Ordering};
+use libuthread::{println, sys};
+use tsumugi_abi::kn::EventKind;
+use tsumugi_userland::kn::{self, Ring, Stack, Thmb};
+
+static mut RING: Ring = Ring { header: tsumugi_abi::kn::RingHeader { head: 0, tail: 0, capacity: 0, held_back: 0 }, slots: [tsumugi_abi::kn::Event { kind: 0, thread: 0, arg0: 0, arg1: 0 }; kn::SLOTS] };
+static mut STACK: Stack = Stack([0; 64 * 1024]);
+static mut THMB: Thmb = Thmb { header: tsumugi_abi::kn::ThmbHeader::EMPTY, rest: [0; 32] };
+
+const BLOCKS: u64 = 200;
+const PREEMPTIONS: u64 = 8;
+
+static T0: AtomicU64 = AtomicU64::new(0);
+static N: AtomicU64 = AtomicU64::new(0);
+static BEST_BLOCK: AtomicU64 = AtomicU64::new(u64::MAX);
+static BEST_PREEMPT: AtomicU64 = AtomicU64::new(u64::MAX);
+static PHASE: AtomicU64 = AtomicU64::new(0);
+
+/// The CPU's cycle counter, read in user mode (a syscall to read it would be counted too):
+/// x86_64's TSC, riscv64's `cycle` CSR (the kernel lets user mode read it). Under
+/// `-icount shift=0` both advance once per guest instruction.
 #[cfg(target_arch = "x86_64")]
-mod x86_64 {
-    use core::sync::atomic::{AtomicU64, Ordering};
-    use libuthread::{println, sys};
-    use tsumugi_abi::kn::EventKind;
-    use tsumugi_userland::kn::{self, Ring, Stack, Thmb};
+fn cycles() -> u64 {
+    // SAFETY: rdtsc has no side effects.
+    unsafe { core::arch::x86_64::_rdtsc() }
+}
 
-    static mut RING: Ring = Ring { header: tsumugi_abi::kn::RingHeader { head: 0, tail: 0, capacity: 0, held_back: 0 }, slots: [tsumugi_abi::kn::Event { kind: 0, thread: 0, arg0: 0, arg1: 0 }; kn::SLOTS] };
-    static mut STACK: Stack = Stack([0; 64 * 1024]);
-    static mut THMB: Thmb = Thmb { header: tsumugi_abi::kn::ThmbHeader::EMPTY, rest: [0; 32] };
+#[cfg(target_arch = "riscv64")]
+fn cycles() -> u64 {
+    let c: u64;
+    // SAFETY: reads a counter CSR the kernel opens to user mode (`scounteren.CY`); no side
+    // effects.
+    unsafe { core::arch::asm!("rdcycle {}", out(reg) c, options(nomem, nostack, preserves_flags)) };
+    c
+}
 
-    const BLOCKS: u64 = 200;
-    const PREEMPTIONS: u64 = 8;
+/// Ports without a user-mode cycle counter wired up here: the clock syscall (its own cost is
+/// then part of every measurement).
+#[cfg(not(any(target_arch = "x86_64", target_arch = "riscv64")))]
+fn cycles() -> u64 {
+    sys::clock(libuthread::Clock::Cycles).unwrap_or(0) as u64
+}
 
-    static T0: AtomicU64 = AtomicU64::new(0);
-    static N: AtomicU64 = AtomicU64::new(0);
-    static BEST_BLOCK: AtomicU64 = AtomicU64::new(u64::MAX);
-    static BEST_PREEMPT: AtomicU64 = AtomicU64::new(u64::MAX);
-    static PHASE: AtomicU64 = AtomicU64::new(0);
+/// One blocking call with the LTN set: comes back as an upcall, never returns here.
+fn block_once() {
+    sys::ltn_write(core::ptr::addr_of_mut!(THMB) as usize);
+    T0.store(cycles(), Ordering::SeqCst);
+    let _ = sys::sleep_nanos(1);
+}
 
-    fn tsc() -> u64 {
-        // SAFETY: rdtsc has no side effects.
-        unsafe { core::arch::x86_64::_rdtsc() }
-    }
-
-    /// One blocking call with the LTN set: comes back as an upcall, never returns here.
-    fn block_once() {
-        sys::ltn_write(core::ptr::addr_of_mut!(THMB) as usize);
-        T0.store(tsc(), Ordering::SeqCst);
-        let _ = sys::sleep_nanos(1);
-    }
-
-    /// Spins with the LTN set, stamping the time, until the timer preempts it.
-    fn spin_until_preempted() -> ! {
-        sys::ltn_write(core::ptr::addr_of_mut!(THMB) as usize);
-        loop {
-            T0.store(tsc(), Ordering::SeqCst);
-        }
-    }
-
-    extern "C" fn handler(kind: u64, _: u64, _: u64, _: u64) -> ! {
-        let t1 = tsc();
-        let cost = t1.wrapping_sub(T0.load(Ordering::SeqCst));
-        let n = N.fetch_add(1, Ordering::SeqCst) + 1;
-        if PHASE.load(Ordering::SeqCst) == 0 {
-            if kind == EventKind::Blocked as u64 {
-                BEST_BLOCK.fetch_min(cost, Ordering::SeqCst);
-            }
-            if n < BLOCKS {
-                block_once();
-            }
-            PHASE.store(1, Ordering::SeqCst);
-            N.store(0, Ordering::SeqCst);
-            spin_until_preempted();
-        }
-        if kind == EventKind::Preempted as u64 {
-            BEST_PREEMPT.fetch_min(cost, Ordering::SeqCst);
-        }
-        if n < PREEMPTIONS {
-            spin_until_preempted();
-        }
-        println!(
-            "BENCH table=kn_cost row=blocking_syscall_to_upcall instructions={} paper_instructions=256",
-            BEST_BLOCK.load(Ordering::SeqCst)
-        );
-        println!(
-            "BENCH table=kn_cost row=preemption_to_upcall instructions={} paper_instructions=341",
-            BEST_PREEMPT.load(Ordering::SeqCst)
-        );
-        sys::exit(0)
-    }
-
-    pub fn main() -> i32 {
-        if kn::register(handler, core::ptr::addr_of_mut!(RING), core::ptr::addr_of_mut!(STACK)).is_err() {
-            return 1;
-        }
-        block_once();
-        println!("kn_cost: FAILED: the sleep returned");
-        1
+/// Spins with the LTN set, stamping the time, until the timer preempts it.
+fn spin_until_preempted() -> ! {
+    sys::ltn_write(core::ptr::addr_of_mut!(THMB) as usize);
+    loop {
+        T0.store(cycles(), Ordering::SeqCst);
     }
 }
 
-#[cfg(target_arch = "x86_64")]
-use x86_64::main;
+extern "C" fn handler(kind: u64, _: u64, _: u64, _: u64) -> ! {
+    let t1 = cycles();
+    let cost = t1.wrapping_sub(T0.load(Ordering::SeqCst));
+    let n = N.fetch_add(1, Ordering::SeqCst) + 1;
+    if PHASE.load(Ordering::SeqCst) == 0 {
+        if kind == EventKind::Blocked as u64 {
+            BEST_BLOCK.fetch_min(cost, Ordering::SeqCst);
+        }
+        if n < BLOCKS {
+            block_once();
+        }
+        PHASE.store(1, Ordering::SeqCst);
+        N.store(0, Ordering::SeqCst);
+        spin_until_preempted();
+    }
+    if kind == EventKind::Preempted as u64 {
+        BEST_PREEMPT.fetch_min(cost, Ordering::SeqCst);
+    }
+    if n < PREEMPTIONS {
+        spin_until_preempted();
+    }
+    println!(
+        "BENCH table=kn_cost row=blocking_syscall_to_upcall instructions={} paper_instructions=256",
+        BEST_BLOCK.load(Ordering::SeqCst)
+    );
+    println!(
+        "BENCH table=kn_cost row=preemption_to_upcall instructions={} paper_instructions=341",
+        BEST_PREEMPT.load(Ordering::SeqCst)
+    );
+    sys::exit(0)
+}
 
-#[cfg(not(target_arch = "x86_64"))]
 fn main() -> i32 {
-    libuthread::println!("kn_cost: not ported to this architecture");
+    if kn::register(handler, core::ptr::addr_of_mut!(RING), core::ptr::addr_of_mut!(STACK)).is_err() {
+        return 1;
+    }
+    block_once();
+    println!("kn_cost: FAILED: the sleep returned");
     1
 }
 

@@ -5,10 +5,10 @@
 
 extern crate alloc;
 
-// libuthread's M:N core switches contexts on x86_64 only so far; elsewhere this program
-// reports that it is not ported (and fails, so a suite that runs it cannot pass by accident).
-#[cfg(target_arch = "x86_64")]
-mod x86_64 {
+// libuthread's M:N core is built only for the architectures its build script lists; elsewhere
+// this program reports that (and fails, so a suite that runs it cannot pass by accident).
+#[cfg(mn_core)]
+mod program {
     use libuthread::println;
 
     pub fn main() -> i32 {
@@ -29,12 +29,12 @@ mod x86_64 {
     }
 }
 
-#[cfg(target_arch = "x86_64")]
-use x86_64::main;
+#[cfg(mn_core)]
+use program::main;
 
-#[cfg(not(target_arch = "x86_64"))]
+#[cfg(not(mn_core))]
 fn main() -> i32 {
-    libuthread::println!("uthread_conformance: not ported to this architecture");
+    libuthread::println!("uthread_conformance: libuthread's M:N core is not built for this architecture");
     1
 }
 
