@@ -43,5 +43,7 @@ pub fn ltn_read() -> usize {
 #[inline(always)]
 pub fn ltn_write(v: usize) {
     // SAFETY: as for `ltn_read`; GS is not used for anything else in user mode on Tsumugi.
-    unsafe { core::arch::asm!("wrgsbase {}", in(reg) v, options(nomem, nostack, preserves_flags)) };
+    // Not `nomem`: writing LTN enters or leaves the library's critical section, so it is a
+    // compiler barrier — no memory access (a lock's, a queue's) may move across it.
+    unsafe { core::arch::asm!("wrgsbase {}", in(reg) v, options(nostack, preserves_flags)) };
 }
