@@ -1,7 +1,7 @@
 //! The Tsumugi platform: vCPUs are kernel threads handed out through Kernel Notification
-//! (`tsumugi_abi::kn`), the LTN register is x86_64's GS base or riscv64's `tp`, blocking calls
-//! hand the vCPU back through `BLOCKED`/`UNBLOCKED` upcalls, and stacks are regions of the
-//! single address space (the heap is `crate::heap`).
+//! (`tsumugi_abi::kn`), the LTN register is x86_64's GS base, riscv64's `tp` or aarch64's
+//! `TPIDR_EL0`, blocking calls hand the vCPU back through `BLOCKED`/`UNBLOCKED` upcalls, and
+//! stacks are regions of the single address space (the heap is `crate::heap`).
 //!
 //! The upcall handler ([`knh`]) runs on the vCPU's upcall stack with LTN = 0: it drains the
 //! event ring into the core (`requeue_full` for `PREEMPTED`/`UNBLOCKED`, `note_blocked` for

@@ -24,8 +24,8 @@ static BEST_PREEMPT: AtomicU64 = AtomicU64::new(u64::MAX);
 static PHASE: AtomicU64 = AtomicU64::new(0);
 
 /// The CPU's cycle counter, read in user mode (a syscall to read it would be counted too):
-/// x86_64's TSC, riscv64's `cycle` CSR (the kernel lets user mode read it). Under
-/// `-icount shift=0` both advance once per guest instruction.
+/// x86_64's TSC, riscv64's `cycle` CSR, aarch64's `PMCCNTR_EL0` (the kernel lets user mode
+/// read them). Under `-icount shift=0` they advance once per guest instruction.
 #[cfg(target_arch = "x86_64")]
 fn cycles() -> u64 {
     // SAFETY: rdtsc has no side effects.
@@ -41,9 +41,17 @@ fn cycles() -> u64 {
     c
 }
 
+#[cfg(target_arch = "aarch64")]
+fn cycles() -> u64 {
+    let c: u64;
+    // SAFETY: reads the PMU cycle counter, which the kernel opens to user mode for reading
+    // (`PMUSERENR_EL0.CR`; QEMU's `-cpu max` has PMUv3); no side effects.
+    unsafe { core::arch::asm!("mrs {}, PMCCNTR_EL0", out(reg) c, options(nomem, nostack, preserves_flags)) };
+    c
+}
 /// Ports without a user-mode cycle counter wired up here: the clock syscall (its own cost is
 /// then part of every measurement).
-#[cfg(not(any(target_arch = "x86_64", target_arch = "riscv64")))]
+#[cfg(not(any(target_arch = "x86_64", target_arch = "riscv64", target_arch = "aarch64")))]
 fn cycles() -> u64 {
     sys::clock(libuthread::Clock::Cycles).unwrap_or(0) as u64
 }

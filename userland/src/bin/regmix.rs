@@ -12,7 +12,9 @@
 //! - x86_64: the 16 GPRs, xmm0–15, the 128-byte red zone; MXCSR;
 //! - riscv64: `x1`..`x31` but `sp`, `gp` (the thread library's: a FULL resume jumps through it)
 //!   and `tp` (LTN; checked unchanged), `f0`..`f31`, 128 bytes below `sp` (the psABI has no
-//!   red zone, but neither the kernel nor the library may write there); `fcsr`.
+//!   red zone, but neither the kernel nor the library may write there); `fcsr`;
+//! - aarch64: `x0`..`x30` but `x18` (the thread library's: a FULL resume jumps through it;
+//!   `TPIDR_EL0`, LTN, checked unchanged), NZCV, `q0`..`q31`, 128 bytes below `sp`; FPCR.
 #![no_std]
 #![no_main]
 
@@ -21,7 +23,7 @@ extern crate alloc;
 // The filling and checking is assembly for each architecture (`arch`); on the others this
 // program reports that it is not ported (and fails, so a suite that runs it cannot pass by
 // accident).
-#[cfg(any(target_arch = "x86_64", target_arch = "riscv64"))]
+#[cfg(any(target_arch = "x86_64", target_arch = "riscv64", target_arch = "aarch64"))]
 mod program {
     use alloc::vec::Vec;
     use core::sync::atomic::{AtomicU64, Ordering};
@@ -406,6 +408,230 @@ mod program {
         }
     }
 
+    /// aarch64: `x0`..`x30` but `x18` (the thread library's: a FULL resume jumps through it;
+    /// TPIDR_EL0, the LTN register, is checked unchanged in its place), NZCV, `q0`..`q31`, and
+    /// 16 doublewords below sp; FPCR is the FP environment.
+    #[cfg(target_arch = "aarch64")]
+    mod arch {
+        use super::Pattern;
+
+        /// Words of a pattern: `[0..31]` `x0`..`x30` by number (`x17` counts the spin down to
+        /// 0; `x18` unused), `[31]` NZCV (bits 31..28), `[32..96]` `q0`..`q31` (low, high),
+        /// `[96..112]` the 16 doublewords below sp.
+        pub const WORDS: usize = 112;
+        /// What the bits of a mismatch mask name.
+        pub const MASK_BITS: &str = "x i (17: the spin counter, 18: TPIDR_EL0 or NZCV), 31: memory below sp, 32 + q i";
+
+        /// Index of NZCV, of the first q word and of the first word below sp.
+        const NZCV: usize = 31;
+        const Q: usize = 32;
+        const BELOW: usize = 96;
+        const NZCV_BITS: u64 = 0xf000_0000;
+
+        extern "C" {
+            /// Fills every register and the 16 doublewords below sp from `p`, spins `spin` times
+            /// (with `sub`/`cbnz`, which leave NZCV alone), then stores what they hold into
+            /// `out` (same layout; `out[18]` = TPIDR_EL0).
+            fn regmix_spin(p: *const Pattern, out: *mut Pattern, spin: u64);
+            /// Fills the callee-saved registers (`x19`..`x29`, `d8`..`d15`) from `p`, calls `f`,
+            /// checks them; returns the mask of wrong ones (bit numbers as in [`MASK_BITS`]).
+            fn regmix_yield(p: *const Pattern, f: extern "C" fn()) -> u64;
+        }
+
+        // Frame of both routines: x29/x30, x19..x28, d8..d15, then p, out and a slot for x0.
+        core::arch::global_asm!(
+            ".pushsection .text.regmix, \"ax\", %progbits",
+            // regmix_spin(p = x0, out = x1, spin = x2)
+            ".globl regmix_spin",
+            ".type regmix_spin, %function",
+            ".p2align 4",
+            "regmix_spin:",
+            "    sub sp, sp, #{frame}",
+            "    stp x29, x30, [sp, #0]",
+            "    stp x19, x20, [sp, #16]",
+            "    stp x21, x22, [sp, #32]",
+            "    stp x23, x24, [sp, #48]",
+            "    stp x25, x26, [sp, #64]",
+            "    stp x27, x28, [sp, #80]",
+            "    stp d8, d9, [sp, #96]",
+            "    stp d10, d11, [sp, #112]",
+            "    stp d12, d13, [sp, #128]",
+            "    stp d14, d15, [sp, #144]",
+            "    stp x0, x1, [sp, #160]",                 // p, out
+            // Below sp: 16 doublewords (nothing below sp is written from here to the dump).
+            ".irp k, 0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15",
+            "    ldr x9, [x0, #8*({below}+\\k)]",
+            "    stur x9, [sp, #-8*(\\k+1)]",
+            ".endr",
+            ".irp i, 0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30,31",
+            "    ldr q\\i, [x0, #8*({q}+2*\\i)]",
+            ".endr",
+            "    ldr x9, [x0, #8*{nzcv}]",
+            "    and x9, x9, #{nzcv_bits}",
+            "    msr nzcv, x9",
+            "    mov x17, x2",                            // the counter
+            ".irp i, 1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,19,20,21,22,23,24,25,26,27,28,29,30",
+            "    ldr x\\i, [x0, #8*\\i]",
+            ".endr",
+            "    ldr x0, [x0]",                           // the base last
+            "2:",
+            "    sub x17, x17, #1",                       // every register live: preempt me here
+            "    cbnz x17, 2b",
+            "    str x0, [sp, #176]",                     // sp is the one base left
+            "    ldr x0, [sp, #168]",                     // out
+            ".irp i, 1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,19,20,21,22,23,24,25,26,27,28,29,30",
+            "    str x\\i, [x0, #8*\\i]",
+            ".endr",
+            "    ldr x1, [sp, #176]",
+            "    str x1, [x0]",
+            "    mrs x1, nzcv",
+            "    str x1, [x0, #8*{nzcv}]",
+            "    mrs x1, tpidr_el0",
+            "    str x1, [x0, #8*18]",
+            ".irp i, 0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30,31",
+            "    str q\\i, [x0, #8*({q}+2*\\i)]",
+            ".endr",
+            ".irp k, 0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15",
+            "    ldur x1, [sp, #-8*(\\k+1)]",
+            "    str x1, [x0, #8*({below}+\\k)]",
+            ".endr",
+            "    ldp x19, x20, [sp, #16]",
+            "    ldp x21, x22, [sp, #32]",
+            "    ldp x23, x24, [sp, #48]",
+            "    ldp x25, x26, [sp, #64]",
+            "    ldp x27, x28, [sp, #80]",
+            "    ldp d8, d9, [sp, #96]",
+            "    ldp d10, d11, [sp, #112]",
+            "    ldp d12, d13, [sp, #128]",
+            "    ldp d14, d15, [sp, #144]",
+            "    ldp x29, x30, [sp, #0]",
+            "    add sp, sp, #{frame}",
+            "    ret",
+            ".size regmix_spin, . - regmix_spin",
+            // regmix_yield(p = x0, f = x1) -> x0
+            ".globl regmix_yield",
+            ".type regmix_yield, %function",
+            ".p2align 4",
+            "regmix_yield:",
+            "    sub sp, sp, #{frame}",
+            "    stp x29, x30, [sp, #0]",
+            "    stp x19, x20, [sp, #16]",
+            "    stp x21, x22, [sp, #32]",
+            "    stp x23, x24, [sp, #48]",
+            "    stp x25, x26, [sp, #64]",
+            "    stp x27, x28, [sp, #80]",
+            "    stp d8, d9, [sp, #96]",
+            "    stp d10, d11, [sp, #112]",
+            "    stp d12, d13, [sp, #128]",
+            "    stp d14, d15, [sp, #144]",
+            "    str x0, [sp, #160]",
+            ".irp i, 19,20,21,22,23,24,25,26,27,28,29",
+            "    ldr x\\i, [x0, #8*\\i]",
+            ".endr",
+            ".irp i, 8,9,10,11,12,13,14,15",
+            "    ldr d\\i, [x0, #8*({q}+2*\\i)]",
+            ".endr",
+            "    blr x1",                                 // a WINDOW switch (or several)
+            "    ldr x0, [sp, #160]",
+            "    mov x1, #0",                             // the mask
+            ".irp i, 19,20,21,22,23,24,25,26,27,28,29",
+            "    ldr x9, [x0, #8*\\i]",
+            "    cmp x9, x\\i",
+            "    b.eq 1f",
+            "    orr x1, x1, #(1 << \\i)",
+            "1:",
+            ".endr",
+            ".irp i, 8,9,10,11,12,13,14,15",
+            "    fmov x9, d\\i",
+            "    ldr x10, [x0, #8*({q}+2*\\i)]",
+            "    cmp x9, x10",
+            "    b.eq 1f",
+            "    orr x1, x1, #(1 << (32+\\i))",
+            "1:",
+            ".endr",
+            "    mov x0, x1",
+            "    ldp x19, x20, [sp, #16]",
+            "    ldp x21, x22, [sp, #32]",
+            "    ldp x23, x24, [sp, #48]",
+            "    ldp x25, x26, [sp, #64]",
+            "    ldp x27, x28, [sp, #80]",
+            "    ldp d8, d9, [sp, #96]",
+            "    ldp d10, d11, [sp, #112]",
+            "    ldp d12, d13, [sp, #128]",
+            "    ldp d14, d15, [sp, #144]",
+            "    ldp x29, x30, [sp, #0]",
+            "    add sp, sp, #{frame}",
+            "    ret",
+            ".size regmix_yield, . - regmix_yield",
+            ".popsection",
+            frame = const 192,
+            below = const BELOW,
+            q = const Q,
+            nzcv = const NZCV,
+            nzcv_bits = const NZCV_BITS,
+        );
+
+        /// Fills everything from `p`, spins `spin` times, checks; the mask of wrong registers.
+        pub fn spin(p: &mut Pattern, spin: u64) -> u64 {
+            let mut out = Pattern([0; WORDS]);
+            let ltn = libuthread::sys::ltn_read() as u64;
+            // SAFETY: `p` and `out` are ours; the routine preserves the callee-saved registers
+            // (integer and FP) and writes below its stack pointer only memory it owns (nothing
+            // is live there).
+            unsafe { regmix_spin(p, &mut out, spin) };
+            let (p, out) = (&p.0, &out.0);
+            let mut mask = 0u64;
+            for i in (0..31).filter(|&i| i != 17 && i != 18) {
+                if out[i] != p[i] {
+                    mask |= 1 << i;
+                }
+            }
+            if out[17] != 0 {
+                mask |= 1 << 17;
+            }
+            if out[18] != ltn || out[NZCV] & NZCV_BITS != p[NZCV] & NZCV_BITS {
+                mask |= 1 << 18;
+            }
+            if out[BELOW..BELOW + 16] != p[BELOW..BELOW + 16] {
+                mask |= 1 << 31;
+            }
+            for i in 0..32 {
+                if out[Q + 2 * i..Q + 2 * i + 2] != p[Q + 2 * i..Q + 2 * i + 2] {
+                    mask |= 1 << (32 + i);
+                }
+            }
+            mask
+        }
+
+        /// Fills the callee-saved registers from `p`, calls `f` (a switch), checks them; the
+        /// mask of wrong ones.
+        pub fn call_with_window(p: &mut Pattern, f: extern "C" fn()) -> u64 {
+            // SAFETY: as in `spin`; `f` is an ordinary extern "C" function.
+            unsafe { regmix_yield(p, f) }
+        }
+
+        /// Thread `id`'s FP environment: FPCR with its own rounding mode (`RMode`, bits 23..22)
+        /// and, for every other pair of threads, default-NaN mode (`DN`, bit 25); no trap enabled.
+        pub fn fp_env_for(id: u64) -> u64 {
+            ((id % 4) << 22) | (((id / 4) % 2) << 25)
+        }
+
+        /// The FP environment now.
+        pub fn fp_env() -> u64 {
+            let v: u64;
+            // SAFETY: reads FPCR (FP access is given on first use by the kernel).
+            unsafe { core::arch::asm!("mrs {}, fpcr", out(reg) v, options(nomem, nostack, preserves_flags)) };
+            v
+        }
+
+        /// Sets the FP environment.
+        pub fn set_fp_env(v: u64) {
+            // SAFETY: writes FPCR with a valid rounding mode and no trap enabled; no memory
+            // touched.
+            unsafe { core::arch::asm!("msr fpcr, {}", in(reg) v, options(nomem, nostack, preserves_flags)) };
+        }
+    }
+
     extern "C" fn do_yield() {
         libuthread::yield_now();
     }
@@ -486,10 +712,10 @@ mod program {
     }
 }
 
-#[cfg(any(target_arch = "x86_64", target_arch = "riscv64"))]
+#[cfg(any(target_arch = "x86_64", target_arch = "riscv64", target_arch = "aarch64"))]
 use program::main;
 
-#[cfg(not(any(target_arch = "x86_64", target_arch = "riscv64")))]
+#[cfg(not(any(target_arch = "x86_64", target_arch = "riscv64", target_arch = "aarch64")))]
 fn main() -> i32 {
     libuthread::println!("regmix: not ported to this architecture");
     1
