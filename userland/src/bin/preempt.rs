@@ -10,6 +10,8 @@ use tsumugi_abi::stats::{scope, Counter};
 
 const WORKERS: usize = 4;
 const ITERATIONS: usize = 20;
+/// How long every CPU gets to show a preemption after the workers finished.
+const PATIENCE_NANOS: u64 = 5_000_000_000;
 /// Most CPUs the kernel brings up.
 const MAX_CPUS: usize = 8;
 
@@ -64,7 +66,19 @@ fn main() -> i32 {
             return 1;
         }
     }
-    let Some(after) = preemptions(cpus) else { return 1 };
+    // The spinners keep every CPU busy: each CPU's tick must preempt one of them. On a
+    // loaded host a virtual CPU may have seen few ticks by the time the workers are done, so
+    // wait (guest time, bounded) until every CPU has preempted — or the deadline says it never
+    // will.
+    let now = || sys::clock(libuthread::Clock::MonotonicNanos).unwrap_or(0) as u64;
+    let deadline = now() + PATIENCE_NANOS;
+    let after = loop {
+        let Some(after) = preemptions(cpus) else { return 1 };
+        if (0..cpus).all(|cpu| after[cpu] > before[cpu]) || now() > deadline {
+            break after;
+        }
+        sys::yield_now();
+    };
     println!("preempt: {WORKERS} workers finished beside {cpus} spinners ({} spins)", SPINS.load(Ordering::Relaxed));
     let mut ok = true;
     for cpu in 0..cpus {
