@@ -296,6 +296,10 @@ fn save_to_thmb(view: ViewId, frame: &TrapFrame) -> Result<u64, String> {
 /// its ThMB names, so that the library can switch the vCPU to another thread without losing
 /// it. Returns [`mask::FP`] if saved, 0 if the thread has no FP state or no FP area.
 fn save_fp_to_thmb(view: ViewId, ltn: u64) -> Result<u64, String> {
+    // Most stops are of threads that never touched FP: skip the read of the header then.
+    if !scheduler::current().is_some_and(|me| crate::fpu::has_used_fp(&me)) {
+        return Ok(0);
+    }
     let mut word = [0u8; 8];
     views::read_as(view, ltn + FP_AREA_PTR_OFFSET as u64, &mut word).map_err(|_| format!("bad LTN {ltn:#x}: read refused"))?;
     let area = u64::from_le_bytes(word);
