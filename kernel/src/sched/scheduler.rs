@@ -280,6 +280,9 @@ pub fn schedule(then: Then) -> bool {
             // (impossible: every thread is first run by a switch from some context).
             unsafe {
                 let prev = Arc::from_raw(prev_ptr);
+                // The user LTN register belongs to the thread, as in `switch_to`: keep its value
+                // for the CPU that runs it next, which loads it from here.
+                prev.ltn.store(arch::cpu::user_ltn(), Ordering::Relaxed);
                 let prev_ctx = prev.context.get();
                 *cpu.prev.get() = Some((prev, then));
                 cpu.current.store(core::ptr::null_mut(), Ordering::Relaxed);
