@@ -31,7 +31,7 @@ mod arch;
 mod arch;
 
 pub use arch::Window;
-pub(crate) use arch::{detect_fp, init_window, raw};
+pub(crate) use arch::{detect_fp, init_window};
 
 use crate::prim::{AtomicBool, Ordering};
 use crate::thmb::Thmb;
@@ -169,6 +169,15 @@ pub(crate) unsafe fn resume_full(to: *mut Thmb, fp: bool) -> ! {
     unsafe { raw::libuthread_resume_full(to, in_resume as u64, format) }
 }
 
+/// The instruction ranges of the two resume sequences (see [`interrupted_resume`]).
+fn resume_ranges() -> (core::ops::Range<usize>, core::ops::Range<usize>) {
+    use raw::*;
+    (
+        libuthread_resume_window as *const () as usize..libuthread_resume_window_end as *const () as usize,
+        libuthread_resume_full as *const () as usize..libuthread_resume_full_end as *const () as usize,
+    )
+}
+
 /// Which resume sequence a kernel stop at `rip` interrupted, if any.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Interrupted {
@@ -181,12 +190,42 @@ pub enum Interrupted {
 /// Recognises a kernel stop inside a resume sequence by its instruction pointer.
 pub fn interrupted_resume(rip: u64) -> Option<Interrupted> {
     let rip = rip as usize;
-    let (window, full) = arch::resume_ranges();
+    let (window, full) = resume_ranges();
     if window.contains(&rip) {
         Some(Interrupted::Window)
     } else if full.contains(&rip) {
         Some(Interrupted::Full)
     } else {
         None
+    }
+}
+
+/// The assembly's symbols: every port's `context/<arch>.rs` defines these, with these
+/// signatures (its module table says what each does).
+pub(crate) mod raw {
+    use super::Entry;
+    use crate::thmb::Thmb;
+
+    // The assembly touches only the `#[repr(C)]` prefix of a ThMB (header, window, vCPU word,
+    // resume copy), whose offsets each port checks at compile time; the rest of the type need
+    // not be FFI-safe.
+    #[allow(improper_ctypes)]
+    extern "C" {
+        /// See the module table.
+        pub(crate) fn libuthread_switch_out(from: *mut Thmb, stack_top: usize, entry: Entry, a0: usize, a1: usize);
+        /// See the module table.
+        pub(crate) fn libuthread_call_on_stack(stack_top: usize, entry: Entry, a0: usize, a1: usize) -> !;
+        /// See the module table.
+        pub(crate) fn libuthread_resume_window(to: *mut Thmb, ltn: *mut Thmb, write_ltn: u64) -> !;
+        /// End of the window resume sequence (a label, not a function).
+        pub(crate) fn libuthread_resume_window_end();
+        /// See the module table.
+        pub(crate) fn libuthread_resume_full(to: *mut Thmb, write_ltn: u64, fp_format: u64) -> !;
+        /// See the module table.
+        pub(crate) fn libuthread_switch_out_full(from: *mut Thmb, stack_top: usize, entry: Entry, a0: usize, a1: usize);
+        /// End of the full resume sequence (a label, not a function).
+        pub(crate) fn libuthread_resume_full_end();
+        /// A new thread's first instruction (jumped to, never called from Rust).
+        pub(crate) fn libuthread_thread_start();
     }
 }

@@ -38,7 +38,6 @@
 //! never used FP, so where FP is live it resumes with the initial FP environment (`fcsr` = 0).
 
 use core::mem::offset_of;
-use core::ops::Range;
 
 use tsumugi_abi::kn::{fp_format, mask, FullFrame, FP_AREA_PTR_OFFSET, FP_AREA_SIZE, FP_FORMAT_OFFSET, MASK_OFFSET};
 
@@ -78,7 +77,7 @@ pub(crate) fn init_window(window: &mut Window, stack_top: usize, thmb: *mut Thmb
     let mut s = [0; 12];
     s[1] = thmb as u64;
     s[2] = entry as *const () as u64;
-    *window = Window { ra: raw::libuthread_thread_start as *const () as u64, sp: stack_top as u64, s, ..Window::default() };
+    *window = Window { ra: super::raw::libuthread_thread_start as *const () as u64, sp: stack_top as u64, s, ..Window::default() };
 }
 
 /// Nothing to detect: riscv64gc has the D extension, and the ABI's FP format
@@ -100,15 +99,6 @@ pub(crate) fn bytes_saved() -> (usize, usize) {
 pub(crate) unsafe fn frame_pc(frame: *const FullFrame) -> u64 {
     // SAFETY: forwarded contract.
     unsafe { core::ptr::read_volatile(&raw const (*frame).x[0]) }
-}
-
-/// The instruction ranges of the two resume sequences (see `interrupted_resume`).
-pub(crate) fn resume_ranges() -> (Range<usize>, Range<usize>) {
-    use raw::*;
-    (
-        libuthread_resume_window as *const () as usize..libuthread_resume_window_end as *const () as usize,
-        libuthread_resume_full as *const () as usize..libuthread_resume_full_end as *const () as usize,
-    )
 }
 
 // Offsets used by the assembly, checked against the Rust layout at compile time (the `const`
@@ -468,31 +458,3 @@ core::arch::global_asm!(
     w_fs = const W + offset_of!(Window, fs),
     r = const R,
 );
-
-/// The assembly's symbols.
-pub(crate) mod raw {
-    use super::super::Entry;
-    use crate::thmb::Thmb;
-
-    // The assembly touches only the `#[repr(C)]` prefix of a ThMB (header, window, vCPU word,
-    // resume copy), whose offsets are checked above; the rest of the type need not be FFI-safe.
-    #[allow(improper_ctypes)]
-    extern "C" {
-        /// See the module table.
-        pub(crate) fn libuthread_switch_out(from: *mut Thmb, stack_top: usize, entry: Entry, a0: usize, a1: usize);
-        /// See the module table.
-        pub(crate) fn libuthread_call_on_stack(stack_top: usize, entry: Entry, a0: usize, a1: usize) -> !;
-        /// See the module table.
-        pub(crate) fn libuthread_resume_window(to: *mut Thmb, ltn: *mut Thmb, write_ltn: u64) -> !;
-        /// End of the window resume sequence (a label, not a function).
-        pub(crate) fn libuthread_resume_window_end();
-        /// See the module table.
-        pub(crate) fn libuthread_resume_full(to: *mut Thmb, write_ltn: u64, fp_format: u64) -> !;
-        /// See the module table.
-        pub(crate) fn libuthread_switch_out_full(from: *mut Thmb, stack_top: usize, entry: Entry, a0: usize, a1: usize);
-        /// End of the full resume sequence (a label, not a function).
-        pub(crate) fn libuthread_resume_full_end();
-        /// A new thread's first instruction (jumped to, never called from Rust).
-        pub(crate) fn libuthread_thread_start();
-    }
-}

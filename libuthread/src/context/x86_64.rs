@@ -17,7 +17,6 @@
 //! `Entry` is `unsafe extern "C" fn(usize, usize) -> !`.
 
 use core::mem::offset_of;
-use core::ops::Range;
 
 use tsumugi_abi::kn::{fp_format, mask, FullFrame, FP_AREA_PTR_OFFSET, FP_FORMAT_OFFSET, MASK_OFFSET};
 
@@ -68,7 +67,7 @@ pub(crate) fn init_window(window: &mut Window, stack_top: usize, thmb: *mut Thmb
     debug_assert_eq!(stack_top % 16, 0);
     *window = Window {
         rsp: stack_top as u64,
-        rip: raw::libuthread_thread_start as *const () as u64,
+        rip: super::raw::libuthread_thread_start as *const () as u64,
         r12: thmb as u64,
         r13: entry as *const () as u64,
         mxcsr: MXCSR_DEFAULT,
@@ -125,15 +124,6 @@ pub(crate) fn bytes_saved() -> (usize, usize) {
 pub(crate) unsafe fn frame_pc(frame: *const FullFrame) -> u64 {
     // SAFETY: forwarded contract.
     unsafe { core::ptr::read_volatile(&raw const (*frame).rip) }
-}
-
-/// The instruction ranges of the two resume sequences (see `interrupted_resume`).
-pub(crate) fn resume_ranges() -> (Range<usize>, Range<usize>) {
-    use raw::*;
-    (
-        libuthread_resume_window as *const () as usize..libuthread_resume_window_end as *const () as usize,
-        libuthread_resume_full as *const () as usize..libuthread_resume_full_end as *const () as usize,
-    )
 }
 
 // Offsets used by the assembly, checked against the Rust layout at compile time (the `const`
@@ -376,31 +366,3 @@ core::arch::global_asm!(
     r_rsp = const R + offset_of!(FullFrame, rsp),
     r_rflags = const R + offset_of!(FullFrame, rflags),
 );
-
-/// The assembly's symbols.
-pub(crate) mod raw {
-    use super::super::Entry;
-    use crate::thmb::Thmb;
-
-    // The assembly touches only the `#[repr(C)]` prefix of a ThMB (header, window, resume
-    // copy), whose offsets are checked above; the rest of the type need not be FFI-safe.
-    #[allow(improper_ctypes)]
-    extern "C" {
-        /// See the module table.
-        pub(crate) fn libuthread_switch_out(from: *mut Thmb, stack_top: usize, entry: Entry, a0: usize, a1: usize);
-        /// See the module table.
-        pub(crate) fn libuthread_call_on_stack(stack_top: usize, entry: Entry, a0: usize, a1: usize) -> !;
-        /// See the module table.
-        pub(crate) fn libuthread_resume_window(to: *mut Thmb, ltn: *mut Thmb, write_ltn: u64) -> !;
-        /// End of the window resume sequence (a label, not a function).
-        pub(crate) fn libuthread_resume_window_end();
-        /// See the module table.
-        pub(crate) fn libuthread_resume_full(to: *mut Thmb, write_ltn: u64, fp_format: u64) -> !;
-        /// See the module table.
-        pub(crate) fn libuthread_switch_out_full(from: *mut Thmb, stack_top: usize, entry: Entry, a0: usize, a1: usize);
-        /// End of the full resume sequence (a label, not a function).
-        pub(crate) fn libuthread_resume_full_end();
-        /// A new thread's first instruction (jumped to, never called from Rust).
-        pub(crate) fn libuthread_thread_start();
-    }
-}
