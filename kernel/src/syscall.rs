@@ -71,6 +71,7 @@ pub fn dispatch(frame: &mut TrapFrame) {
             Syscall::PerfStop => crate::perf::stop(&me(), a[0]),
             Syscall::PerfRead => crate::perf::read(&me(), a[0]),
             Syscall::PerfClose => crate::perf::close(&me(), a[0]),
+            Syscall::ThreadPin => thread_pin(a[0]),
         },
     };
     frame.set_syscall_result(encode_result(result));
@@ -176,6 +177,23 @@ fn thread_create(entry: u64, stack_top: u64, arg: u64, flags: usize) -> SysResul
     let body = Body::User { ip: entry, sp: stack_top, arg };
     let t = domain.spawn(view, body, flags & thread_flags::AFFINE != 0, None).map_err(|_| Errno::NoMem)?;
     Ok(t.id as usize)
+}
+
+fn thread_pin(cpu: usize) -> SysResult {
+    let me = me();
+    if cpu == thread::NO_PIN {
+        me.pin.store(thread::NO_PIN, Ordering::Relaxed);
+        return Ok(0);
+    }
+    if cpu >= scheduler::MAX_CPUS || !CPUS[cpu].online.load(Ordering::Acquire) {
+        return Err(Errno::Inval);
+    }
+    me.pin.store(cpu, Ordering::Relaxed);
+    drop(me);
+    if arch::cpu::cpu_index() != cpu {
+        scheduler::schedule(scheduler::Then::Migrate);
+    }
+    Ok(0)
 }
 
 fn thread_join(tid: u64) -> SysResult {

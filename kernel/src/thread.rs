@@ -90,6 +90,9 @@ pub struct Thread {
     pub(crate) root: AtomicU64,
     /// CPU that ran it last.
     pub(crate) last_cpu: AtomicUsize,
+    /// CPU it is pinned to (`thread_pin`), or [`NO_PIN`]. Only the thread itself changes it,
+    /// while it runs, so it is stable while the thread waits in a run queue.
+    pub(crate) pin: AtomicUsize,
     /// The kernel asked it to end (its program was killed or exited).
     pub killed: AtomicBool,
     /// The user LTN register (x86_64 GS base) while the thread is off its CPU.
@@ -116,6 +119,9 @@ unsafe impl Sync for Thread {}
 // SAFETY: as above.
 unsafe impl Send for Thread {}
 
+/// `Thread::pin` of a thread that may run on any CPU.
+pub const NO_PIN: usize = usize::MAX;
+
 /// `Thread::vcpu` of threads that are not a vCPU.
 pub const NOT_A_VCPU: usize = usize::MAX;
 
@@ -141,6 +147,7 @@ impl Thread {
             on_cpu: AtomicBool::new(false),
             root: AtomicU64::new(view.map_or(0, |(_, r)| r)),
             last_cpu: AtomicUsize::new(arch::cpu::cpu_index()),
+            pin: AtomicUsize::new(NO_PIN),
             killed: AtomicBool::new(false),
             ltn: AtomicU64::new(0),
             vcpu: AtomicUsize::new(NOT_A_VCPU),
@@ -174,6 +181,21 @@ impl Thread {
     }
 
     /// Sets the life-cycle state.
+    /// Whether the thread is pinned to one CPU.
+    pub(crate) fn pinned(&self) -> bool {
+        self.pin.load(Ordering::Relaxed) != NO_PIN
+    }
+
+    /// The CPU whose run queue the thread goes to when it becomes runnable: the one it is
+    /// pinned to, else the one that ran it last.
+    pub(crate) fn home_cpu(&self) -> usize {
+        match self.pin.load(Ordering::Relaxed) {
+            NO_PIN => self.last_cpu.load(Ordering::Relaxed),
+            cpu => cpu,
+        }
+        .min(scheduler::MAX_CPUS - 1)
+    }
+
     pub(crate) fn set_state(&self, state: State) {
         self.life.lock().state = state;
     }

@@ -80,6 +80,10 @@ pub enum Syscall {
     PerfRead = 26,
     /// `perf_close(handle) -> 0`.
     PerfClose = 27,
+    /// `thread_pin(cpu) -> 0`: from now on the calling thread runs only on CPU `cpu` (it moves
+    /// there before the call returns); `usize::MAX` lets it run anywhere again. `EINVAL` if
+    /// `cpu` is not online. A run queue holding a pinned thread is not stolen from.
+    ThreadPin = 28,
 }
 
 /// Rights bits of region syscalls.
@@ -120,7 +124,7 @@ pub struct ViewEntry {
 
 impl Syscall {
     /// Every syscall, in number order.
-    pub const ALL: [Syscall; 28] = [
+    pub const ALL: [Syscall; 29] = [
         Syscall::Exit,
         Syscall::ConsoleWrite,
         Syscall::Clock,
@@ -149,6 +153,7 @@ impl Syscall {
         Syscall::PerfStop,
         Syscall::PerfRead,
         Syscall::PerfClose,
+        Syscall::ThreadPin,
     ];
 
     /// Decodes a syscall number.

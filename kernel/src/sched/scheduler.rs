@@ -36,6 +36,8 @@ pub enum Then {
     Block,
     /// Ended: drop the CPU's reference (its stack is freed).
     Exit,
+    /// Still runnable, but pinned to another CPU (`thread_pin`): onto that CPU's queue.
+    Migrate,
 }
 
 /// A reference to a thread held by a run queue (one strong count of the `Arc`).
@@ -60,6 +62,10 @@ unsafe impl Send for ThreadRef {}
 pub struct Cpu {
     /// The run queue.
     pub runqueue: Mutex<RunQueue<ThreadRef>>,
+    /// How many pinned threads wait in `runqueue` (changed only under its lock). A queue that
+    /// holds a pinned thread is not stolen from: a steal takes whole view groups, and putting a
+    /// pinned thread back would reorder the queue and void its wait bound.
+    pinned_queued: AtomicUsize,
     /// The running thread (an `Arc` leaked into this pointer), or null when idle.
     current: AtomicPtr<Thread>,
     /// The idle loop's context (the CPU's boot stack).
@@ -89,6 +95,7 @@ const DEFAULT_POLICY: Policy = Policy { affinity: true, group_bound: 8 };
 #[allow(clippy::declare_interior_mutable_const)]
 const CPU_INIT: Cpu = Cpu {
     runqueue: Mutex::new(RunQueue::new(DEFAULT_POLICY)),
+    pinned_queued: AtomicUsize::new(0),
     current: AtomicPtr::new(core::ptr::null_mut()),
     idle: UnsafeCell::new(KernelContext::EMPTY),
     prev: UnsafeCell::new(None),
@@ -178,18 +185,38 @@ pub fn ticks() -> u64 {
     TICKS.load(Ordering::Relaxed)
 }
 
-/// Makes `t` runnable: puts it on its last CPU's queue and wakes that CPU if it idles.
+/// Makes `t` runnable: puts it on its home CPU's queue (the one it is pinned to, else the one
+/// that ran it last) and wakes that CPU if it idles.
 pub fn make_ready(t: Arc<Thread>) {
-    let target = t.last_cpu.load(Ordering::Relaxed).min(MAX_CPUS - 1);
+    let target = t.home_cpu();
     let target = if CPUS[target].online.load(Ordering::Acquire) { target } else { arch::cpu::cpu_index() };
-    let (view, affine) = (t.root.load(Ordering::Relaxed), t.affine);
-    CPUS[target].runqueue.lock().push(ThreadRef::new(t), view, affine);
+    enqueue(target, t);
     // Pairs with the fence in the idle loop: either it sees this thread in its queue, or this
     // sees it idle and sends the IPI (a store then a load on each side: needs a full fence).
     core::sync::atomic::fence(Ordering::SeqCst);
     if target != arch::cpu::cpu_index() && CPUS[target].idle_now.load(Ordering::SeqCst) {
         send_reschedule(target);
     }
+}
+
+/// Puts `t` at the end of CPU `cpu`'s run queue.
+fn enqueue(cpu: usize, t: Arc<Thread>) {
+    let (view, affine, pinned) = (t.root.load(Ordering::Relaxed), t.affine, t.pinned());
+    let mut q = CPUS[cpu].runqueue.lock();
+    if pinned {
+        CPUS[cpu].pinned_queued.fetch_add(1, Ordering::Relaxed);
+    }
+    q.push(ThreadRef::new(t), view, affine);
+}
+
+/// Takes the next thread of CPU `cpu`'s own run queue.
+fn dequeue(cpu: usize) -> Option<Arc<Thread>> {
+    let mut q = CPUS[cpu].runqueue.lock();
+    let t = q.pop()?.0.take();
+    if t.pinned() {
+        CPUS[cpu].pinned_queued.fetch_sub(1, Ordering::Relaxed);
+    }
+    Some(t)
 }
 
 fn send_reschedule(cpu: usize) {
@@ -206,20 +233,14 @@ fn send_reschedule(cpu: usize) {
 /// always taken.
 fn pick_next(cpu_index: usize, self_ptr: *const Thread) -> Option<Arc<Thread>> {
     for _ in 0..MAX_REQUEUES {
-        let candidate = match CPUS[cpu_index].runqueue.lock().pop() {
-            Some((r, _)) => Some(r.take()),
-            None => None,
-        };
-        let candidate = match candidate {
+        let candidate = match dequeue(cpu_index) {
             Some(c) => c,
             None => steal(cpu_index)?,
         };
         if Arc::as_ptr(&candidate) == self_ptr || !candidate.on_cpu.load(Ordering::Acquire) {
             return Some(candidate);
         }
-        let home = candidate.last_cpu.load(Ordering::Relaxed).min(MAX_CPUS - 1);
-        let (view, affine) = (candidate.root.load(Ordering::Relaxed), candidate.affine);
-        CPUS[home].runqueue.lock().push(ThreadRef::new(candidate), view, affine);
+        enqueue(candidate.home_cpu(), candidate);
         arch::cpu::spin_hint();
     }
     None
@@ -228,14 +249,18 @@ fn pick_next(cpu_index: usize, self_ptr: *const Thread) -> Option<Arc<Thread>> {
 /// How often `pick_next` puts back a thread still on another CPU before giving up for now.
 const MAX_REQUEUES: usize = 64;
 
-/// Takes a view group (or half a queue) from the busiest other CPU.
+/// Takes a view group (or half a queue) from the busiest other CPU whose queue holds no
+/// pinned thread.
 fn steal(thief: usize) -> Option<Arc<Thread>> {
     let victim = (0..MAX_CPUS)
         .filter(|&i| i != thief && CPUS[i].online.load(Ordering::Acquire))
-        .max_by_key(|&i| CPUS[i].runqueue.lock().len())?;
+        .max_by_key(|&i| {
+            let q = CPUS[i].runqueue.lock();
+            if CPUS[i].pinned_queued.load(Ordering::Relaxed) > 0 { 0 } else { q.len() }
+        })?;
     let loot = {
         let mut q = CPUS[victim].runqueue.lock();
-        if q.len() < 2 && q.len() == 0 {
+        if q.is_empty() || CPUS[victim].pinned_queued.load(Ordering::Relaxed) > 0 {
             return None;
         }
         q.steal()
@@ -431,8 +456,11 @@ pub fn finish_switch() {
     match then {
         Then::Requeue => {
             prev.set_state(State::Ready);
-            let (view, affine) = (prev.root.load(Ordering::Relaxed), prev.affine);
-            cpu.runqueue.lock().push(ThreadRef::new(prev), view, affine);
+            enqueue(arch::cpu::cpu_index(), prev);
+        }
+        Then::Migrate => {
+            prev.set_state(State::Ready);
+            make_ready(prev);
         }
         Then::Block => drop(prev),
         Then::Exit => {

@@ -268,3 +268,10 @@ pub fn perf_read(h: usize) -> SysResult {
 pub fn perf_close(h: usize) -> SysResult {
     call(Syscall::PerfClose as usize, [h, 0, 0, 0, 0, 0])
 }
+
+/// Pins the calling kernel thread to CPU `cpu` (it moves there before this returns), or lets
+/// it run anywhere again with `None`. `Inval` if that CPU is not online. Tests that need two
+/// threads on one CPU (to count the switches between them, say) pin both.
+pub fn thread_pin(cpu: Option<usize>) -> SysResult {
+    call(Syscall::ThreadPin as usize, [cpu.unwrap_or(usize::MAX), 0, 0, 0, 0, 0])
+}
