@@ -163,9 +163,18 @@ fn kmain() -> ! {
     let mut status = 0;
     for group in programs.split(',').filter(|g| !g.is_empty()) {
         let before = kernel_space::with_frames(|f| f.free_frames());
-        let mut running = alloc::vec::Vec::new();
+        // Every program of a `+` group is loaded before any starts, so they are all alive at
+        // the same time by construction (not by how fast the first one happens to run).
+        let mut loaded = alloc::vec::Vec::new();
         for name in group.split('+').filter(|n| !n.is_empty()) {
-            match start_program(boot.initrd.as_ref(), name) {
+            match load_program(boot.initrd.as_ref(), name) {
+                Ok(d) => loaded.push(d),
+                Err(s) => status = s,
+            }
+        }
+        let mut running = alloc::vec::Vec::new();
+        for d in loaded {
+            match start_program(d) {
                 Ok(d) => running.push(d),
                 Err(s) => status = s,
             }
@@ -194,9 +203,9 @@ fn kmain() -> ! {
     arch::cpu::shutdown(status)
 }
 
-/// Loads and starts one program from the boot archive; on failure returns the guest status
-/// it stands for.
-fn start_program(initrd: Option<&Archive>, name: &str) -> Result<Arc<Domain>, u8> {
+/// Loads one program from the boot archive (not started yet); on failure returns the guest
+/// status it stands for.
+fn load_program(initrd: Option<&Archive>, name: &str) -> Result<Arc<Domain>, u8> {
     let Some(archive) = initrd else {
         println!("cannot run {name}: no boot archive");
         return Err(STATUS_PROGRAM_KILLED);
@@ -217,8 +226,13 @@ fn start_program(initrd: Option<&Archive>, name: &str) -> Result<Arc<Domain>, u8
         STATUS_PROGRAM_KILLED
     })?;
     println!("{DOMAIN}{} {}: started at {:#x}", domain.id, domain.name, domain.entry.as_u64());
+    Ok(domain)
+}
+
+/// Starts a loaded program's first thread; on failure returns the guest status it stands for.
+fn start_program(domain: Arc<Domain>) -> Result<Arc<Domain>, u8> {
     if let Err(e) = domain.start() {
-        println!("cannot run {name}: {e}");
+        println!("cannot run {}: {e}", domain.name);
         domain.discard();
         return Err(STATUS_PROGRAM_KILLED);
     }
