@@ -21,8 +21,12 @@ struct Blocks {
     used: usize,
 }
 
-/// A plain spinlock (the library's own spinlock also enters a critical section, which the
-/// allocator must not depend on).
+/// A spinlock held with LTN = 0 (in a critical section of the M:N core). A thread holding the
+/// heap lock must not be stopped and replaced on its vCPU: the kernel would save it with a
+/// `PREEMPTED` upcall, and the vCPUs that then wait for the lock — one of them inside the
+/// scheduler, with LTN = 0 and so never preempted — could be the ones that would have to run
+/// it (seen: every vCPU spinning here while the holder sat in a queue). With LTN = 0 a
+/// preemption resumes the holder in place.
 struct Lock<T> {
     held: core::sync::atomic::AtomicBool,
     value: core::cell::UnsafeCell<T>,
@@ -34,12 +38,16 @@ unsafe impl<T: Send> Sync for Lock<T> {}
 impl<T> Lock<T> {
     fn with<R>(&self, f: impl FnOnce(&mut T) -> R) -> R {
         use core::sync::atomic::Ordering;
+        #[cfg(mn_core)]
+        let mut critical = crate::spin::Critical::enter();
         while self.held.compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed).is_err() {
             core::hint::spin_loop();
         }
         // SAFETY: the lock is held.
         let r = f(unsafe { &mut *self.value.get() });
         self.held.store(false, Ordering::Release);
+        #[cfg(mn_core)]
+        critical.leave();
         r
     }
 }
