@@ -1,5 +1,6 @@
 //! Performance counters are per thread (a thread sees only its own events) and an event the
-//! machine cannot count says so instead of reading zero.
+//! machine cannot count says so instead of reading zero. Both threads are pinned to one CPU, so
+//! each yield switches to the other whatever the number of CPUs and the host's load.
 #![no_std]
 #![no_main]
 
@@ -11,7 +12,10 @@ const YIELDS: usize = 100;
 
 static OTHER_SWITCHES: AtomicUsize = AtomicUsize::new(0);
 
-fn other(_: usize) -> usize {
+fn other(cpu: usize) -> usize {
+    if sys::thread_pin(Some(cpu)).is_err() {
+        return 1;
+    }
     let Ok(h) = sys::perf_open(Event::ContextSwitches) else { return 1 };
     let _ = sys::perf_start(h);
     for _ in 0..YIELDS {
@@ -36,12 +40,17 @@ fn main() -> i32 {
             }
         }
     }
+    let cpu = sys::cpu_id();
+    if sys::thread_pin(Some(cpu)).is_err() {
+        println!("perf_test: FAILED: could not pin to cpu {cpu}");
+        return 1;
+    }
     let Ok(switches) = sys::perf_open(Event::ContextSwitches) else { return 1 };
     let Ok(cycles) = sys::perf_open(Event::Cycles) else { return 1 };
     let _ = sys::perf_start(switches);
     let _ = sys::perf_start(cycles);
     let t0 = sys::clock(libuthread::Clock::Cycles).unwrap_or(0);
-    let Ok(t) = sys::spawn(other, 0, 16 * 1024, false) else { return 1 };
+    let Ok(t) = sys::spawn(other, cpu, 16 * 1024, false) else { return 1 };
     for _ in 0..YIELDS {
         sys::yield_now();
     }

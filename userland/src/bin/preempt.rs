@@ -1,6 +1,7 @@
-//! Threads that never yield (one per CPU) do not stop the others: timer preemption works on
-//! every CPU. Once a spinner holds every CPU, workers that yield must still all finish, and
-//! every CPU must have preempted someone.
+//! Threads that never yield (two pinned to each CPU) do not stop the others: timer preemption
+//! works on every CPU. While spinners hold every CPU, workers that yield must still all
+//! finish, and every CPU must have preempted someone: with two spinners pinned to it, a CPU
+//! always has another thread to switch to when a quantum ends, whatever the host's load.
 #![no_std]
 #![no_main]
 
@@ -10,15 +11,22 @@ use tsumugi_abi::stats::{scope, Counter};
 
 const WORKERS: usize = 4;
 const ITERATIONS: usize = 20;
-/// How long every CPU gets to show a preemption after the workers finished.
-const PATIENCE_NANOS: u64 = 5_000_000_000;
+/// How long every CPU gets to show a preemption after the workers finished (guest time; a CPU
+/// with two spinners preempts every quantum, so this is only a bound that turns a broken
+/// preemption into a clear failure before the suite's time limit).
+const PATIENCE_NANOS: u64 = 30_000_000_000;
+/// Spinners pinned to each CPU.
+const SPINNERS_PER_CPU: usize = 2;
 /// Most CPUs the kernel brings up.
 const MAX_CPUS: usize = 8;
 
 static SPINS: AtomicUsize = AtomicUsize::new(0);
 static SPINNERS_UP: AtomicUsize = AtomicUsize::new(0);
 
-fn spinner(_: usize) -> usize {
+fn spinner(cpu: usize) -> usize {
+    if sys::thread_pin(Some(cpu)).is_err() {
+        return 1;
+    }
     SPINNERS_UP.fetch_add(1, Ordering::AcqRel);
     loop {
         SPINS.fetch_add(1, Ordering::Relaxed);
@@ -47,13 +55,13 @@ fn main() -> i32 {
     let Ok((_, cpus)) = sys::counters(scope::ALL_CPUS) else { return 1 };
     let cpus = cpus.min(MAX_CPUS);
     let Some(before) = preemptions(cpus) else { return 1 };
-    for _ in 0..cpus {
-        if sys::spawn(spinner, 0, 16 * 1024, false).is_err() {
+    for cpu in 0..cpus * SPINNERS_PER_CPU {
+        if sys::spawn(spinner, cpu % cpus, 16 * 1024, false).is_err() {
             return 1;
         }
     }
     // Let the spinners take every CPU before the workers exist.
-    while SPINNERS_UP.load(Ordering::Acquire) < cpus {
+    while SPINNERS_UP.load(Ordering::Acquire) < cpus * SPINNERS_PER_CPU {
         sys::yield_now();
     }
     let mut tids = [0usize; WORKERS];
@@ -66,10 +74,9 @@ fn main() -> i32 {
             return 1;
         }
     }
-    // The spinners keep every CPU busy: each CPU's tick must preempt one of them. On a
-    // loaded host a virtual CPU may have seen few ticks by the time the workers are done, so
-    // wait (guest time, bounded) until every CPU has preempted — or the deadline says it never
-    // will.
+    // The spinners keep every CPU busy: each CPU's tick must preempt one of them. A virtual
+    // CPU may have seen few ticks by the time the workers are done (the host decides how much
+    // it runs), so wait until every CPU has preempted — or the deadline says it never will.
     let now = || sys::clock(libuthread::Clock::MonotonicNanos).unwrap_or(0) as u64;
     let deadline = now() + PATIENCE_NANOS;
     let after = loop {
@@ -79,7 +86,7 @@ fn main() -> i32 {
         }
         sys::yield_now();
     };
-    println!("preempt: {WORKERS} workers finished beside {cpus} spinners ({} spins)", SPINS.load(Ordering::Relaxed));
+    println!("preempt: {WORKERS} workers finished beside {} spinners ({} spins)", cpus * SPINNERS_PER_CPU, SPINS.load(Ordering::Relaxed));
     let mut ok = true;
     for cpu in 0..cpus {
         let n = after[cpu] - before[cpu];
