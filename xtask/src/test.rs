@@ -38,6 +38,10 @@ pub struct TestArgs {
     /// `<arch>/<suite>` (e.g. `x86_64/kernel`) for a QEMU suite.
     #[arg(long)]
     pub filter: Option<String>,
+    /// Run everything selected this many times (builds happen once) and end with how often each
+    /// check failed, to show a check holds whatever the host's load and timing.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub repeat: u32,
 }
 
 /// Running totals.
@@ -45,6 +49,10 @@ pub struct TestArgs {
 struct Tally {
     passed: u64,
     failed: u64,
+    /// Each failed check (`group: description`) with the runs it failed in, for `--repeat`.
+    failures: std::collections::BTreeMap<String, Vec<u32>>,
+    /// The run under way (1-based).
+    run: u32,
 }
 
 impl Tally {
@@ -56,6 +64,7 @@ impl Tally {
         } else {
             self.failed += 1;
             println!("FAIL {group}: {} ({})", result.description, result.detail);
+            self.note_failure(format!("{group}: {}", result.description));
         }
     }
 
@@ -63,6 +72,29 @@ impl Tally {
     fn could_not_run(&mut self, group: &str, what: &str, error: &anyhow::Error) {
         self.failed += 1;
         println!("FAIL {group}: {what} ({error:#})");
+        self.note_failure(format!("{group}: {what}"));
+    }
+
+    fn note_failure(&mut self, check: String) {
+        let run = self.run;
+        self.failures.entry(check).or_default().push(run);
+    }
+
+    /// The `--repeat` report: how often each check failed over `runs` runs.
+    fn repeat_report(&self, runs: u32) -> Vec<String> {
+        let mut lines = vec![format!(
+            "repeat: {runs} runs, {} checks failed at least once",
+            self.failures.len()
+        )];
+        for (check, failed_runs) in &self.failures {
+            let which: Vec<String> = failed_runs.iter().map(u32::to_string).collect();
+            lines.push(format!(
+                "repeat: {}/{runs} failed: {check} (runs {})",
+                failed_runs.len(),
+                which.join(", ")
+            ));
+        }
+        lines
     }
 }
 
@@ -117,12 +149,23 @@ pub fn run(args: &TestArgs) -> Result<u8> {
             }
         }
     };
-    if run_host {
-        host_tests(&mut tally);
+    for run in 1..=args.repeat {
+        tally.run = run;
+        if args.repeat > 1 {
+            println!("==== run {run} of {} ====", args.repeat);
+        }
+        if run_host {
+            host_tests(&mut tally);
+        }
+        if let Some(tools) = &tools {
+            for (arch, suites) in &plan {
+                run_arch(tools, *arch, suites, args.release, &mut tally);
+            }
+        }
     }
-    if let Some(tools) = tools {
-        for (arch, suites) in &plan {
-            run_arch(&tools, *arch, suites, args.release, &mut tally);
+    if args.repeat > 1 {
+        for line in tally.repeat_report(args.repeat) {
+            println!("{line}");
         }
     }
     println!("{} passed, {} failed", tally.passed, tally.failed);
@@ -248,6 +291,9 @@ fn run_suite(arch: Arch, suite: &Suite, artifacts: &Artifacts, tally: &mut Tally
         tally.record(&group, result);
     }
     if results.iter().any(|result| !result.passed) {
+        // Keep each failed run's log (the next run of the suite writes `log` again).
+        let kept = log.with_extension(format!("run{}.log", tally.run));
+        let log = if std::fs::copy(&log, &kept).is_ok() { kept } else { log };
         print_tail(&finished.log, &log);
     }
 }
@@ -288,6 +334,28 @@ mod tests {
         assert_eq!(parse_test_result("running 3 tests"), None);
         assert_eq!(parse_test_result("test result: garbage"), None);
         assert_eq!(parse_test_result("test foo ... ok"), None);
+    }
+
+    #[test]
+    fn repeat_report_counts_failures_per_check() {
+        let mut tally = Tally::default();
+        let failed = CheckResult { description: "a check".to_string(), passed: false, detail: "why".to_string() };
+        let passed = CheckResult { description: "other".to_string(), passed: true, detail: "ok".to_string() };
+        for run in 1..=3 {
+            tally.run = run;
+            tally.record("x86_64/sched", &passed);
+            if run != 2 {
+                tally.record("x86_64/sched", &failed);
+            }
+        }
+        assert_eq!((tally.passed, tally.failed), (3, 2));
+        assert_eq!(
+            tally.repeat_report(3),
+            [
+                "repeat: 3 runs, 1 checks failed at least once",
+                "repeat: 2/3 failed: x86_64/sched: a check (runs 1, 3)"
+            ]
+        );
     }
 
     #[test]
