@@ -269,6 +269,7 @@ impl Domain {
             None => {}
         }
         crate::kn::release(self);
+        crate::names::BOARD.lock().forget(self.id);
         views::with(|s, m| {
             for id in regions {
                 s.release_region(m, id).expect("a domain's own region");

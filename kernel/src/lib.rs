@@ -15,6 +15,7 @@ pub mod console;
 pub mod initrd;
 pub mod loader;
 pub mod mm;
+pub mod names;
 pub mod sched;
 pub mod stats;
 

@@ -2,13 +2,11 @@
 //! regions its thread may touch, with the rights needed) before the kernel reads or writes
 //! through it; anything wrong is an error code, never a kernel fault.
 
-use alloc::collections::BTreeMap;
 use alloc::sync::Arc;
 use arch::addr::PAGE_SIZE;
 use arch::mapping::MapFlags;
 use arch::trap::TrapFrame;
 use core::sync::atomic::Ordering;
-use spin::Mutex;
 use tsumugi_abi::stats::{scope, Counter};
 use tsumugi_abi::syscall::{encode_result, region_flags, rights, thread_flags, Clock, Errno, Syscall, ViewEntry};
 
@@ -16,6 +14,7 @@ use crate::domain::Outcome;
 use crate::mm::region::RegionKind;
 use crate::mm::view::{Backing, ViewError, ViewId};
 use crate::mm::views;
+use crate::names;
 use crate::sched::scheduler::{self, CPUS};
 use crate::thread::{self, Body, Thread};
 
@@ -26,8 +25,6 @@ const MAX_REGION: u64 = 1 << 32;
 /// Size of one view-query entry.
 const VIEW_ENTRY_SIZE: u64 = core::mem::size_of::<ViewEntry>() as u64;
 
-/// The kernel-wide name board of `publish`/`lookup`.
-static NAMES: Mutex<BTreeMap<u64, u64>> = Mutex::new(BTreeMap::new());
 
 type SysResult = Result<usize, Errno>;
 
@@ -53,11 +50,8 @@ pub fn dispatch(frame: &mut TrapFrame) {
             Syscall::RegionGrant => region_grant(a[0] as u64, a[1], a[2] as u64),
             Syscall::RegionRevoke => region_revoke(a[0] as u64, a[1] as u64),
             Syscall::ViewQuery => view_query(a[0] as u64, a[1] as u64),
-            Syscall::Publish => {
-                NAMES.lock().insert(a[0] as u64, a[1] as u64);
-                Ok(0)
-            }
-            Syscall::Lookup => NAMES.lock().get(&(a[0] as u64)).map(|v| *v as usize).ok_or(Errno::Again),
+            Syscall::Publish => publish(a[0] as u64, a[1] as u64),
+            Syscall::Lookup => names::BOARD.lock().lookup(a[0] as u64).map(|v| v as usize).ok_or(Errno::Again),
             Syscall::Counters => counters(a[0], a[1] as u64, a[2] as u64),
             Syscall::CpuId => Ok(arch::cpu::cpu_index()),
             Syscall::SchedAffinity => sched_affinity(a[0]),
@@ -177,6 +171,15 @@ fn thread_create(entry: u64, stack_top: u64, arg: u64, flags: usize) -> SysResul
     let body = Body::User { ip: entry, sp: stack_top, arg };
     let t = domain.spawn(view, body, flags & thread_flags::AFFINE != 0, None).map_err(|_| Errno::NoMem)?;
     Ok(t.id as usize)
+}
+
+fn publish(key: u64, value: u64) -> SysResult {
+    let owner = me().domain.as_ref().ok_or(Errno::Inval)?.id;
+    match names::BOARD.lock().publish(owner, key, value) {
+        Ok(()) => Ok(0),
+        Err(names::PublishError::NotOwner) => Err(Errno::Perm),
+        Err(names::PublishError::Quota) => Err(Errno::NoMem),
+    }
 }
 
 fn thread_pin(cpu: usize) -> SysResult {

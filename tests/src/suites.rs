@@ -358,7 +358,7 @@ pub fn views_suite(name: &'static str, smp: u8) -> Suite {
         name,
         smp,
         boot_words: format!(
-            "{}=share_writer+share_reader,readonly_view+twin,revoke_faults,twin+twin,oom_regions,schedstat",
+            "{}=share_writer+share_reader,readonly_view+twin,revoke_faults,twin+twin,oom_regions,name_owner+name_thief,schedstat",
             bootopt::RUN
         ),
         timeout: KERNEL_SUITE_TIMEOUT,
@@ -376,6 +376,10 @@ pub fn views_suite(name: &'static str, smp: u8) -> Suite {
             Check::GroupFramesBalanced("oom_regions".to_string()),
             Check::GroupFramesBalanced("share_writer+share_reader".to_string()),
             Check::GroupFramesBalanced("revoke_faults".to_string()),
+            Check::LogContains("share_reader: the writer's name went with it".to_string()),
+            exited("name_owner"),
+            exited("name_thief"),
+            Check::LogContains("name_thief: overwriting another program's name: Err(Some(Perm))".to_string()),
             exited("schedstat"),
             Check::Halting(0),
         ],

@@ -11,6 +11,9 @@ pub mod share {
     pub const READER_KEY: usize = 0x5348_0001;
     /// Where the writer publishes the buffer's address.
     pub const BUFFER_KEY: usize = 0x5348_0002;
+    /// Where the reader says it has read the buffer (the writer waits for it before it ends,
+    /// since its names go with it).
+    pub const DONE_KEY: usize = 0x5348_0003;
     /// Bytes shared.
     pub const BUFFER_LEN: usize = 3 * 4096;
 
@@ -22,3 +25,15 @@ pub mod share {
 
 #[cfg(target_os = "none")]
 pub mod kn;
+
+/// The name-board authority test (`name_owner+name_thief`).
+pub mod names {
+    /// The name the owner publishes and the thief tries to take over.
+    pub const OWNED_KEY: usize = 0x4e41_0001;
+    /// The owner's value under it.
+    pub const OWNED_VALUE: usize = 0x0123_4567;
+    /// Where the thief says it is done (the owner ends then).
+    pub const DONE_KEY: usize = 0x4e41_0002;
+    /// First of the keys the thief fills its quota with.
+    pub const FILL_BASE: usize = 0x4e41_1000;
+}

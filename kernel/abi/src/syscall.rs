@@ -43,9 +43,12 @@ pub enum Syscall {
     RegionRevoke = 11,
     /// `view_query(buf: *mut ViewEntry, max) -> count`: the caller's view, in address order.
     ViewQuery = 12,
-    /// `publish(key, value) -> 0`: set a kernel-wide name (how programs find each other).
+    /// `publish(key, value) -> 0`: set a kernel-wide name (how programs find each other). A
+    /// name belongs to the program that first published it: another program gets `EPERM`; a
+    /// program holds at most 64 names (`ENOMEM` beyond); its names go when it ends.
     Publish = 13,
-    /// `lookup(key) -> value`, or `EAGAIN` if nothing is published under `key` yet.
+    /// `lookup(key) -> value`, or `EAGAIN` if nothing is published under `key` (yet, or any
+    /// more: its publisher ended).
     Lookup = 14,
     /// `counters(scope, buf: *mut u64, len) -> cpus`: copy the event counters of `scope`
     /// (see `stats::scope`); returns the number of CPUs online.

@@ -4,7 +4,7 @@
 #![no_main]
 
 use libuthread::{println, sys};
-use tsumugi_userland::share::{pattern, BUFFER_KEY, BUFFER_LEN, READER_KEY};
+use tsumugi_userland::share::{pattern, BUFFER_KEY, BUFFER_LEN, DONE_KEY, READER_KEY};
 
 fn main() -> i32 {
     let _ = sys::publish(READER_KEY, sys::thread_self());
@@ -21,6 +21,14 @@ fn main() -> i32 {
     let n = sys::view_query(&mut view).unwrap_or(0);
     let held = view[..n.min(16)].iter().find(|e| e.start == buf as u64).map(|e| e.rights);
     println!("share_reader: read {BUFFER_LEN} bytes at {buf:#x}, {bad} wrong; rights in my view: {held:?}");
+    if sys::publish(DONE_KEY, 1).is_err() {
+        return 1;
+    }
+    // The writer ends now, and its names with it.
+    while sys::lookup(BUFFER_KEY).is_ok() {
+        sys::yield_now();
+    }
+    println!("share_reader: the writer's name went with it");
     if bad == 0 && held == Some(tsumugi_abi::syscall::rights::READ as u64) {
         0
     } else {

@@ -5,7 +5,7 @@
 
 use libuthread::{println, sys};
 use tsumugi_abi::syscall::rights;
-use tsumugi_userland::share::{pattern, BUFFER_KEY, BUFFER_LEN, READER_KEY};
+use tsumugi_userland::share::{pattern, BUFFER_KEY, BUFFER_LEN, DONE_KEY, READER_KEY};
 
 fn main() -> i32 {
     let Ok(buf) = sys::region_create(BUFFER_LEN, rights::READ | rights::WRITE, 0) else {
@@ -24,7 +24,12 @@ fn main() -> i32 {
             return 1;
         }
     }
-    let _ = sys::publish(BUFFER_KEY, buf);
+    if sys::publish(BUFFER_KEY, buf).is_err() {
+        println!("share_writer: FAILED: publish");
+        return 1;
+    }
+    // The buffer's name goes with this program: stay until the reader has read it.
+    sys::lookup_wait(DONE_KEY);
     0
 }
 libuthread::entry!(main);
