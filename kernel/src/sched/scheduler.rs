@@ -60,6 +60,9 @@ unsafe impl Send for ThreadRef {}
 pub struct Cpu {
     /// The run queue.
     pub runqueue: Mutex<RunQueue<ThreadRef>>,
+    /// The run queue's length as of its last change (written under its lock), so other CPUs
+    /// see without locking it whether there is anything to steal.
+    queued: AtomicUsize,
     /// The running thread (an `Arc` leaked into this pointer), or null when idle.
     current: AtomicPtr<Thread>,
     /// The idle loop's context (the CPU's boot stack).
@@ -89,6 +92,7 @@ const DEFAULT_POLICY: Policy = Policy { affinity: true, group_bound: 8 };
 #[allow(clippy::declare_interior_mutable_const)]
 const CPU_INIT: Cpu = Cpu {
     runqueue: Mutex::new(RunQueue::new(DEFAULT_POLICY)),
+    queued: AtomicUsize::new(0),
     current: AtomicPtr::new(core::ptr::null_mut()),
     idle: UnsafeCell::new(KernelContext::EMPTY),
     prev: UnsafeCell::new(None),
@@ -111,6 +115,24 @@ static TICKS: AtomicU64 = AtomicU64::new(0);
 static KERNEL_ROOT: AtomicU64 = AtomicU64::new(0);
 /// How many CPUs are online.
 static ONLINE: AtomicUsize = AtomicUsize::new(0);
+
+impl Cpu {
+    /// Queues `t` here (and publishes the new length for thieves).
+    fn push(&self, t: Arc<Thread>) {
+        let (view, affine) = (t.root.load(Ordering::Relaxed), t.affine);
+        let mut q = self.runqueue.lock();
+        q.push(ThreadRef::new(t), view, affine);
+        self.queued.store(q.len(), Ordering::Relaxed);
+    }
+
+    /// Takes this CPU's next thread, if any.
+    fn pop(&self) -> Option<Arc<Thread>> {
+        let mut q = self.runqueue.lock();
+        let (r, _) = q.pop()?;
+        self.queued.store(q.len(), Ordering::Relaxed);
+        Some(r.take())
+    }
+}
 
 /// The record of the CPU running this code.
 pub fn this_cpu() -> &'static Cpu {
@@ -182,8 +204,7 @@ pub fn ticks() -> u64 {
 pub fn make_ready(t: Arc<Thread>) {
     let target = t.last_cpu.load(Ordering::Relaxed).min(MAX_CPUS - 1);
     let target = if CPUS[target].online.load(Ordering::Acquire) { target } else { arch::cpu::cpu_index() };
-    let (view, affine) = (t.root.load(Ordering::Relaxed), t.affine);
-    CPUS[target].runqueue.lock().push(ThreadRef::new(t), view, affine);
+    CPUS[target].push(t);
     // Pairs with the fence in the idle loop: either it sees this thread in its queue, or this
     // sees it idle and sends the IPI (a store then a load on each side: needs a full fence).
     core::sync::atomic::fence(Ordering::SeqCst);
@@ -206,11 +227,7 @@ fn send_reschedule(cpu: usize) {
 /// always taken.
 fn pick_next(cpu_index: usize, self_ptr: *const Thread) -> Option<Arc<Thread>> {
     for _ in 0..MAX_REQUEUES {
-        let candidate = match CPUS[cpu_index].runqueue.lock().pop() {
-            Some((r, _)) => Some(r.take()),
-            None => None,
-        };
-        let candidate = match candidate {
+        let candidate = match CPUS[cpu_index].pop() {
             Some(c) => c,
             None => steal(cpu_index)?,
         };
@@ -218,8 +235,7 @@ fn pick_next(cpu_index: usize, self_ptr: *const Thread) -> Option<Arc<Thread>> {
             return Some(candidate);
         }
         let home = candidate.last_cpu.load(Ordering::Relaxed).min(MAX_CPUS - 1);
-        let (view, affine) = (candidate.root.load(Ordering::Relaxed), candidate.affine);
-        CPUS[home].runqueue.lock().push(ThreadRef::new(candidate), view, affine);
+        CPUS[home].push(candidate);
         arch::cpu::spin_hint();
     }
     None
@@ -228,17 +244,27 @@ fn pick_next(cpu_index: usize, self_ptr: *const Thread) -> Option<Arc<Thread>> {
 /// How often `pick_next` puts back a thread still on another CPU before giving up for now.
 const MAX_REQUEUES: usize = 64;
 
-/// Takes a view group (or half a queue) from the busiest other CPU.
+/// Takes a view group (or half a queue) from the busiest other CPU. The queues' published
+/// lengths choose the victim without locking anything, so a CPU with nothing to do (or a yield
+/// with nothing else runnable) costs other CPUs nothing when they have nothing to steal.
 fn steal(thief: usize) -> Option<Arc<Thread>> {
-    let victim = (0..MAX_CPUS)
-        .filter(|&i| i != thief && CPUS[i].online.load(Ordering::Acquire))
-        .max_by_key(|&i| CPUS[i].runqueue.lock().len())?;
+    let mut victim = None;
+    let mut most = 0;
+    for (i, cpu) in CPUS.iter().enumerate() {
+        let queued = cpu.queued.load(Ordering::Relaxed);
+        if queued > most && i != thief {
+            (victim, most) = (Some(i), queued);
+        }
+    }
+    let victim = victim?;
     let loot = {
         let mut q = CPUS[victim].runqueue.lock();
-        if q.len() < 2 && q.len() == 0 {
+        if q.is_empty() {
             return None;
         }
-        q.steal()
+        let loot = q.steal();
+        CPUS[victim].queued.store(q.len(), Ordering::Relaxed);
+        loot
     };
     if loot.is_empty() {
         return None;
@@ -251,6 +277,7 @@ fn steal(thief: usize) -> Option<Arc<Thread>> {
     for (r, view, affine) in it {
         q.push(r, view, affine);
     }
+    cpu.queued.store(q.len(), Ordering::Relaxed);
     Some(first.take())
 }
 
@@ -268,7 +295,7 @@ pub fn schedule(then: Then) -> bool {
         // The running thread itself: it was woken (and queued) before it finished blocking.
         // Take the queue's reference back and keep running.
         Some(n) if Arc::as_ptr(&n) == prev_ptr as *const Thread => {
-            n.set_state(State::Running);
+            n.mark(State::Running);
             return false;
         }
         Some(n) => n,
@@ -319,7 +346,7 @@ fn switch_to(cpu: &Cpu, prev_ptr: *mut Thread, next: Arc<Thread>, then: Then) {
         }
     }
     next.on_cpu.store(true, Ordering::Relaxed);
-    next.set_state(State::Running);
+    next.mark(State::Running);
     next.perf.tally(tsumugi_abi::perf::Event::ContextSwitches);
     // SAFETY (of the dereference): prev is the current thread, alive while it runs here.
     if let Some(prev) = unsafe { prev_ptr.as_ref() } {
@@ -430,9 +457,8 @@ pub fn finish_switch() {
     prev.on_cpu.store(false, Ordering::Release);
     match then {
         Then::Requeue => {
-            prev.set_state(State::Ready);
-            let (view, affine) = (prev.root.load(Ordering::Relaxed), prev.affine);
-            cpu.runqueue.lock().push(ThreadRef::new(prev), view, affine);
+            prev.mark(State::Ready);
+            cpu.push(prev);
         }
         Then::Block => drop(prev),
         Then::Exit => {
