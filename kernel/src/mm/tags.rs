@@ -2,6 +2,7 @@
 //! root frame) holds. See `tlb_tag.rs` for the scheme and the per-CPU protocol this follows.
 
 use alloc::collections::BTreeMap;
+use core::sync::atomic::{AtomicBool, Ordering};
 use spin::Mutex;
 
 use super::tlb_tag::{Tag, TagAllocator, UNTAGGED};
@@ -13,21 +14,29 @@ struct Tags {
 }
 
 static TAGS: Mutex<Option<Tags>> = Mutex::new(None);
+/// Whether views get tags (fixed by `init`): an untagged machine's root loads need not take
+/// the `TAGS` lock.
+static ENABLED: AtomicBool = AtomicBool::new(false);
 
 /// Sets up tagging with `count` hardware tags (0 or 1: untagged).
 pub fn init(count: u16) {
-    *TAGS.lock() = Some(Tags { allocator: TagAllocator::new(count), held: BTreeMap::new() });
+    let allocator = TagAllocator::new(count);
+    ENABLED.store(allocator.enabled(), Ordering::Release);
+    *TAGS.lock() = Some(Tags { allocator, held: BTreeMap::new() });
 }
 
 /// Whether views get tags.
 pub fn enabled() -> bool {
-    TAGS.lock().as_ref().is_some_and(|t| t.allocator.enabled())
+    ENABLED.load(Ordering::Acquire)
 }
 
 /// The tag to load view root `root` with on a CPU whose generation is `cpu_generation`, and
 /// whether that CPU must flush its whole TLB first. The kernel's own root (`kernel`) always
 /// uses the untagged value: its user half is empty, so it shares nothing with any view.
 pub fn choose(root: u64, kernel: u64, cpu_generation: &mut u64) -> (u16, bool) {
+    if !enabled() {
+        return (UNTAGGED, true);
+    }
     let mut guard = TAGS.lock();
     let Some(tags) = guard.as_mut() else { return (UNTAGGED, true) };
     if !tags.allocator.enabled() {

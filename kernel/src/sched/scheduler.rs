@@ -326,30 +326,15 @@ pub fn schedule(then: Then) -> bool {
 
 /// Switches from the current context (thread `prev_ptr`, or the idle loop if null) to `next`.
 fn switch_to(cpu: &Cpu, prev_ptr: *mut Thread, next: Arc<Thread>, then: Then) {
-    // Wait until the CPU that last ran `next` has left its stack. That CPU may be waiting for
-    // this one to save FP registers (`fpu::pull`): serve such requests while waiting.
-    let mut spins = 0u64;
-    while next.on_cpu.load(Ordering::Acquire) {
-        crate::fpu::serve_request();
-        arch::cpu::spin_hint();
-        spins += 1;
-        if spins == 50_000_000 {
-            crate::println!(
-                "scheduler: cpu {} waits for thread {} (state {:?}, vcpu {:#x}, last cpu {}) to leave its stack",
-                arch::cpu::cpu_index(),
-                next.id,
-                next.state(),
-                next.vcpu.load(Ordering::Relaxed),
-                next.last_cpu.load(Ordering::Relaxed)
-            );
-            dump();
-        }
+    if next.on_cpu.load(Ordering::Acquire) {
+        wait_off_cpu(&next);
     }
     next.on_cpu.store(true, Ordering::Relaxed);
     next.mark(State::Running);
     next.perf.tally(tsumugi_abi::perf::Event::ContextSwitches);
     // SAFETY (of the dereference): prev is the current thread, alive while it runs here.
-    if let Some(prev) = unsafe { prev_ptr.as_ref() } {
+    let prev = unsafe { prev_ptr.as_ref() };
+    if let Some(prev) = prev {
         crate::perf::switch_out(prev);
     }
     next.last_cpu.store(arch::cpu::cpu_index(), Ordering::Relaxed);
@@ -361,13 +346,12 @@ fn switch_to(cpu: &Cpu, prev_ptr: *mut Thread, next: Arc<Thread>, then: Then) {
         0 => KERNEL_ROOT.load(Ordering::Relaxed),
         r => r,
     };
-    let flushes_before = cpu.counters.get(Counter::TlbFlushes);
-    if load_root(cpu, root) {
+    if let Some(flushed) = load_root(cpu, root) {
         if let Some(d) = &next.domain {
             d.counters.bump(Counter::ViewSwitches);
         }
         next.perf.tally(tsumugi_abi::perf::Event::ViewSwitches);
-        if cpu.counters.get(Counter::TlbFlushes) != flushes_before {
+        if flushed {
             next.perf.tally(tsumugi_abi::perf::Event::TlbFlushes);
         }
     }
@@ -377,8 +361,7 @@ fn switch_to(cpu: &Cpu, prev_ptr: *mut Thread, next: Arc<Thread>, then: Then) {
     // The user LTN register belongs to the thread: park the old one's, load the new one's —
     // only when it differs (on x86_64 each access is an MSR access; most programs leave it 0).
     let current_ltn = arch::cpu::user_ltn();
-    // SAFETY (of the dereference): prev is the current thread, alive while it runs here.
-    if let Some(prev) = unsafe { prev_ptr.as_ref() } {
+    if let Some(prev) = prev {
         prev.ltn.store(current_ltn, Ordering::Relaxed);
     }
     let next_ltn = next.ltn.load(Ordering::Relaxed);
@@ -407,11 +390,37 @@ fn switch_to(cpu: &Cpu, prev_ptr: *mut Thread, next: Arc<Thread>, then: Then) {
     finish_switch();
 }
 
+/// Waits until the CPU that last ran `next` has left its stack. That CPU may be waiting for
+/// this one to save FP registers (`fpu::pull`): serve such requests while waiting. Out of line:
+/// a thread taken from a queue has almost always left its CPU already.
+#[cold]
+#[inline(never)]
+fn wait_off_cpu(next: &Thread) {
+    let mut spins = 0u64;
+    while next.on_cpu.load(Ordering::Acquire) {
+        crate::fpu::serve_request();
+        arch::cpu::spin_hint();
+        spins += 1;
+        if spins == 50_000_000 {
+            crate::println!(
+                "scheduler: cpu {} waits for thread {} (state {:?}, vcpu {:#x}, last cpu {}) to leave its stack",
+                arch::cpu::cpu_index(),
+                next.id,
+                next.state(),
+                next.vcpu.load(Ordering::Relaxed),
+                next.last_cpu.load(Ordering::Relaxed)
+            );
+            dump();
+        }
+    }
+}
+
 /// Loads `root` (a frame number) on this CPU if it is not loaded already; counts view switches
-/// and the TLB flush an untagged load implies. Returns whether a load happened.
-fn load_root(cpu: &Cpu, root: u64) -> bool {
+/// and the TLB flush an untagged load implies. Returns `None` when `root` was loaded already,
+/// else whether the load flushed the whole TLB.
+fn load_root(cpu: &Cpu, root: u64) -> Option<bool> {
     if cpu.loaded_root.load(Ordering::Relaxed) == root {
-        return false;
+        return None;
     }
     cpu.loaded_root.store(root, Ordering::Release);
     let mut generation = cpu.tag_generation.load(Ordering::Relaxed);
@@ -424,7 +433,7 @@ fn load_root(cpu: &Cpu, root: u64) -> bool {
         crate::mm::kernel_stack::note_full_flush(arch::cpu::cpu_index());
         cpu.counters.bump(Counter::TlbFlushes);
     }
-    true
+    Some(flush_all)
 }
 
 /// Reloads the current thread's root if its view changed under it (after a grant or revoke by
@@ -433,7 +442,7 @@ pub fn reload_current_root() -> bool {
     let cpu = this_cpu();
     let root = with_current(|t| t.map_or(0, |t| t.root.load(Ordering::Acquire)));
     let root = if root == 0 { KERNEL_ROOT.load(Ordering::Relaxed) } else { root };
-    let loaded = load_root(cpu, root);
+    let loaded = load_root(cpu, root).is_some();
     with_current(|t| {
         if let Some(t) = t {
             t.drop_stale_views();
