@@ -229,12 +229,12 @@ pub fn switch_to(next: &Arc<Thread>) {
         arch::fpu::enable();
         return;
     }
-    if eager() && (next.fp.area.lock().is_some() || next.fp.live_on.load(Ordering::Acquire) != NOWHERE) {
-        save_owner(cpu);
-        take_ownership(next);
-        return;
-    }
     if eager() {
+        if next.fp.area.lock().is_some() || next.fp.live_on.load(Ordering::Acquire) != NOWHERE {
+            save_owner(cpu);
+            take_ownership(next);
+            return;
+        }
         save_owner(cpu);
     }
     arch::fpu::disable();

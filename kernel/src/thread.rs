@@ -10,7 +10,7 @@ use arch::context::KernelContext;
 use arch::trap::TrapFrame;
 use core::cell::UnsafeCell;
 use core::mem::size_of;
-use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use spin::Mutex;
 
 use crate::domain::Domain;
@@ -65,9 +65,23 @@ pub enum Body {
     },
 }
 
-/// The parts of a thread others change, under one lock.
+impl State {
+    const fn from_u8(v: u8) -> State {
+        match v {
+            0 => State::Ready,
+            1 => State::Running,
+            2 => State::Blocked,
+            _ => State::Dead,
+        }
+    }
+}
+
+/// The parts of a thread others change, under one lock. The state itself is an atomic
+/// (`Thread::state`) so the switch path can mark threads `Running` and `Ready` without the
+/// lock; the transitions that must be atomic with other checks (block unless killed, wake a
+/// blocked thread, die) store it while holding this lock, and [`Thread::state`] reads it
+/// under the lock.
 struct Life {
-    state: State,
     exit_value: Option<usize>,
     joiners: Vec<Arc<Thread>>,
 }
@@ -106,10 +120,16 @@ pub struct Thread {
     pub perf: crate::perf::ThreadPerf,
     /// The view (guarded: grants and revokes by other threads change it).
     view: Mutex<ViewSlot>,
+    /// Whether `view.stale` may be non-empty: set under the `view` lock when a view is left
+    /// behind, so the switch path looks at one flag instead of taking the lock.
+    has_stale: AtomicBool,
     /// Kernel stack, taken when the thread has ended and a CPU has left it.
     stack: Mutex<Option<KernelStack>>,
     /// Top of the kernel stack (cached: the stack never moves).
     stack_top: u64,
+    /// The life-cycle state, a `State` as `u8` (written under `life` except by the switch
+    /// path's Ready/Running marks, see [`Life`]).
+    state: AtomicU8,
     life: Mutex<Life>,
 }
 
@@ -154,9 +174,11 @@ impl Thread {
             fp: crate::fpu::ThreadFp::new(),
             perf: crate::perf::ThreadPerf::new(),
             view: Mutex::new(ViewSlot { current: view.map(|(v, _)| v), stale: Vec::new() }),
+            has_stale: AtomicBool::new(false),
             stack: Mutex::new(Some(stack)),
             stack_top,
-            life: Mutex::new(Life { state: State::Ready, exit_value: None, joiners: Vec::new() }),
+            state: AtomicU8::new(State::Ready as u8),
+            life: Mutex::new(Life { exit_value: None, joiners: Vec::new() }),
         });
         // The top of the stack is reserved for the user frame (traps from user mode push
         // theirs there too); the kernel side starts below it.
@@ -180,7 +202,6 @@ impl Thread {
         drop(self.stack.lock().take());
     }
 
-    /// Sets the life-cycle state.
     /// Whether the thread is pinned to one CPU.
     pub(crate) fn pinned(&self) -> bool {
         self.pin.load(Ordering::Relaxed) != NO_PIN
@@ -196,8 +217,18 @@ impl Thread {
         .min(scheduler::MAX_CPUS - 1)
     }
 
+    /// Sets the life-cycle state (under the life lock, ordered with wakers and killers).
     pub(crate) fn set_state(&self, state: State) {
-        self.life.lock().state = state;
+        let _life = self.life.lock();
+        self.state.store(state as u8, Ordering::Release);
+    }
+
+    /// Marks a thread the scheduler takes (`Running`) or requeues (`Ready`), without the life
+    /// lock: those moves race with no waker (a wake acts only on `Blocked`) and no killer (which
+    /// kicks a `Running` thread and leaves a `Ready` one to notice at its next kernel exit).
+    pub(crate) fn mark(&self, state: State) {
+        debug_assert!(matches!(state, State::Running | State::Ready));
+        self.state.store(state as u8, Ordering::Release);
     }
 
     /// Marks the running thread `Blocked` before it gives up its CPU — unless it was killed:
@@ -206,11 +237,11 @@ impl Thread {
     /// it reads the state under the same lock, so either it finds `Blocked` (and wakes the
     /// thread) or this finds `killed`.
     pub(crate) fn block_unless_killed(&self) -> bool {
-        let mut life = self.life.lock();
+        let _life = self.life.lock();
         if self.killed.load(Ordering::Acquire) {
             return false;
         }
-        life.state = State::Blocked;
+        self.state.store(State::Blocked as u8, Ordering::Release);
         true
     }
 
@@ -221,7 +252,8 @@ impl Thread {
 
     /// The life-cycle state.
     pub fn state(&self) -> State {
-        self.life.lock().state
+        let _life = self.life.lock();
+        State::from_u8(self.state.load(Ordering::Acquire))
     }
 
     /// The thread's view (`None` for kernel threads).
@@ -236,13 +268,24 @@ impl Thread {
         self.root.store(root, Ordering::Release);
         if let Some(old) = slot.current.replace(view) {
             slot.stale.push(old);
+            self.has_stale.store(true, Ordering::Release);
         }
     }
 
     /// Detaches the views this thread left. Call only on a CPU that has loaded the thread's
     /// current root (or the kernel's), so none of them is loaded here.
     pub fn drop_stale_views(&self) {
-        let stale = core::mem::take(&mut self.view.lock().stale);
+        // The flag is set under the lock after the push; a set this load misses is one the
+        // lock-taking version could have missed as well (the change raced with this switch,
+        // and its kick reloads the root and comes back here).
+        if !self.has_stale.load(Ordering::Acquire) {
+            return;
+        }
+        let stale = {
+            let mut slot = self.view.lock();
+            self.has_stale.store(false, Ordering::Relaxed);
+            core::mem::take(&mut slot.stale)
+        };
         if !stale.is_empty() {
             crate::mm::views::with(|s, m| {
                 for v in stale {
@@ -256,6 +299,7 @@ impl Thread {
     fn take_views(&self) -> Vec<ViewId> {
         self.root.store(0, Ordering::Release);
         let mut slot = self.view.lock();
+        self.has_stale.store(false, Ordering::Relaxed);
         let mut all = core::mem::take(&mut slot.stale);
         all.extend(slot.current.take());
         all
@@ -317,11 +361,11 @@ pub fn start(t: Arc<Thread>) {
 /// Wakes `t` if it is blocked.
 pub fn wake(t: Arc<Thread>) {
     {
-        let mut life = t.life.lock();
-        if life.state != State::Blocked {
+        let _life = t.life.lock();
+        if t.state.load(Ordering::Acquire) != State::Blocked as u8 {
             return;
         }
-        life.state = State::Ready;
+        t.state.store(State::Ready as u8, Ordering::Release);
     }
     scheduler::make_ready(t);
 }
@@ -332,7 +376,7 @@ pub fn exit_current(value: Option<usize>) -> ! {
     let me = scheduler::current().expect("exit_current on an idle CPU");
     let joiners = {
         let mut life = me.life.lock();
-        life.state = State::Dead;
+        me.state.store(State::Dead as u8, Ordering::Release);
         life.exit_value = value;
         core::mem::take(&mut life.joiners)
     };
@@ -369,7 +413,7 @@ pub fn join(target: &Arc<Thread>) -> Option<usize> {
     let me = scheduler::current().expect("join from an idle CPU");
     {
         let mut life = target.life.lock();
-        if life.state == State::Dead {
+        if target.state.load(Ordering::Acquire) == State::Dead as u8 {
             return life.exit_value;
         }
         life.joiners.push(me.clone());

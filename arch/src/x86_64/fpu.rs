@@ -80,8 +80,13 @@ pub fn area_size() -> usize {
 
 /// Turns FP access off: the next FP/SIMD instruction traps (#NM).
 pub fn disable() {
-    // SAFETY: setting TS only makes FP instructions trap.
-    unsafe { Cr0::update(|f| f.insert(Cr0Flags::TASK_SWITCHED)) };
+    // Most switches go from one thread that did not use FP to another: TS is set already, and
+    // a CR0 read is cheaper than a write.
+    let cr0 = Cr0::read_raw();
+    if cr0 & Cr0Flags::TASK_SWITCHED.bits() == 0 {
+        // SAFETY: setting TS only makes FP instructions trap.
+        unsafe { Cr0::write_raw(cr0 | Cr0Flags::TASK_SWITCHED.bits()) };
+    }
 }
 
 /// Turns FP access on.

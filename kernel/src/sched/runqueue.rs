@@ -54,7 +54,6 @@
 //! `W ≤ (N−1) + 1 + Σ_{j=0..q} B·(N−1−j·B)`, the formula above. With affinity off the threads
 //! ahead of X only leave, so X is popped within `N` pops.
 
-use alloc::collections::{BTreeMap, VecDeque};
 use alloc::vec::Vec;
 use core::fmt::Debug;
 
@@ -109,40 +108,99 @@ pub struct GroupStats {
     pub handovers: u64,
 }
 
-/// A thread waiting in affinity-off order, with what it was pushed with.
+/// "No entry" in the queue's index links.
+const NIL: u32 = u32::MAX;
+
+/// A queued thread (or a free node, linked through `next`).
 #[derive(Clone, Copy, Debug)]
-struct Queued<T> {
+struct Node<T> {
     thread: T,
     view: ViewKey,
     affine: bool,
+    /// The next thread of its list (its group, or the FIFO), or the next free node.
+    next: u32,
 }
 
 /// A view group: the affine threads of one view, or one non-affine thread.
-#[derive(Debug)]
-struct Group<T> {
+#[derive(Clone, Copy, Debug)]
+struct Group {
     view: ViewKey,
     /// Whether this is its view's shared group (affine threads) rather than a singleton.
     shared: bool,
-    /// Never empty while the group is in the queue's order.
-    threads: VecDeque<T>,
+    /// Its threads, first to run first (`NIL` when empty).
+    first: u32,
+    last: u32,
+    /// How many threads it holds. A group is in the order exactly when this is non-zero.
+    len: u32,
+    /// The group behind it in the order, or the next free group.
+    next: u32,
 }
 
+/// The slot of each view's shared group, sorted by view (a few views: a binary search over a
+/// vector, which keeps its buffer; a map would allocate and free nodes as groups come and go).
+#[derive(Debug)]
+struct SharedGroups(Vec<(ViewKey, u32)>);
+
+impl SharedGroups {
+    const fn new() -> Self {
+        SharedGroups(Vec::new())
+    }
+
+    fn find(&self, view: ViewKey) -> Result<usize, usize> {
+        self.0.binary_search_by_key(&view, |&(v, _)| v)
+    }
+
+    fn get(&self, view: ViewKey) -> Option<u32> {
+        self.find(view).ok().map(|at| self.0[at].1)
+    }
+
+    fn insert(&mut self, view: ViewKey, group: u32) {
+        match self.find(view) {
+            Ok(at) => self.0[at].1 = group,
+            Err(at) => self.0.insert(at, (view, group)),
+        }
+    }
+}
+
+/// Emptied shared groups kept for their view's next push (see [`RunQueue`]) before they are
+/// all given up at once. Small in tests, so the model tests (three views) reach the cap.
+#[cfg(not(test))]
+const MAX_DORMANT: u32 = 8;
+#[cfg(test)]
+const MAX_DORMANT: u32 = 1;
+
 /// A per-CPU run queue of threads `T` (handles: copied in and out, compared for removal).
+///
+/// Threads and groups live in two slabs linked by index, so the hot operations (`push`, `pop`)
+/// are a few loads and stores: no map, no ring buffer, no allocation once the slabs have grown
+/// to the most threads ever queued. A shared group that empties leaves the order but stays
+/// *dormant* in its slot, still found by its view: a later push of that view puts it back at
+/// the back of the order, which is exactly where a new group would go, so the rules above are
+/// unchanged while a thread that yields back and forth reuses its group's slot and mapping.
+/// At most [`MAX_DORMANT`] dormant groups are kept; one more makes the queue forget them all.
 pub struct RunQueue<T> {
     policy: Policy,
     /// Queued threads in all.
     len: usize,
+    /// Every node, queued or free.
+    nodes: Vec<Node<T>>,
+    free_nodes: u32,
 
     // Affinity off: the threads in push order.
-    fifo: VecDeque<Queued<T>>,
+    fifo_first: u32,
+    fifo_last: u32,
 
-    // Affinity on: groups live in `slots` (a freed slot keeps its buffer for the next group);
-    // `order` is the queue of group slots, head first; `shared_groups` finds a view's shared
-    // group; `head_turns` counts the head group's consecutive picks.
-    slots: Vec<Group<T>>,
-    free_slots: Vec<usize>,
-    order: VecDeque<usize>,
-    shared_groups: BTreeMap<ViewKey, usize>,
+    // Affinity on: `groups` holds every group, in the order, dormant or free; the order is the
+    // list `head`..`tail` through `Group::next`; `shared` finds a view's shared group (in the
+    // order or dormant); `head_turns` counts the head group's consecutive picks.
+    groups: Vec<Group>,
+    free_groups: u32,
+    head: u32,
+    tail: u32,
+    /// Groups in the order.
+    order_len: usize,
+    dormant: u32,
+    shared: SharedGroups,
     head_turns: u32,
     stats: GroupStats,
 }
@@ -153,11 +211,17 @@ impl<T: Copy + Eq + Debug> RunQueue<T> {
         RunQueue {
             policy,
             len: 0,
-            fifo: VecDeque::new(),
-            slots: Vec::new(),
-            free_slots: Vec::new(),
-            order: VecDeque::new(),
-            shared_groups: BTreeMap::new(),
+            nodes: Vec::new(),
+            free_nodes: NIL,
+            fifo_first: NIL,
+            fifo_last: NIL,
+            groups: Vec::new(),
+            free_groups: NIL,
+            head: NIL,
+            tail: NIL,
+            order_len: 0,
+            dormant: 0,
+            shared: SharedGroups::new(),
             head_turns: 0,
             stats: GroupStats {
                 rotations: 0,
@@ -189,6 +253,7 @@ impl<T: Copy + Eq + Debug> RunQueue<T> {
     /// A runnable thread enters (new, woken, or preempted). `affine` is the thread's opt-in flag
     /// for grouping with its view. Pushing a thread that is already queued is a caller bug
     /// (debug builds check it).
+    #[inline]
     pub fn push(&mut self, thread: T, view: ViewKey, affine: bool) {
         debug_assert!(!self.contains(thread), "{thread:?} is already queued");
         self.len += 1;
@@ -198,60 +263,81 @@ impl<T: Copy + Eq + Debug> RunQueue<T> {
     /// The next thread to run and its view.
     pub fn pop(&mut self) -> Option<(T, ViewKey)> {
         if !self.policy.affinity {
-            let next = self.fifo.pop_front()?;
+            let at = self.fifo_first;
+            if at == NIL {
+                return None;
+            }
+            let node = self.nodes[at as usize];
+            self.fifo_first = node.next;
+            if node.next == NIL {
+                self.fifo_last = NIL;
+            }
+            self.free_node(at);
             self.len -= 1;
-            return Some((next.thread, next.view));
+            return Some((node.thread, node.view));
         }
-        if self.order.len() > 1 && self.head_turns >= self.policy.effective_group_bound() {
-            self.order.rotate_left(1);
+        if self.order_len > 1 && self.head_turns >= self.policy.effective_group_bound() {
+            // The head goes to the back with its threads.
+            let g = self.head;
+            self.head = self.groups[g as usize].next;
+            self.groups[g as usize].next = NIL;
+            self.groups[self.tail as usize].next = g;
+            self.tail = g;
             self.head_turns = 0;
             self.stats.rotations += 1;
             self.stats.handovers += 1;
         }
-        let slot = *self.order.front()?;
-        let group = &mut self.slots[slot];
-        let thread = group
-            .threads
-            .pop_front()
-            .expect("queued groups are never empty");
-        let view = group.view;
+        let g = self.head;
+        if g == NIL {
+            return None;
+        }
+        let group = &mut self.groups[g as usize];
+        let at = group.first;
+        let node = self.nodes[at as usize];
+        group.first = node.next;
+        group.len -= 1;
+        let (view, emptied) = (group.view, group.len == 0);
+        self.free_node(at);
         self.len -= 1;
         self.head_turns = self.head_turns.saturating_add(1);
-        if group.threads.is_empty() {
-            self.order.pop_front();
-            self.free_group(slot);
+        if emptied {
+            self.unlink_group(g, NIL);
             self.head_changed();
         }
-        Some((thread, view))
+        Some((node.thread, view))
     }
 
     /// Takes a queued thread out (it was killed); whether it was queued.
     pub fn remove(&mut self, thread: T) -> bool {
         if !self.policy.affinity {
-            let Some(at) = self.fifo.iter().position(|q| q.thread == thread) else {
+            let (first, last) = (self.fifo_first, self.fifo_last);
+            let Some((first, last)) = self.unlink_node(first, last, thread) else {
                 return false;
             };
-            self.fifo.remove(at);
+            (self.fifo_first, self.fifo_last) = (first, last);
             self.len -= 1;
             return true;
         }
-        let found = self.order.iter().enumerate().find_map(|(place, &slot)| {
-            let at = self.slots[slot].threads.iter().position(|&t| t == thread)?;
-            Some((place, slot, at))
-        });
-        let Some((place, slot, at)) = found else {
-            return false;
-        };
-        self.slots[slot].threads.remove(at);
-        self.len -= 1;
-        if self.slots[slot].threads.is_empty() {
-            self.order.remove(place);
-            self.free_group(slot);
-            if place == 0 {
-                self.head_changed();
+        let (mut before, mut g) = (NIL, self.head);
+        while g != NIL {
+            let group = self.groups[g as usize];
+            if let Some((first, last)) = self.unlink_node(group.first, group.last, thread) {
+                let group = &mut self.groups[g as usize];
+                (group.first, group.last) = (first, last);
+                group.len -= 1;
+                self.len -= 1;
+                if group.len == 0 {
+                    let was_head = g == self.head;
+                    self.unlink_group(g, before);
+                    if was_head {
+                        self.head_changed();
+                    }
+                }
+                return true;
             }
+            (before, g) = (g, group.next);
         }
-        true
+        false
     }
 
     /// Queued threads.
@@ -272,35 +358,41 @@ impl<T: Copy + Eq + Debug> RunQueue<T> {
     /// (rounded up).
     pub fn steal(&mut self) -> Vec<(T, ViewKey, bool)> {
         if !self.policy.affinity {
-            let keep = self.fifo.len() - self.fifo.len().div_ceil(2);
-            let stolen: Vec<_> = self
-                .fifo
-                .drain(keep..)
-                .map(|q| (q.thread, q.view, q.affine))
-                .collect();
+            let keep = self.len - self.len.div_ceil(2);
+            let (first, last) = (self.fifo_first, self.fifo_last);
+            let (kept, stolen) = self.split_list(first, last, keep);
+            (self.fifo_first, self.fifo_last) = kept;
+            let stolen = self.drain_list(stolen.0, |n| (n.thread, n.view, n.affine));
             self.len -= stolen.len();
             return stolen;
         }
-        let Some(&slot) = self.order.back() else {
+        let g = self.tail;
+        if g == NIL {
             return Vec::new();
-        };
-        let group = &mut self.slots[slot];
-        let (view, shared) = (group.view, group.shared);
-        let keep = if self.order.len() == 1 {
-            group.threads.len() - group.threads.len().div_ceil(2)
+        }
+        let group = self.groups[g as usize];
+        let keep = if self.order_len == 1 {
+            group.len as usize - (group.len as usize).div_ceil(2)
         } else {
             0
         };
-        let stolen: Vec<_> = group
-            .threads
-            .drain(keep..)
-            .map(|thread| (thread, view, shared))
-            .collect();
+        let (kept, stolen) = self.split_list(group.first, group.last, keep);
+        let (view, shared) = (group.view, group.shared);
+        let stolen = self.drain_list(stolen.0, |n| (n.thread, view, shared));
+        let group = &mut self.groups[g as usize];
+        (group.first, group.last) = kept;
+        group.len -= stolen.len() as u32;
         self.len -= stolen.len();
-        if self.slots[slot].threads.is_empty() {
-            self.order.pop_back();
-            self.free_group(slot);
-            if self.order.is_empty() {
+        if group.len == 0 {
+            let mut before = NIL;
+            if self.head != g {
+                before = self.head;
+                while self.groups[before as usize].next != g {
+                    before = self.groups[before as usize].next;
+                }
+            }
+            self.unlink_group(g, before);
+            if self.order_len == 0 {
                 self.head_changed();
             }
         }
@@ -309,13 +401,7 @@ impl<T: Copy + Eq + Debug> RunQueue<T> {
 
     /// Whether `thread` is queued.
     pub fn contains(&self, thread: T) -> bool {
-        if self.policy.affinity {
-            self.order
-                .iter()
-                .any(|&slot| self.slots[slot].threads.contains(&thread))
-        } else {
-            self.fifo.iter().any(|q| q.thread == thread)
-        }
+        self.queued().any(|(t, _, _)| t == thread)
     }
 
     /// How the head group has changed hands so far (affinity on; counts survive policy changes).
@@ -323,77 +409,221 @@ impl<T: Copy + Eq + Debug> RunQueue<T> {
         self.stats
     }
 
+    /// Every queued thread in run order with its view and grouping flag.
+    fn queued(&self) -> impl Iterator<Item = (T, ViewKey, bool)> + '_ {
+        let affinity = self.policy.affinity;
+        let mut g = if affinity { self.head } else { NIL };
+        let mut at = if affinity { NIL } else { self.fifo_first };
+        // In a group, a node's view and flag are its group's: an affine thread always joins
+        // its view's shared group, a non-affine one always a singleton of its own.
+        core::iter::from_fn(move || {
+            while at == NIL {
+                if g == NIL {
+                    return None;
+                }
+                at = self.groups[g as usize].first;
+                g = self.groups[g as usize].next;
+            }
+            let node = &self.nodes[at as usize];
+            at = node.next;
+            Some((node.thread, node.view, node.affine))
+        })
+    }
+
     /// Puts a thread in its place without counting it (`len` is the caller's business).
+    #[inline]
     fn insert(&mut self, thread: T, view: ViewKey, affine: bool) {
+        let at = self.new_node(Node { thread, view, affine, next: NIL });
         if !self.policy.affinity {
-            self.fifo.push_back(Queued {
-                thread,
-                view,
-                affine,
-            });
+            if self.fifo_last == NIL {
+                self.fifo_first = at;
+            } else {
+                self.nodes[self.fifo_last as usize].next = at;
+            }
+            self.fifo_last = at;
             return;
         }
-        if affine {
-            if let Some(&slot) = self.shared_groups.get(&view) {
-                self.slots[slot].threads.push_back(thread);
-                return;
+        let found = if affine { self.shared.get(view) } else { None };
+        let g = match found {
+            Some(g) => {
+                if self.groups[g as usize].len == 0 {
+                    self.dormant -= 1;
+                }
+                g
             }
-        }
-        let slot = self.new_group(view, affine);
-        self.slots[slot].threads.push_back(thread);
-        self.order.push_back(slot);
-        if affine {
-            self.shared_groups.insert(view, slot);
+            None => {
+                let g = self.new_group(view, affine);
+                if affine {
+                    self.shared.insert(view, g);
+                }
+                g
+            }
+        };
+        let group = &mut self.groups[g as usize];
+        if group.len == 0 {
+            // New or dormant: it goes to the back of the order.
+            group.first = at;
+            group.last = at;
+            group.len = 1;
+            group.next = NIL;
+            if self.tail == NIL {
+                self.head = g;
+            } else {
+                self.groups[self.tail as usize].next = g;
+            }
+            self.tail = g;
+            self.order_len += 1;
+        } else {
+            let last = group.last;
+            group.last = at;
+            group.len += 1;
+            self.nodes[last as usize].next = at;
         }
     }
 
     /// Every queued thread in run order, leaving the queue empty (`len` untouched).
     fn take_all(&mut self) -> Vec<(T, ViewKey, bool)> {
-        let mut queued = Vec::with_capacity(self.len);
-        if self.policy.affinity {
-            for slot in self.order.drain(..) {
-                let group = &mut self.slots[slot];
-                let (view, shared) = (group.view, group.shared);
-                queued.extend(group.threads.drain(..).map(|thread| (thread, view, shared)));
-            }
-            self.slots.clear();
-            self.free_slots.clear();
-            self.shared_groups.clear();
-            self.head_turns = 0;
-        } else {
-            queued.extend(self.fifo.drain(..).map(|q| (q.thread, q.view, q.affine)));
-        }
+        let queued: Vec<_> = self.queued().collect();
+        self.nodes.clear();
+        self.free_nodes = NIL;
+        self.fifo_first = NIL;
+        self.fifo_last = NIL;
+        self.groups.clear();
+        self.free_groups = NIL;
+        self.head = NIL;
+        self.tail = NIL;
+        self.order_len = 0;
+        self.dormant = 0;
+        self.shared.0.clear();
+        self.head_turns = 0;
         queued
     }
 
-    /// A slot for a new, empty group.
-    fn new_group(&mut self, view: ViewKey, shared: bool) -> usize {
-        match self.free_slots.pop() {
-            Some(slot) => {
-                let group = &mut self.slots[slot];
-                group.view = view;
-                group.shared = shared;
-                slot
+    fn new_node(&mut self, node: Node<T>) -> u32 {
+        let at = self.free_nodes;
+        if at == NIL {
+            self.nodes.push(node);
+            return (self.nodes.len() - 1) as u32;
+        }
+        self.free_nodes = self.nodes[at as usize].next;
+        self.nodes[at as usize] = node;
+        at
+    }
+
+    fn free_node(&mut self, at: u32) {
+        self.nodes[at as usize].next = self.free_nodes;
+        self.free_nodes = at;
+    }
+
+    /// A slot for a new, empty group (not in the order).
+    fn new_group(&mut self, view: ViewKey, shared: bool) -> u32 {
+        let group = Group { view, shared, first: NIL, last: NIL, len: 0, next: NIL };
+        let g = self.free_groups;
+        if g == NIL {
+            self.groups.push(group);
+            return (self.groups.len() - 1) as u32;
+        }
+        self.free_groups = self.groups[g as usize].next;
+        self.groups[g as usize] = group;
+        g
+    }
+
+    /// Takes the emptied group `g` (behind `before` in the order, or the head when `before` is
+    /// `NIL`) out of the order. A shared group stays dormant for its view's next push; a
+    /// singleton is freed.
+    fn unlink_group(&mut self, g: u32, before: u32) {
+        let next = self.groups[g as usize].next;
+        if before == NIL {
+            self.head = next;
+        } else {
+            self.groups[before as usize].next = next;
+        }
+        if self.tail == g {
+            self.tail = before;
+        }
+        self.order_len -= 1;
+        self.groups[g as usize].first = NIL;
+        self.groups[g as usize].last = NIL;
+        if self.groups[g as usize].shared {
+            self.groups[g as usize].next = NIL;
+            self.dormant += 1;
+            if self.dormant > MAX_DORMANT {
+                self.forget_dormant();
             }
-            None => {
-                self.slots.push(Group {
-                    view,
-                    shared,
-                    threads: VecDeque::new(),
-                });
-                self.slots.len() - 1
-            }
+        } else {
+            self.groups[g as usize].next = self.free_groups;
+            self.free_groups = g;
         }
     }
 
-    /// Forgets an emptied group that has left the order.
-    fn free_group(&mut self, slot: usize) {
-        let group = &self.slots[slot];
-        debug_assert!(group.threads.is_empty());
-        if group.shared {
-            self.shared_groups.remove(&group.view);
+    /// Frees every dormant group (their views start new groups at their next push).
+    #[cold]
+    fn forget_dormant(&mut self) {
+        let mut shared = core::mem::take(&mut self.shared.0);
+        shared.retain(|&(_, g)| {
+            let keep = self.groups[g as usize].len > 0;
+            if !keep {
+                self.groups[g as usize].next = self.free_groups;
+                self.free_groups = g;
+            }
+            keep
+        });
+        self.shared.0 = shared;
+        self.dormant = 0;
+    }
+
+    /// Unlinks `thread` from the list `first..last`; returns the list's new ends, or `None`
+    /// if the thread is not in it.
+    fn unlink_node(&mut self, first: u32, last: u32, thread: T) -> Option<(u32, u32)> {
+        let (mut before, mut at) = (NIL, first);
+        while at != NIL && self.nodes[at as usize].thread != thread {
+            (before, at) = (at, self.nodes[at as usize].next);
         }
-        self.free_slots.push(slot);
+        if at == NIL {
+            return None;
+        }
+        let next = self.nodes[at as usize].next;
+        let first = if before == NIL {
+            next
+        } else {
+            self.nodes[before as usize].next = next;
+            first
+        };
+        let last = if last == at { before } else { last };
+        self.free_node(at);
+        Some((first, last))
+    }
+
+    /// Splits the list `first..last` after `keep` nodes: returns the kept list's ends and the
+    /// rest's.
+    fn split_list(&mut self, first: u32, last: u32, keep: usize) -> ((u32, u32), (u32, u32)) {
+        if keep == 0 {
+            return ((NIL, NIL), (first, last));
+        }
+        let mut at = first;
+        for _ in 1..keep {
+            at = self.nodes[at as usize].next;
+        }
+        let rest = self.nodes[at as usize].next;
+        self.nodes[at as usize].next = NIL;
+        if rest == NIL {
+            ((first, at), (NIL, NIL))
+        } else {
+            ((first, at), (rest, last))
+        }
+    }
+
+    /// Frees the nodes of the list starting at `first`, returning `f` of each in order.
+    fn drain_list<R>(&mut self, first: u32, f: impl Fn(&Node<T>) -> R) -> Vec<R> {
+        let mut out = Vec::new();
+        let mut at = first;
+        while at != NIL {
+            let node = self.nodes[at as usize];
+            out.push(f(&node));
+            self.free_node(at);
+            at = node.next;
+        }
+        out
     }
 
     /// The head group left without a rotation: the next one starts with fresh turns.
@@ -405,30 +635,14 @@ impl<T: Copy + Eq + Debug> RunQueue<T> {
     /// Every queued thread in run order (for tests and reports).
     #[cfg(test)]
     fn run_order(&self) -> Vec<(T, ViewKey, bool)> {
-        if self.policy.affinity {
-            self.order
-                .iter()
-                .flat_map(|&slot| {
-                    let group = &self.slots[slot];
-                    group
-                        .threads
-                        .iter()
-                        .map(move |&t| (t, group.view, group.shared))
-                })
-                .collect()
-        } else {
-            self.fifo
-                .iter()
-                .map(|q| (q.thread, q.view, q.affine))
-                .collect()
-        }
+        self.queued().collect()
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use alloc::collections::BTreeMap;
+    use alloc::collections::{BTreeMap, VecDeque};
     use alloc::vec;
     use proptest::prelude::*;
     use std::println;
@@ -553,6 +767,28 @@ mod tests {
         q.push(1, 10, true);
         q.push(3, 20, true);
         assert_eq!(drain(&mut q), vec![2, 3, 1]);
+    }
+
+    #[test]
+    fn a_dormant_group_comes_back_at_the_back() {
+        let mut q = RunQueue::new(ON);
+        q.push(1, 10, true);
+        q.push(2, 20, true);
+        assert_eq!(q.pop(), Some((1, 10)));
+        // View 10's emptied group is kept, but a push of that view still queues behind 20.
+        q.push(3, 10, true);
+        q.push(4, 30, true);
+        q.push(5, 10, true);
+        assert_eq!(q.run_order(), vec![(2, 20, true), (3, 10, true), (5, 10, true), (4, 30, true)]);
+        assert_eq!(drain(&mut q), vec![2, 3, 5, 4]);
+        // Many emptied views: the kept ones are forgotten past the cap, the queue stays right.
+        for round in 0..3u32 {
+            for v in 0..20u64 {
+                q.push(round * 100 + v as u32, v, true);
+            }
+            assert_eq!(drain(&mut q), (0..20).map(|v| round * 100 + v).collect::<Vec<_>>());
+        }
+        assert!(q.is_empty());
     }
 
     #[test]

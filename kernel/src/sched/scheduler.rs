@@ -62,7 +62,10 @@ unsafe impl Send for ThreadRef {}
 pub struct Cpu {
     /// The run queue.
     pub runqueue: Mutex<RunQueue<ThreadRef>>,
-    /// How many pinned threads wait in `runqueue` (changed only under its lock). A queue that
+    /// The run queue's length as of its last change (written under its lock), so other CPUs
+    /// see without locking it whether there is anything to steal.
+    queued: AtomicUsize,
+    /// How many pinned threads wait in `runqueue` (changed only under its lock; while it is above 0, `queued` publishes 0). A queue that
     /// holds a pinned thread is not stolen from: a steal takes whole view groups, and putting a
     /// pinned thread back would reorder the queue and void its wait bound.
     pinned_queued: AtomicUsize,
@@ -95,6 +98,7 @@ const DEFAULT_POLICY: Policy = Policy { affinity: true, group_bound: 8 };
 #[allow(clippy::declare_interior_mutable_const)]
 const CPU_INIT: Cpu = Cpu {
     runqueue: Mutex::new(RunQueue::new(DEFAULT_POLICY)),
+    queued: AtomicUsize::new(0),
     pinned_queued: AtomicUsize::new(0),
     current: AtomicPtr::new(core::ptr::null_mut()),
     idle: UnsafeCell::new(KernelContext::EMPTY),
@@ -118,6 +122,38 @@ static TICKS: AtomicU64 = AtomicU64::new(0);
 static KERNEL_ROOT: AtomicU64 = AtomicU64::new(0);
 /// How many CPUs are online.
 static ONLINE: AtomicUsize = AtomicUsize::new(0);
+
+impl Cpu {
+    /// Queues `t` here (and publishes the new length for thieves).
+    fn push(&self, t: Arc<Thread>) {
+        let (view, affine, pinned) = (t.root.load(Ordering::Relaxed), t.affine, t.pinned());
+        let mut q = self.runqueue.lock();
+        q.push(ThreadRef::new(t), view, affine);
+        if pinned {
+            self.pinned_queued.fetch_add(1, Ordering::Relaxed);
+        }
+        self.publish_len(q.len());
+    }
+
+    /// Takes this CPU's next thread, if any.
+    fn pop(&self) -> Option<Arc<Thread>> {
+        let mut q = self.runqueue.lock();
+        let (r, _) = q.pop()?;
+        let t = r.take();
+        if t.pinned() {
+            self.pinned_queued.fetch_sub(1, Ordering::Relaxed);
+        }
+        self.publish_len(q.len());
+        Some(t)
+    }
+
+    /// Publishes the queue's length for thieves (call with the queue locked): 0 while it holds
+    /// a pinned thread, which makes it no victim.
+    fn publish_len(&self, len: usize) {
+        let stealable = if self.pinned_queued.load(Ordering::Relaxed) > 0 { 0 } else { len };
+        self.queued.store(stealable, Ordering::Relaxed);
+    }
+}
 
 /// The record of the CPU running this code.
 pub fn this_cpu() -> &'static Cpu {
@@ -190,33 +226,13 @@ pub fn ticks() -> u64 {
 pub fn make_ready(t: Arc<Thread>) {
     let target = t.home_cpu();
     let target = if CPUS[target].online.load(Ordering::Acquire) { target } else { arch::cpu::cpu_index() };
-    enqueue(target, t);
+    CPUS[target].push(t);
     // Pairs with the fence in the idle loop: either it sees this thread in its queue, or this
     // sees it idle and sends the IPI (a store then a load on each side: needs a full fence).
     core::sync::atomic::fence(Ordering::SeqCst);
     if target != arch::cpu::cpu_index() && CPUS[target].idle_now.load(Ordering::SeqCst) {
         send_reschedule(target);
     }
-}
-
-/// Puts `t` at the end of CPU `cpu`'s run queue.
-fn enqueue(cpu: usize, t: Arc<Thread>) {
-    let (view, affine, pinned) = (t.root.load(Ordering::Relaxed), t.affine, t.pinned());
-    let mut q = CPUS[cpu].runqueue.lock();
-    if pinned {
-        CPUS[cpu].pinned_queued.fetch_add(1, Ordering::Relaxed);
-    }
-    q.push(ThreadRef::new(t), view, affine);
-}
-
-/// Takes the next thread of CPU `cpu`'s own run queue.
-fn dequeue(cpu: usize) -> Option<Arc<Thread>> {
-    let mut q = CPUS[cpu].runqueue.lock();
-    let t = q.pop()?.0.take();
-    if t.pinned() {
-        CPUS[cpu].pinned_queued.fetch_sub(1, Ordering::Relaxed);
-    }
-    Some(t)
 }
 
 fn send_reschedule(cpu: usize) {
@@ -233,14 +249,14 @@ fn send_reschedule(cpu: usize) {
 /// always taken.
 fn pick_next(cpu_index: usize, self_ptr: *const Thread) -> Option<Arc<Thread>> {
     for _ in 0..MAX_REQUEUES {
-        let candidate = match dequeue(cpu_index) {
+        let candidate = match CPUS[cpu_index].pop() {
             Some(c) => c,
             None => steal(cpu_index)?,
         };
         if Arc::as_ptr(&candidate) == self_ptr || !candidate.on_cpu.load(Ordering::Acquire) {
             return Some(candidate);
         }
-        enqueue(candidate.home_cpu(), candidate);
+        CPUS[candidate.home_cpu()].push(candidate);
         arch::cpu::spin_hint();
     }
     None
@@ -250,20 +266,27 @@ fn pick_next(cpu_index: usize, self_ptr: *const Thread) -> Option<Arc<Thread>> {
 const MAX_REQUEUES: usize = 64;
 
 /// Takes a view group (or half a queue) from the busiest other CPU whose queue holds no
-/// pinned thread.
+/// pinned thread (such a queue publishes a length of 0). The queues' published
+/// lengths choose the victim without locking anything, so a CPU with nothing to do (or a yield
+/// with nothing else runnable) costs other CPUs nothing when they have nothing to steal.
 fn steal(thief: usize) -> Option<Arc<Thread>> {
-    let victim = (0..MAX_CPUS)
-        .filter(|&i| i != thief && CPUS[i].online.load(Ordering::Acquire))
-        .max_by_key(|&i| {
-            let q = CPUS[i].runqueue.lock();
-            if CPUS[i].pinned_queued.load(Ordering::Relaxed) > 0 { 0 } else { q.len() }
-        })?;
+    let mut victim = None;
+    let mut most = 0;
+    for (i, cpu) in CPUS.iter().enumerate() {
+        let queued = cpu.queued.load(Ordering::Relaxed);
+        if queued > most && i != thief {
+            (victim, most) = (Some(i), queued);
+        }
+    }
+    let victim = victim?;
     let loot = {
         let mut q = CPUS[victim].runqueue.lock();
         if q.is_empty() || CPUS[victim].pinned_queued.load(Ordering::Relaxed) > 0 {
             return None;
         }
-        q.steal()
+        let loot = q.steal();
+        CPUS[victim].publish_len(q.len());
+        loot
     };
     if loot.is_empty() {
         return None;
@@ -276,6 +299,7 @@ fn steal(thief: usize) -> Option<Arc<Thread>> {
     for (r, view, affine) in it {
         q.push(r, view, affine);
     }
+    cpu.publish_len(q.len());
     Some(first.take())
 }
 
@@ -293,7 +317,7 @@ pub fn schedule(then: Then) -> bool {
         // The running thread itself: it was woken (and queued) before it finished blocking.
         // Take the queue's reference back and keep running.
         Some(n) if Arc::as_ptr(&n) == prev_ptr as *const Thread => {
-            n.set_state(State::Running);
+            n.mark(State::Running);
             return false;
         }
         Some(n) => n,
@@ -324,30 +348,15 @@ pub fn schedule(then: Then) -> bool {
 
 /// Switches from the current context (thread `prev_ptr`, or the idle loop if null) to `next`.
 fn switch_to(cpu: &Cpu, prev_ptr: *mut Thread, next: Arc<Thread>, then: Then) {
-    // Wait until the CPU that last ran `next` has left its stack. That CPU may be waiting for
-    // this one to save FP registers (`fpu::pull`): serve such requests while waiting.
-    let mut spins = 0u64;
-    while next.on_cpu.load(Ordering::Acquire) {
-        crate::fpu::serve_request();
-        arch::cpu::spin_hint();
-        spins += 1;
-        if spins == 50_000_000 {
-            crate::println!(
-                "scheduler: cpu {} waits for thread {} (state {:?}, vcpu {:#x}, last cpu {}) to leave its stack",
-                arch::cpu::cpu_index(),
-                next.id,
-                next.state(),
-                next.vcpu.load(Ordering::Relaxed),
-                next.last_cpu.load(Ordering::Relaxed)
-            );
-            dump();
-        }
+    if next.on_cpu.load(Ordering::Acquire) {
+        wait_off_cpu(&next);
     }
     next.on_cpu.store(true, Ordering::Relaxed);
-    next.set_state(State::Running);
+    next.mark(State::Running);
     next.perf.tally(tsumugi_abi::perf::Event::ContextSwitches);
     // SAFETY (of the dereference): prev is the current thread, alive while it runs here.
-    if let Some(prev) = unsafe { prev_ptr.as_ref() } {
+    let prev = unsafe { prev_ptr.as_ref() };
+    if let Some(prev) = prev {
         crate::perf::switch_out(prev);
     }
     next.last_cpu.store(arch::cpu::cpu_index(), Ordering::Relaxed);
@@ -359,13 +368,12 @@ fn switch_to(cpu: &Cpu, prev_ptr: *mut Thread, next: Arc<Thread>, then: Then) {
         0 => KERNEL_ROOT.load(Ordering::Relaxed),
         r => r,
     };
-    let flushes_before = cpu.counters.get(Counter::TlbFlushes);
-    if load_root(cpu, root) {
+    if let Some(flushed) = load_root(cpu, root) {
         if let Some(d) = &next.domain {
             d.counters.bump(Counter::ViewSwitches);
         }
         next.perf.tally(tsumugi_abi::perf::Event::ViewSwitches);
-        if cpu.counters.get(Counter::TlbFlushes) != flushes_before {
+        if flushed {
             next.perf.tally(tsumugi_abi::perf::Event::TlbFlushes);
         }
     }
@@ -375,8 +383,7 @@ fn switch_to(cpu: &Cpu, prev_ptr: *mut Thread, next: Arc<Thread>, then: Then) {
     // The user LTN register belongs to the thread: park the old one's, load the new one's —
     // only when it differs (on x86_64 each access is an MSR access; most programs leave it 0).
     let current_ltn = arch::cpu::user_ltn();
-    // SAFETY (of the dereference): prev is the current thread, alive while it runs here.
-    if let Some(prev) = unsafe { prev_ptr.as_ref() } {
+    if let Some(prev) = prev {
         prev.ltn.store(current_ltn, Ordering::Relaxed);
     }
     let next_ltn = next.ltn.load(Ordering::Relaxed);
@@ -405,11 +412,37 @@ fn switch_to(cpu: &Cpu, prev_ptr: *mut Thread, next: Arc<Thread>, then: Then) {
     finish_switch();
 }
 
+/// Waits until the CPU that last ran `next` has left its stack. That CPU may be waiting for
+/// this one to save FP registers (`fpu::pull`): serve such requests while waiting. Out of line:
+/// a thread taken from a queue has almost always left its CPU already.
+#[cold]
+#[inline(never)]
+fn wait_off_cpu(next: &Thread) {
+    let mut spins = 0u64;
+    while next.on_cpu.load(Ordering::Acquire) {
+        crate::fpu::serve_request();
+        arch::cpu::spin_hint();
+        spins += 1;
+        if spins == 50_000_000 {
+            crate::println!(
+                "scheduler: cpu {} waits for thread {} (state {:?}, vcpu {:#x}, last cpu {}) to leave its stack",
+                arch::cpu::cpu_index(),
+                next.id,
+                next.state(),
+                next.vcpu.load(Ordering::Relaxed),
+                next.last_cpu.load(Ordering::Relaxed)
+            );
+            dump();
+        }
+    }
+}
+
 /// Loads `root` (a frame number) on this CPU if it is not loaded already; counts view switches
-/// and the TLB flush an untagged load implies. Returns whether a load happened.
-fn load_root(cpu: &Cpu, root: u64) -> bool {
+/// and the TLB flush an untagged load implies. Returns `None` when `root` was loaded already,
+/// else whether the load flushed the whole TLB.
+fn load_root(cpu: &Cpu, root: u64) -> Option<bool> {
     if cpu.loaded_root.load(Ordering::Relaxed) == root {
-        return false;
+        return None;
     }
     cpu.loaded_root.store(root, Ordering::Release);
     let mut generation = cpu.tag_generation.load(Ordering::Relaxed);
@@ -422,7 +455,7 @@ fn load_root(cpu: &Cpu, root: u64) -> bool {
         crate::mm::kernel_stack::note_full_flush(arch::cpu::cpu_index());
         cpu.counters.bump(Counter::TlbFlushes);
     }
-    true
+    Some(flush_all)
 }
 
 /// Reloads the current thread's root if its view changed under it (after a grant or revoke by
@@ -431,7 +464,7 @@ pub fn reload_current_root() -> bool {
     let cpu = this_cpu();
     let root = with_current(|t| t.map_or(0, |t| t.root.load(Ordering::Acquire)));
     let root = if root == 0 { KERNEL_ROOT.load(Ordering::Relaxed) } else { root };
-    let loaded = load_root(cpu, root);
+    let loaded = load_root(cpu, root).is_some();
     with_current(|t| {
         if let Some(t) = t {
             t.drop_stale_views();
@@ -455,11 +488,11 @@ pub fn finish_switch() {
     prev.on_cpu.store(false, Ordering::Release);
     match then {
         Then::Requeue => {
-            prev.set_state(State::Ready);
-            enqueue(arch::cpu::cpu_index(), prev);
+            prev.mark(State::Ready);
+            cpu.push(prev);
         }
         Then::Migrate => {
-            prev.set_state(State::Ready);
+            prev.mark(State::Ready);
             make_ready(prev);
         }
         Then::Block => drop(prev),
