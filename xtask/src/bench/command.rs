@@ -14,8 +14,10 @@ use crate::setup::{self, Tools};
 
 use super::catalog::{Bench, Runner, TableInfo, BENCHES, HOST};
 use super::chart::to_svg;
+use super::check;
 use super::runner::{run_boot, run_host, Settings, Verdict};
 use super::table::{render_text, to_csv, Tables};
+use super::{host_comparison, host_switch};
 
 /// Extra help of `cargo xtask bench --help`.
 pub const HELP: &str = "\
@@ -35,7 +37,13 @@ A program missing from an architecture's boot archive is reported as skipped. Th
 1 if a boot failed (guest status not 0, time limit, no or malformed BENCH line), else 0.
 
 Deterministic mode (default): TCG with `-icount shift=0`, so cycle columns count guest
-instructions and repeat run to run. `--list` shows the benchmarks.";
+instructions and repeat run to run. `--list` shows the benchmarks.
+
+`--check` compares every deterministic figure (each number of each QEMU table) with
+bench/expected-<arch>.csv and fails (exit status 1) when one rose more than 3 %, a line per
+regression; falls are reported as improvements. `--bless` (or `--update-expected`) rewrites
+bench/expected-<arch>.csv from the run (tables the run did not measure keep their figures).
+Host (criterion) timings are never checked.";
 
 /// Arguments of `cargo xtask bench`.
 #[derive(Args, Debug)]
@@ -66,6 +74,13 @@ pub struct BenchArgs {
     /// Print the benchmarks and exit.
     #[arg(long)]
     pub list: bool,
+    /// Compare every deterministic figure with bench/expected-<arch>.csv; fail if one rose more
+    /// than 3 %.
+    #[arg(long, conflicts_with = "bless")]
+    pub check: bool,
+    /// Rewrite bench/expected-<arch>.csv from this run's deterministic figures.
+    #[arg(long, alias = "update-expected")]
+    pub bless: bool,
 }
 
 /// One benchmark to run, on an architecture or on the host.
@@ -104,7 +119,7 @@ fn plan(arches: &[Arch], with_host: bool, filter: Option<&str>) -> Vec<Planned> 
         }
     }
     for bench in BENCHES {
-        if let Runner::HostCriterion { .. } = bench.runner {
+        if bench.runner.is_host() {
             let item = Planned::Host(bench);
             // The host benchmarks run with no --arch, or when the filter names them.
             let named = filter.is_some_and(|f| bench.name.contains(f) || item.label().contains(f));
@@ -124,11 +139,15 @@ fn print_list() {
             Runner::HostCriterion { package, bench, .. } => {
                 format!("host: cargo bench -p {package} --bench {bench} -- --noplot")
             }
+            Runner::HostGo { dir, .. } => format!(
+                "host: GOMAXPROCS=1 go test -run '^$' -bench . -count {} (in {dir})",
+                host_comparison::GO_COUNT
+            ),
         };
         let tables: Vec<&str> = bench.tables.iter().map(|t| t.table).collect();
         let arches = match bench.runner {
             Runner::Qemu { .. } => format!("arches {}; ", bench.arches.describe()),
-            Runner::HostCriterion { .. } => String::new(),
+            Runner::HostCriterion { .. } | Runner::HostGo { .. } => String::new(),
         };
         println!("{:<11} {}", bench.name, bench.about);
         println!("{:<11} {arches}{what}", "");
@@ -178,6 +197,12 @@ pub fn run(args: &BenchArgs) -> Result<u8> {
         );
     }
     let icount = !args.no_icount && args.accel == Accel::Tcg;
+    if (args.check || args.bless) && !icount {
+        bail!(
+            "--check and --bless compare instruction counts: they need deterministic mode \
+             (TCG with -icount; drop --no-icount and --accel kvm)"
+        );
+    }
     if args.accel == Accel::Kvm && !args.no_icount {
         println!("note: --accel kvm cannot count instructions: deterministic mode is off");
     }
@@ -237,6 +262,9 @@ pub fn run(args: &BenchArgs) -> Result<u8> {
             verdicts.push((item.label(), verdict));
         }
     }
+    if let Some(comparison) = host_comparison::derive(&tables, host_switch::TABLE) {
+        tables.tables.push(comparison);
+    }
 
     let infos: Vec<TableInfo> = planned
         .iter()
@@ -279,7 +307,91 @@ pub fn run(args: &BenchArgs) -> Result<u8> {
     }
     let logs = settings.out_dir.join("logs");
     println!("  (console logs in {})", logs.display());
-    Ok(u8::from(!failed.is_empty()))
+    let mut regressed = false;
+    if args.check || args.bless {
+        for &arch in &boot_arches {
+            let arch_failed = failed
+                .iter()
+                .any(|(label, _)| label.starts_with(&format!("{arch}/")));
+            if args.bless {
+                bless_arch(arch.name(), &tables, arch_failed)?;
+            } else {
+                regressed |= !check_arch(arch.name(), &tables, args.filter.as_deref())?;
+            }
+        }
+    }
+    Ok(u8::from(!failed.is_empty() || regressed))
+}
+
+/// The command that blesses what this run measured on `arch`.
+fn bless_command(arch: &str, filter: Option<&str>) -> String {
+    match filter {
+        Some(filter) => format!("cargo xtask bench --arch {arch} --filter {filter} --bless"),
+        None => format!("cargo xtask bench --arch {arch} --bless"),
+    }
+}
+
+/// `--check` for `arch`: prints the comparison; whether it passed.
+fn check_arch(arch: &str, tables: &Tables, filter: Option<&str>) -> Result<bool> {
+    let file = check::expected_file(arch);
+    let path = workspace_root().join(&file);
+    let run = check::figures(tables, arch);
+    let text = match std::fs::read_to_string(&path) {
+        Ok(text) => text,
+        Err(error) => {
+            println!(
+                "CHECK FAILED {arch}: cannot read {file} ({error}); record one with {}",
+                bless_command(arch, filter)
+            );
+            return Ok(false);
+        }
+    };
+    let expected = check::parse_expected(&text).map_err(|why| anyhow::anyhow!("{file}: {why}"))?;
+    let comparison = check::compare(&expected, &run, check::TOLERANCE);
+    println!();
+    print!(
+        "{}",
+        check::render_comparison(arch, &file, &comparison, &bless_command(arch, filter))
+    );
+    if run.is_empty() {
+        println!("CHECK FAILED {arch}: the run printed no figure to check");
+        return Ok(false);
+    }
+    Ok(comparison.passed())
+}
+
+/// `--bless` for `arch`: rewrites its expected file with this run's figures, unless a boot of
+/// `arch` failed (its tables may be incomplete).
+fn bless_arch(arch: &str, tables: &Tables, arch_failed: bool) -> Result<()> {
+    let file = check::expected_file(arch);
+    if arch_failed {
+        println!("not blessing {file}: a benchmark failed on {arch}");
+        return Ok(());
+    }
+    let run = check::figures(tables, arch);
+    if run.is_empty() {
+        println!("not blessing {file}: no figure measured on {arch}");
+        return Ok(());
+    }
+    let path = workspace_root().join(&file);
+    let expected = match std::fs::read_to_string(&path) {
+        Ok(text) => check::parse_expected(&text).map_err(|why| anyhow::anyhow!("{file}: {why}"))?,
+        Err(_) => Vec::new(),
+    };
+    let blessed = check::bless(&expected, &run);
+    let comparison = check::compare(&expected, &run, check::TOLERANCE);
+    print!("{}", check::render_comparison(arch, &file, &comparison, ""));
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    std::fs::write(&path, check::render_expected(&blessed))
+        .with_context(|| format!("writing {}", path.display()))?;
+    println!(
+        "blessed {file}: {} figure(s) from this run, {} in all",
+        run.len(),
+        blessed.len()
+    );
+    Ok(())
 }
 
 /// Prints one result line.
@@ -380,11 +492,11 @@ mod tests {
         );
         assert_eq!(
             labels(plan(&[Arch::X86_64], false, Some("host"))),
-            ["host/host"]
+            ["host/host", "host/golang"]
         );
         let all = labels(plan(&[Arch::X86_64], true, None));
         assert_eq!(all.len(), BENCHES.len());
-        assert_eq!(all.last().map(String::as_str), Some("host/host"));
+        assert_eq!(all.last().map(String::as_str), Some("host/golang"));
         assert!(!labels(plan(&[Arch::X86_64], false, None)).contains(&"host/host".to_string()));
         assert!(plan(&[Arch::X86_64], true, Some("nothing")).is_empty());
     }

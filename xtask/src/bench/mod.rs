@@ -22,6 +22,7 @@
 
 mod catalog;
 mod chart;
+mod check;
 mod command;
 mod criterion;
 mod line;
@@ -34,6 +35,7 @@ mod test_support;
 mod cubix;
 mod fcs_sweep;
 mod fp_switch;
+mod host_comparison;
 mod host_switch;
 mod kernel_switch;
 mod kn_cost;
