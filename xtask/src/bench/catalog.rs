@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use crate::arch::Arch;
 
-use super::{cubix, fp_switch, host_switch, kernel_switch, kn_cost, multith};
+use super::{cubix, fp_switch, host_comparison, host_switch, kernel_switch, kn_cost, multith};
 
 /// Row label of the host benchmarks' tables (in place of an architecture).
 pub const HOST: &str = "host";
@@ -61,6 +61,22 @@ pub enum Runner {
         /// Table the results go to (rows: benchmark ids; columns `low_ns`, `mid_ns`, `high_ns`).
         table: &'static str,
     },
+    /// `go test -run '^$' -bench . -count N` in `dir` with `GOMAXPROCS=1`, if `go` is on PATH;
+    /// each benchmark's ns/op (least, median, greatest of the repetitions) becomes a row of
+    /// `table`.
+    HostGo {
+        /// Folder of the Go module, from the workspace root.
+        dir: &'static str,
+        /// Table the results go to (rows: benchmark names less `Benchmark`).
+        table: &'static str,
+    },
+}
+
+impl Runner {
+    /// Whether it runs on the host (not in QEMU).
+    pub fn is_host(self) -> bool {
+        !matches!(self, Runner::Qemu { .. })
+    }
 }
 
 /// What to say under a table's title and on its chart's axes.
@@ -110,6 +126,7 @@ pub const BENCHES: &[Bench] = &[
     multith::UTHREAD,
     kn_cost::KN,
     host_switch::HOST_CRITERION,
+    host_comparison::GO,
 ];
 
 #[cfg(test)]

@@ -106,7 +106,7 @@ pub fn parse_criterion(output: &str) -> Vec<CriterionResult> {
 }
 
 /// A number of nanoseconds as a cell value: three decimals at most, no trailing zeros.
-fn ns_value(ns: f64) -> Value {
+pub fn ns_value(ns: f64) -> Value {
     let text = axis_number(ns);
     Value::parse(&text).unwrap_or(Value::Word("nan".to_string()))
 }

@@ -4,9 +4,12 @@ use std::time::Duration;
 
 use super::catalog::{Arches, Bench, Runner, TableInfo};
 
+/// Table of the criterion results.
+pub const TABLE: &str = "host_switch";
+
 /// Criterion on the host.
 pub const HOST_SWITCH: TableInfo = TableInfo {
-    table: "host_switch",
+    table: TABLE,
     note: "criterion on the host: time per iteration in ns, [low mid high] is the 95% \
            confidence interval",
     x_label: "benchmark",
@@ -23,7 +26,7 @@ pub const HOST_CRITERION: Bench = Bench {
     runner: Runner::HostCriterion {
         package: "libuthread",
         bench: "switch",
-        table: "host_switch",
+        table: TABLE,
     },
     suffix: "",
     timeout: Duration::from_secs(1800),

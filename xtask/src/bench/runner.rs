@@ -12,11 +12,12 @@ use tsumugi_tests::Outcome;
 
 use crate::arch::Arch;
 use crate::build::Artifacts;
-use crate::cmd::{host_cargo, workspace_root, Cmd};
+use crate::cmd::{find_in_path, host_cargo, workspace_root, Cmd};
 use crate::qemu::{self, Accel, Console, Machine};
 
 use super::catalog::{Bench, Runner, HOST, NO_HOST_BENCH};
 use super::criterion::{criterion_lines, has_target, parse_criterion};
+use super::host_comparison::{parse_go_bench, GO_BENCHTIME, GO_COUNT, NO_GO};
 use super::line::scan_log;
 use super::table::Tables;
 
@@ -181,8 +182,73 @@ pub fn run_boot(
     verdict
 }
 
-/// Runs a criterion bench target on the host.
+/// Runs a host benchmark.
 pub fn run_host(settings: &Settings, bench: &Bench, tables: &mut Tables) -> Verdict {
+    match bench.runner {
+        Runner::HostGo { dir, table } => run_go(settings, bench, dir, table, tables),
+        _ => run_criterion(settings, bench, tables),
+    }
+}
+
+/// Runs the Go benchmark in `dir` (skipped when `go` is not on PATH).
+fn run_go(
+    settings: &Settings,
+    bench: &Bench,
+    dir: &str,
+    table: &str,
+    tables: &mut Tables,
+) -> Verdict {
+    if find_in_path("go").is_none() {
+        println!("{HOST}: note: {NO_GO}");
+        return Verdict::Skipped(NO_GO.to_string());
+    }
+    let log = log_path(&settings.out_dir, HOST, bench.name);
+    let count = GO_COUNT.to_string();
+    let cmd = Cmd::new("go")
+        .args([
+            "test",
+            "-run",
+            "^$",
+            "-bench",
+            ".",
+            "-benchtime",
+            GO_BENCHTIME,
+            "-count",
+            &count,
+        ])
+        .env("GOMAXPROCS", "1")
+        // The module has no dependency: never reach for the network or another toolchain.
+        .env("GOFLAGS", "-mod=mod")
+        .env("GOPROXY", "off")
+        .env("GOTOOLCHAIN", "local")
+        .current_dir(workspace_root().join(dir));
+    let timeout = settings.timeout.unwrap_or(bench.timeout);
+    let output = match stream_to_log(&cmd, &log, timeout) {
+        Ok((output, Some(status))) if status.success() => output,
+        Ok((output, Some(status))) => {
+            print_tail(&output, &log);
+            return Verdict::Failed(format!("`{}` exited with {status}", cmd.display()));
+        }
+        Ok((_, None)) => {
+            return Verdict::Failed(format!("timed out after {} s", timeout.as_secs()));
+        }
+        Err(error) => return Verdict::Failed(format!("{error:#}")),
+    };
+    let results = parse_go_bench(&output);
+    if results.is_empty() {
+        return Verdict::Failed("no `ns/op` line in go test's output".to_string());
+    }
+    let lines = criterion_lines(&results, table);
+    for line in &lines {
+        for warning in tables.add(HOST, line, bench.suffix) {
+            println!("warning: {warning}");
+        }
+    }
+    Verdict::Ok(lines.len())
+}
+
+/// Runs a criterion bench target on the host.
+fn run_criterion(settings: &Settings, bench: &Bench, tables: &mut Tables) -> Verdict {
     let Runner::HostCriterion {
         package,
         bench: target,
