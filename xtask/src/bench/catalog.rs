@@ -5,7 +5,9 @@ use std::time::Duration;
 
 use crate::arch::Arch;
 
-use super::{cubix, fp_switch, host_comparison, host_switch, kernel_switch, kn_cost, multith};
+use super::{
+    cubix, fp_switch, host_comparison, host_switch, kernel_switch, kn_cost, multith, stackthreads,
+};
 
 /// Row label of the host benchmarks' tables (in place of an architecture).
 pub const HOST: &str = "host";
@@ -125,6 +127,7 @@ pub const BENCHES: &[Bench] = &[
     fp_switch::FPU_EAGER,
     multith::UTHREAD,
     kn_cost::KN,
+    stackthreads::STACKTHREADS_BENCH,
     host_switch::HOST_CRITERION,
     host_comparison::GO,
 ];

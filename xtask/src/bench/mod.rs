@@ -41,5 +41,6 @@ mod kernel_switch;
 mod kn_cost;
 mod lazy_save;
 mod multith;
+mod stackthreads;
 
 pub use command::{run, BenchArgs, HELP};
