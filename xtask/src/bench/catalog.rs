@@ -129,6 +129,7 @@ pub const BENCHES: &[Bench] = &[
     kn_cost::KN,
     stackthreads::STACKTHREADS_BENCH,
     host_switch::HOST_CRITERION,
+    stackthreads::HOST_STACKTHREADS_BENCH,
     host_comparison::GO,
 ];
 

@@ -492,7 +492,7 @@ mod tests {
         );
         assert_eq!(
             labels(plan(&[Arch::X86_64], false, Some("host"))),
-            ["host/host", "host/golang"]
+            ["host/host", "host/host-stackthreads", "host/golang"]
         );
         let all = labels(plan(&[Arch::X86_64], true, None));
         assert_eq!(all.len(), BENCHES.len());

@@ -2,6 +2,8 @@
 //! suspend-everywhere (SW) overheads of `fib`, `nqueens` and a CKY parser over sequential
 //! runs, beside the paper's figures and our goals.
 
+use std::time::Duration;
+
 use super::catalog::{Arches, Bench, Runner, TableInfo, BOOT_TIMEOUT};
 
 /// The StackThreads table.
@@ -29,4 +31,30 @@ pub const STACKTHREADS_BENCH: Bench = Bench {
     suffix: "",
     timeout: BOOT_TIMEOUT,
     tables: &[STACKTHREADS],
+};
+
+/// The hosted StackThreads table (criterion; rows `stackthreads/<app>_<version>` and
+/// `stackthreads/fib_fk_vcpus_<1|2>`).
+pub const HOST_STACKTHREADS: TableInfo = TableInfo {
+    table: "host_stackthreads",
+    note: "criterion on the host, ns per whole run: the StackThreads apps sequential, fk and sw \
+           on one vCPU; fib_fk_vcpus_1 / fib_fk_vcpus_2 is FK fib's speed-up on 2 vCPUs",
+    x_label: "benchmark",
+    y_label: "ns per run",
+    chart: &["mid_ns"],
+};
+
+/// The same applications hosted (criterion), with FK fib on 1 and 2 vCPUs.
+pub const HOST_STACKTHREADS_BENCH: Bench = Bench {
+    name: "host-stackthreads",
+    about: "criterion on the host: StackThreads apps, and FK fib on 1 and 2 vCPUs",
+    arches: Arches::All,
+    runner: Runner::HostCriterion {
+        package: "libuthread",
+        bench: "stackthreads",
+        table: "host_stackthreads",
+    },
+    suffix: "",
+    timeout: Duration::from_secs(1800),
+    tables: &[HOST_STACKTHREADS],
 };
