@@ -16,7 +16,7 @@ use super::catalog::{Bench, Runner, TableInfo, BENCHES, HOST};
 use super::chart::to_svg;
 use super::check;
 use super::runner::{run_boot, run_host, Settings, Verdict};
-use super::table::{render_text, to_csv, Tables};
+use super::table::{render_text, to_csv, Table, Tables};
 use super::{host_comparison, host_switch};
 
 /// Extra help of `cargo xtask bench --help`.
@@ -446,10 +446,13 @@ fn write_outputs(tables: &Tables, out_dir: &Path, mode: &str) -> Result<Vec<Path
         return Ok(files);
     }
     std::fs::create_dir_all(out_dir).with_context(|| format!("creating {}", out_dir.display()))?;
+    let mut report = format!("# cargo xtask bench\n\nMode: {mode}.\n");
     for table in &tables.tables {
         let table_mode = if table.arch == HOST { "host" } else { mode };
         println!();
-        print!("{}", render_text(table, table_mode));
+        let text = render_text(table, table_mode);
+        print!("{text}");
+        report.push_str(&report_section(table, &text));
         let stem = format!("{}-{}", table.arch, table.name);
         let csv = out_dir.join(format!("{stem}.csv"));
         std::fs::write(&csv, to_csv(table))
@@ -467,12 +470,36 @@ fn write_outputs(tables: &Tables, out_dir: &Path, mode: &str) -> Result<Vec<Path
         }
     }
     println!();
+    let path = out_dir.join(REPORT);
+    std::fs::write(&path, report).with_context(|| format!("writing {}", path.display()))?;
+    files.push(path);
     Ok(files)
+}
+
+/// Every table of a run in one Markdown file, under `target/bench`.
+pub const REPORT: &str = "report.md";
+
+/// One table's section of [`REPORT`]: a heading, the text table as printed, and its files.
+fn report_section(table: &Table, text: &str) -> String {
+    let stem = format!("{}-{}", table.arch, table.name);
+    format!(
+        "\n## {} ({})\n\n```text\n{text}```\n\nFiles: `{stem}.csv`, `{stem}.svg`.\n",
+        table.name, table.arch
+    )
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn report_sections_hold_the_printed_table() {
+        let tables = crate::bench::test_support::cubix_tables();
+        let text = render_text(&tables.tables[0], "tcg");
+        let section = report_section(&tables.tables[0], &text);
+        assert!(section.starts_with("\n## cubix (x86_64)\n\n```text\ncubix (x86_64, tcg)\n"));
+        assert!(section.ends_with("```\n\nFiles: `x86_64-cubix.csv`, `x86_64-cubix.svg`.\n"));
+    }
 
     #[test]
     fn plans_by_filter_and_arch() {
