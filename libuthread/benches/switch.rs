@@ -9,7 +9,12 @@
 //! - `corosensei_resume_yield`: a corosensei coroutine resumed and yielding back; one iteration
 //!   is a round trip;
 //! - `libuthread_spawn_join`, `os_thread_spawn_join`, `corosensei_create_run`: make a thread (or
-//!   coroutine) that does nothing, run it to its end and wait for it.
+//!   coroutine) that does nothing, run it to its end and wait for it;
+//! - `libuthread_channel_round_trip`, `os_thread_channel_round_trip`: a value sent through a
+//!   channel (`libuthread::mpsc`, `std::sync::mpsc`) to an echo thread and back; one iteration is
+//!   a round trip.
+//!
+//! `cargo xtask bench` sets these beside Go's goroutines (`bench/go`) in one table.
 
 use std::hint::black_box;
 use std::sync::{Arc, Condvar, Mutex};
@@ -84,6 +89,52 @@ fn libuthread_spawn_joins(iters: u64) -> Duration {
     })
 }
 
+/// `iters` round trips through two channels to an echo user thread, on one vCPU.
+fn libuthread_channel_round_trips(iters: u64) -> Duration {
+    libuthread::run(1, move || {
+        let (tx, rx) = libuthread::mpsc::channel::<u64>();
+        let (back, from_echo) = libuthread::mpsc::channel::<u64>();
+        let echo = libuthread::spawn(move || {
+            for v in rx.iter() {
+                back.send(v).unwrap();
+            }
+        });
+        tx.send(0).unwrap();
+        from_echo.recv().unwrap(); // the echo thread is running
+        let start = Instant::now();
+        for i in 0..iters {
+            tx.send(i).unwrap();
+            black_box(from_echo.recv().unwrap());
+        }
+        let elapsed = start.elapsed();
+        drop(tx);
+        echo.join().unwrap();
+        elapsed
+    })
+}
+
+/// `iters` round trips through two `std::sync::mpsc` channels to an echo OS thread.
+fn os_thread_channel_round_trips(iters: u64) -> Duration {
+    let (tx, rx) = std::sync::mpsc::channel::<u64>();
+    let (back, from_echo) = std::sync::mpsc::channel::<u64>();
+    let echo = std::thread::spawn(move || {
+        for v in rx.iter() {
+            back.send(v).unwrap();
+        }
+    });
+    tx.send(0).unwrap();
+    from_echo.recv().unwrap();
+    let start = Instant::now();
+    for i in 0..iters {
+        tx.send(i).unwrap();
+        black_box(from_echo.recv().unwrap());
+    }
+    let elapsed = start.elapsed();
+    drop(tx);
+    echo.join().unwrap();
+    elapsed
+}
+
 fn switch(c: &mut Criterion) {
     let mut group = c.benchmark_group("switch");
     group
@@ -114,6 +165,8 @@ fn switch(c: &mut Criterion) {
             }
         })
     });
+    group.bench_function("libuthread_channel_round_trip", |b| b.iter_custom(libuthread_channel_round_trips));
+    group.bench_function("os_thread_channel_round_trip", |b| b.iter_custom(os_thread_channel_round_trips));
     group.finish();
 }
 

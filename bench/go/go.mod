@@ -1,0 +1,3 @@
+module tsumugi.invalid/bench/go
+
+go 1.21

@@ -1,0 +1,76 @@
+//! The StackThreads applications (seed 004) hosted: `fib`, `nqueens` and a CKY parser
+//! (`bench/stackthreads/apps.rs`, shared with the userland `stackthreads` program), each
+//! sequential, fork-everywhere (`fk`) and suspend-everywhere (`sw`), on one vCPU; and the FK
+//! fib on 1 and 2 vCPUs for its speed-up (`cargo bench -p libuthread --bench stackthreads`;
+//! `cargo xtask bench --filter host` runs it).
+//!
+//! Ids: `stackthreads/<app>_<sequential|fk|sw>`, `stackthreads/fib_fk_vcpus_<1|2>`; one
+//! iteration is one whole run of the application.
+
+extern crate alloc;
+
+#[path = "../../bench/stackthreads/apps.rs"]
+mod apps;
+
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+use apps::{cky, fib, nqueens, ForkEverywhere, Sequential, Strategy, SuspendEverywhere};
+use criterion::{criterion_group, criterion_main, Criterion};
+
+/// `fib(FIB_N)`, as in the userland program.
+const FIB_N: u32 = 20;
+/// `nqueens(QUEENS_N)`, as in the userland program.
+const QUEENS_N: u32 = 8;
+
+/// One run of application `app` under `strategy`.
+fn app<S: Strategy>(app: &str, strategy: &S) -> u64 {
+    match app {
+        "fib" => fib(strategy, black_box(FIB_N)),
+        "nqueens" => nqueens(strategy, black_box(QUEENS_N)),
+        _ => cky(strategy),
+    }
+}
+
+/// The three versions of an application.
+#[derive(Clone, Copy)]
+enum Version {
+    Sequential,
+    Fk,
+    Sw,
+}
+
+/// `iters` runs of `name` in `version` inside one libuthread runtime of `vcpus` vCPUs.
+fn runs(name: &'static str, version: Version, vcpus: usize, iters: u64) -> Duration {
+    libuthread::run(vcpus, move || {
+        let start = Instant::now();
+        for _ in 0..iters {
+            black_box(match version {
+                Version::Sequential => app(name, &Sequential),
+                Version::Fk => app(name, &ForkEverywhere),
+                Version::Sw => SuspendEverywhere::with(|s| app(name, s)),
+            });
+        }
+        start.elapsed()
+    })
+}
+
+fn stackthreads(c: &mut Criterion) {
+    let mut group = c.benchmark_group("stackthreads");
+    group
+        .measurement_time(Duration::from_secs(2))
+        .warm_up_time(Duration::from_millis(500))
+        .sample_size(10);
+    for name in ["fib", "nqueens", "cky"] {
+        for (suffix, version) in [("sequential", Version::Sequential), ("fk", Version::Fk), ("sw", Version::Sw)] {
+            group.bench_function(format!("{name}_{suffix}"), |b| b.iter_custom(|iters| runs(name, version, 1, iters)));
+        }
+    }
+    for vcpus in [1, 2] {
+        group.bench_function(format!("fib_fk_vcpus_{vcpus}"), |b| b.iter_custom(|iters| runs("fib", Version::Fk, vcpus, iters)));
+    }
+    group.finish();
+}
+
+criterion_group!(benches, stackthreads);
+criterion_main!(benches);

@@ -1,0 +1,121 @@
+//! The StackThreads applications (seed 004) on libuthread, for `cargo xtask bench` (filter
+//! `stackthreads`): `fib`, `nqueens` and a CKY parser (`bench/stackthreads/apps.rs`), each run
+//! sequentially, forking everywhere (FK: every recursive call a `libuthread::spawn`, no cutoff)
+//! and suspending everywhere (SW: FK, and every leaf waits once on a channel a server thread
+//! answers). One line per application:
+//!
+//! ```text
+//! BENCH table=stackthreads row=<fib|nqueens|cky> sequential=<n> fk=<n> sw=<n> fk_overhead_pct=<x> sw_overhead_pct=<y>
+//! ```
+//!
+//! Counts are cycles of the whole run (guest instructions under `--icount`), the minimum over
+//! two repetitions; overheads are over the sequential run, in percent. One CPU (`cpus=1`).
+#![no_std]
+#![no_main]
+
+extern crate alloc;
+
+// libuthread's M:N core is built only for the architectures its build script lists; elsewhere
+// this program reports that (and fails, so a suite that runs it cannot pass by accident).
+#[cfg(mn_core)]
+#[path = "../../../bench/stackthreads/apps.rs"]
+mod apps;
+
+#[cfg(mn_core)]
+mod program {
+    use core::hint::black_box;
+
+    use super::apps::{cky, fib, nqueens, ForkEverywhere, Sequential, Strategy, SuspendEverywhere};
+    use libuthread::{println, sys, Clock};
+
+    /// `fib(FIB_N)`: 28,657 calls, 10,945 of them spawns under FK.
+    const FIB_N: u32 = 12;
+    /// `nqueens(QUEENS_N)`: 92 solutions, 2,056 recursive calls.
+    const QUEENS_N: u32 = 6;
+    /// Repetitions of each run; the minimum is reported.
+    const REPS: usize = 2;
+
+    fn cycles() -> u64 {
+        sys::clock(Clock::Cycles).unwrap_or(0) as u64
+    }
+
+    /// The minimum over `REPS` runs of `f`, in cycles, and its result (the same every time).
+    fn best(mut f: impl FnMut() -> u64) -> (u64, u64) {
+        let mut least = u64::MAX;
+        let mut result = 0;
+        for _ in 0..REPS {
+            let c0 = cycles();
+            result = black_box(f());
+            least = least.min(cycles() - c0);
+        }
+        (least, result)
+    }
+
+    /// One application under a strategy.
+    fn app<S: Strategy>(row: &str, strategy: &S) -> u64 {
+        match row {
+            "fib" => fib(strategy, black_box(FIB_N)),
+            "nqueens" => nqueens(strategy, black_box(QUEENS_N)),
+            _ => cky(strategy),
+        }
+    }
+
+    /// `(over - base) / base` in percent with one decimal, as text (integer arithmetic: the
+    /// userland targets are soft-float).
+    fn overhead_pct(over: u64, base: u64) -> alloc::string::String {
+        let tenths = (i128::from(over) - i128::from(base)) * 1000 / i128::from(base.max(1));
+        let sign = if tenths < 0 { "-" } else { "" };
+        let tenths = tenths.unsigned_abs();
+        alloc::format!("{sign}{}.{}", tenths / 10, tenths % 10)
+    }
+
+    /// Spawns and joins a thread that spawns and joins one, and two threads joined in the
+    /// reverse order. Without this, FK `fib(12)` hung on x86_64 (boot `cpus=1`, release), and
+    /// with it `fib(15)` and `fib(20)` still do (nothing after the sequential run's progress
+    /// line): a libuthread problem with many nested spawn/join pairs (not reproduced hosted,
+    /// where `cargo bench -p libuthread --bench stackthreads` runs `fib(20)`) to look into;
+    /// the progress lines show where a run stops.
+    fn warm_up() {
+        let nested = libuthread::spawn(|| libuthread::spawn(|| 7u64).join().unwrap_or(0));
+        let a = libuthread::spawn(|| 1u64);
+        let b = libuthread::spawn(|| 2u64);
+        black_box(b.join().unwrap_or(0) + a.join().unwrap_or(0) + nested.join().unwrap_or(0));
+    }
+
+    pub fn main() -> i32 {
+        let ok = libuthread::run(1, || {
+            let mut ok = true;
+            warm_up();
+            for row in ["fib", "nqueens", "cky"] {
+                let (sequential, expected) = best(|| app(row, &Sequential));
+                println!("stackthreads: {row}: sequential {sequential}");
+                let (fk, fk_result) = best(|| app(row, &ForkEverywhere));
+                println!("stackthreads: {row}: fk {fk}");
+                let (sw, sw_result) = best(|| SuspendEverywhere::with(|s| app(row, s)));
+                if fk_result != expected || sw_result != expected {
+                    println!("stackthreads: {row}: sequential {expected}, fk {fk_result}, sw {sw_result}");
+                    ok = false;
+                }
+                ok &= sequential > 0;
+                println!(
+                    "BENCH table=stackthreads row={row} sequential={sequential} fk={fk} sw={sw} fk_overhead_pct={} sw_overhead_pct={}",
+                    overhead_pct(fk, sequential),
+                    overhead_pct(sw, sequential)
+                );
+            }
+            ok
+        });
+        i32::from(!ok)
+    }
+}
+
+#[cfg(mn_core)]
+use program::main;
+
+#[cfg(not(mn_core))]
+fn main() -> i32 {
+    libuthread::println!("stackthreads: libuthread's M:N core is not built for this architecture");
+    1
+}
+
+libuthread::entry!(main);
