@@ -358,7 +358,7 @@ pub fn views_suite(name: &'static str, smp: u8) -> Suite {
         name,
         smp,
         boot_words: format!(
-            "{}=share_writer+share_reader,readonly_view+twin,revoke_faults,twin+twin,oom_regions,schedstat",
+            "{}=share_writer+share_reader,readonly_view+twin,revoke_faults,twin+twin,oom_regions,schedstat,copy_race",
             bootopt::RUN
         ),
         timeout: KERNEL_SUITE_TIMEOUT,
@@ -377,6 +377,8 @@ pub fn views_suite(name: &'static str, smp: u8) -> Suite {
             Check::GroupFramesBalanced("share_writer+share_reader".to_string()),
             Check::GroupFramesBalanced("revoke_faults".to_string()),
             exited("schedstat"),
+            exited("copy_race"),
+            Check::LogContains("no kernel fault".to_string()),
             Check::Halting(0),
         ],
     }
@@ -400,6 +402,8 @@ pub fn sched_suite(name: &'static str, smp: u8) -> Suite {
             Check::DomainKilled { program: "shootdown".to_string(), reason: "page fault: read of memory outside the view at 0x".to_string() },
             exited("perf_test"),
             exited("schedstat"),
+            exited("copy_race"),
+            Check::LogContains("no kernel fault".to_string()),
             Check::Halting(0),
         ],
     }
