@@ -43,3 +43,5 @@ pub mod syscall;
 pub mod thread;
 #[cfg(target_os = "none")]
 pub mod trap;
+#[cfg(target_os = "none")]
+pub mod user_access;

@@ -81,7 +81,8 @@ fn my_view() -> Result<ViewId, Errno> {
 }
 
 /// Checks `[ptr, ptr+len)` against the caller's view for `need` and backs any zero-on-touch
-/// pages, so the copy that follows cannot fault.
+/// pages. The copy that follows may still fault if the view changes meanwhile (a grant or
+/// revoke by another thread); it goes through `user_access`, which turns that into `EFAULT`.
 fn check_user(ptr: u64, len: u64, need: MapFlags) -> Result<(), Errno> {
     let view = my_view()?;
     views::with(|s, m| {
@@ -92,10 +93,7 @@ fn check_user(ptr: u64, len: u64, need: MapFlags) -> Result<(), Errno> {
 
 fn copy_out(dst: u64, bytes: &[u8]) -> Result<(), Errno> {
     check_user(dst, bytes.len() as u64, MapFlags::WRITE)?;
-    // SAFETY: checked writable in the caller's view and backed; this CPU keeps that view
-    // loaded until the syscall returns (a rights change only takes effect at the next load).
-    unsafe { arch::usercopy::copy_to_user(dst, bytes) };
-    Ok(())
+    crate::user_access::copy_out(dst, bytes).map_err(|_| Errno::Fault)
 }
 
 fn exit(status: usize) -> SysResult {
@@ -111,8 +109,7 @@ fn console_write(ptr: u64, len: u64) -> SysResult {
     let mut done = 0u64;
     while done < len {
         let n = (len - done).min(COPY_CHUNK as u64) as usize;
-        // SAFETY: the whole range was checked readable in the caller's view and backed.
-        unsafe { arch::usercopy::copy_from_user(&mut buf[..n], ptr + done) };
+        crate::user_access::copy_in(&mut buf[..n], ptr + done).map_err(|_| Errno::Fault)?;
         arch::serial::write_bytes(&buf[..n]);
         done += n as u64;
     }

@@ -272,8 +272,10 @@ impl Thread {
         }
     }
 
-    /// Detaches the views this thread left. Call only on a CPU that has loaded the thread's
-    /// current root (or the kernel's), so none of them is loaded here.
+    /// Detaches the views this thread left, except those whose table some CPU still has loaded:
+    /// a `set_view` racing the load of the current root (attack-surface finding 4) can make the
+    /// root just loaded here stale, and freeing it would leave this CPU on a freed table. Those
+    /// stay on the list for the thread's next switch or reload.
     pub fn drop_stale_views(&self) {
         // The flag is set under the lock after the push; a set this load misses is one the
         // lock-taking version could have missed as well (the change raced with this switch,
@@ -281,17 +283,27 @@ impl Thread {
         if !self.has_stale.load(Ordering::Acquire) {
             return;
         }
-        let stale = {
+        let mut stale = {
             let mut slot = self.view.lock();
             self.has_stale.store(false, Ordering::Relaxed);
             core::mem::take(&mut slot.stale)
         };
-        if !stale.is_empty() {
-            crate::mm::views::with(|s, m| {
-                for v in stale {
+        if stale.is_empty() {
+            return;
+        }
+        crate::mm::views::with(|s, m| {
+            stale.retain(|&v| {
+                let busy = s.root(v).is_some_and(|r| crate::sched::scheduler::root_loaded_anywhere(r.number()));
+                if !busy {
                     s.detach(m, v).expect("a stale view is still attached for its thread");
                 }
+                busy
             });
+        });
+        if !stale.is_empty() {
+            let mut slot = self.view.lock();
+            slot.stale.extend(stale);
+            self.has_stale.store(true, Ordering::Release);
         }
     }
 

@@ -358,7 +358,7 @@ pub fn views_suite(name: &'static str, smp: u8) -> Suite {
         name,
         smp,
         boot_words: format!(
-            "{}=share_writer+share_reader,readonly_view+twin,revoke_faults,twin+twin,oom_regions,name_owner+name_thief,schedstat",
+            "{}=share_writer+share_reader,readonly_view+twin,revoke_faults,twin+twin,oom_regions,name_owner+name_thief,schedstat,copy_race",
             bootopt::RUN
         ),
         timeout: KERNEL_SUITE_TIMEOUT,
@@ -381,6 +381,8 @@ pub fn views_suite(name: &'static str, smp: u8) -> Suite {
             exited("name_thief"),
             Check::LogContains("name_thief: overwriting another program's name: Err(Some(Perm))".to_string()),
             exited("schedstat"),
+            exited("copy_race"),
+            Check::LogContains("no kernel fault".to_string()),
             Check::Halting(0),
         ],
     }

@@ -452,6 +452,10 @@ extern "C" fn trap_dispatch(frame: &mut TrapFrame) {
         SLOT_SYNC => {
             frame.vector = (frame.esr >> 26) & 0x3f;
             frame.intid = u64::from(super::interrupts::NO_INTERRUPT);
+            // A fault in a kernel access to user memory becomes that access's error (usercopy.rs).
+            if super::usercopy::fix_up(frame) {
+                return;
+            }
             if frame.vector == ec::UNKNOWN && !frame.from_user() && frame.elr == super::cpu::semihosting_call as *const () as u64 {
                 // Semihosting is off, so its `hlt` is undefined: report failure to the caller.
                 frame.elr += 4;

@@ -460,6 +460,10 @@ trap_return:
 
 /// Called by `trap_entry` with the frame it built.
 extern "C" fn trap_dispatch(frame: &mut TrapFrame) {
+    // A fault in a kernel access to user memory becomes that access's error (usercopy.rs).
+    if super::usercopy::fix_up(frame) {
+        return;
+    }
     if frame.scause == Exception::UserEnvCall as u64 {
         // The syscall resumes after the `ecall`, not on it.
         frame.sepc += ECALL_SIZE;

@@ -473,6 +473,11 @@ pub fn reload_current_root() -> bool {
     loaded
 }
 
+/// Whether any CPU, this one included, has `root` loaded.
+pub fn root_loaded_anywhere(root: u64) -> bool {
+    this_cpu().loaded_root.load(Ordering::Acquire) == root || cpus_with_root(root).next().is_some()
+}
+
 /// CPUs (other than this one) whose loaded root is `root`.
 pub fn cpus_with_root(root: u64) -> impl Iterator<Item = usize> {
     let me = arch::cpu::cpu_index();
