@@ -247,7 +247,7 @@ impl<T: 'static> JoinHandle<T> {
         // SAFETY: our reference keeps `t` live.
         let join = unsafe { &(*t).join };
         if join.load(Ordering::Acquire) != JOIN_EXITED {
-            crate::blocking::block(|me| {
+            crate::sched::blocking::block(|me| {
                 join.compare_exchange(JOIN_RUNNING, me as usize, Ordering::AcqRel, Ordering::Acquire).is_ok()
             });
         }

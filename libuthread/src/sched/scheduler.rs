@@ -42,11 +42,11 @@ use core::ptr;
 use tsumugi_abi::kn::{mask, FP_AREA_ALIGN, FP_AREA_SIZE, MAX_VCPUS};
 
 use crate::context;
-use crate::idle::IdleSet;
+use crate::sched::idle::IdleSet;
 use crate::platform;
 use crate::prim::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use crate::queue::Fifo;
-use crate::runstate::{Wake, KERNEL_BLOCKED, READY, RUNNING};
+use crate::sched::queue::Fifo;
+use crate::sched::runstate::{Wake, KERNEL_BLOCKED, READY, RUNNING};
 use crate::spin::SpinLock;
 use crate::thmb::{Body, Thmb, JOIN_DETACHED, JOIN_EXITED, JOIN_RUNNING};
 
