@@ -294,6 +294,11 @@ pub fn console_write(bytes: &[u8]) {
     let _ = std::io::stderr().write_all(bytes);
 }
 
+/// Per-vCPU "FP is live" words, read by the context switches (the Tsumugi kernel sets its
+/// platform's words at a vCPU's first FP trap): hosted, the OS does not say, so all set.
+pub(crate) static FP_LIVE: [core::sync::atomic::AtomicU64; tsumugi_abi::kn::MAX_VCPUS] =
+    [const { core::sync::atomic::AtomicU64::new(1) }; tsumugi_abi::kn::MAX_VCPUS];
+
 /// Whether FP/SIMD state may be live on vCPU `v`: hosted, the OS does not say, so always
 /// (WINDOW switches keep the ABI's callee-saved FP registers where the ABI has some).
 #[inline(always)]
