@@ -70,6 +70,13 @@ static MXCSR_DEFAULT: u32 = 0x1F80;
 /// x87 control word at process start: all exceptions masked, 64-bit precision, round to nearest.
 static FPUCW_DEFAULT: u16 = 0x037F;
 
+/// The stack pointer a saved window resumes with: everything below it on that stack is dead
+/// while the thread is switched out (a voluntary switch is a call), so a direct switch may run
+/// code there before it resumes the thread.
+pub(crate) fn window_sp(window: &Window) -> usize {
+    window.rsp as usize
+}
+
 /// Builds the window of a thread that has never run: it "resumes" at `libuthread_thread_start`
 /// with `r12` = its ThMB and `r13` = `entry`, on an empty stack whose top is `stack_top`.
 pub(crate) fn init_window(window: &mut Window, stack_top: usize, thmb: *mut Thmb, entry: unsafe extern "C" fn(*mut Thmb) -> !) {
