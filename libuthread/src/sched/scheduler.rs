@@ -37,7 +37,9 @@
 //! anything) and queues it: no stack, no register state. The first dispatch takes a stack from
 //! the pool (a free-list pop; the platform allocates only when the pool is empty) and builds a
 //! window that starts the thread; exit returns the stack to the pool. So a thread that never
-//! runs costs a ThMB, and a stack is held only while a thread is live. Measured hosted
+//! runs costs a ThMB, and a stack is held only while a thread is live. A join that finds its
+//! child still unstarted takes it off its queue and runs it inline on the joiner's stack, as
+//! the child ([`run_inline`]: work-first at the join, where Rust's fixed frames allow it). Measured hosted
 //! (`examples/bench.rs`, release, before the direct switch): spawn + first run + exit + join
 //! ≈ 0.26 µs; a yield round trip between two threads (two WINDOW switches through the
 //! scheduler loop) ≈ 115 ns. Current figures: `cargo bench -p libuthread --bench switch`.
