@@ -8,6 +8,8 @@
 //!   iteration is a round trip;
 //! - `corosensei_resume_yield`: a corosensei coroutine resumed and yielding back; one iteration
 //!   is a round trip;
+//! - `libuthread_channel_round_trip`: a value sent to an echo thread and received back through
+//!   two channels, on one vCPU; one iteration is a round trip;
 //! - `libuthread_spawn_join`, `os_thread_spawn_join`, `corosensei_create_run`: make a thread (or
 //!   coroutine) that does nothing, run it to its end and wait for it;
 //! - `libuthread_channel_round_trip`, `os_thread_channel_round_trip`: a value sent through a
@@ -38,6 +40,30 @@ fn libuthread_round_trips(iters: u64) -> Duration {
         }
         let elapsed = start.elapsed();
         other.join().unwrap();
+        elapsed
+    })
+}
+
+/// `iters` channel round trips to an echo thread on one vCPU.
+fn libuthread_channel_round_trips(iters: u64) -> Duration {
+    libuthread::run(1, move || {
+        let (tx, rx) = libuthread::mpsc::channel::<u64>();
+        let (tx2, rx2) = libuthread::mpsc::channel::<u64>();
+        let echo = libuthread::spawn(move || {
+            for v in rx.iter() {
+                tx2.send(v).unwrap();
+            }
+        });
+        tx.send(0).unwrap();
+        rx2.recv().unwrap(); // the echo thread is running
+        let start = Instant::now();
+        for i in 0..iters {
+            tx.send(i).unwrap();
+            black_box(rx2.recv().unwrap());
+        }
+        let elapsed = start.elapsed();
+        drop(tx);
+        echo.join().unwrap();
         elapsed
     })
 }
@@ -154,6 +180,7 @@ fn switch(c: &mut Criterion) {
             CoroutineResult::Return(()) => unreachable!(),
         });
     });
+    group.bench_function("libuthread_channel_round_trip", |b| b.iter_custom(libuthread_channel_round_trips));
     group.bench_function("libuthread_spawn_join", |b| b.iter_custom(libuthread_spawn_joins));
     group.bench_function("os_thread_spawn_join", |b| b.iter(|| std::thread::spawn(|| black_box(0u64)).join().unwrap()));
     group.bench_function("corosensei_create_run", |b| {

@@ -11,7 +11,7 @@ use alloc::collections::VecDeque;
 use alloc::sync::Arc;
 use core::fmt;
 
-use crate::blocking::{self, WaitList, WaitNode};
+use crate::sched::blocking::{self, WaitList, WaitNode};
 use crate::spin::SpinLock;
 
 /// What a waiting receiver or sender carries.

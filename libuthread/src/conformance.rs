@@ -44,6 +44,8 @@ pub const CHECKS: &[Check] = &[
     ("thread_locals_survive_migration", thread_locals_survive_migration),
     ("fp_values_survive_switches", fp_values_survive_switches),
     ("sleep_ordering", sleep_ordering),
+    ("yield_storm_keeps_identity", yield_storm_keeps_identity),
+    ("inline_child_blocks_like_a_thread", inline_child_blocks_like_a_thread),
 ];
 
 /// Runs every check in order, calling `report(name, outcome)` after each. Call it from a user
@@ -398,6 +400,118 @@ fn thread_locals_survive_migration() -> Outcome {
     }
     ensure!(TAG.with(Cell::get) == usize::MAX, "the checking thread's own value changed");
     ensure!(crate::vcpu_count() == 1 || moved > 0, "no thread ever ran on a second vCPU");
+    Ok(())
+}
+
+/// 16 threads yield 2,000 times each (direct switches between them, and steals with more than
+/// one vCPU), blocking on a mutex now and then; every thread checks after each switch that it is
+/// still itself (`current()` and its thread-local) and that its callee-saved state survived,
+/// and the shared count is exact.
+fn yield_storm_keeps_identity() -> Outcome {
+    const THREADS: usize = 16;
+    const ROUNDS: usize = 2_000;
+    let count = Arc::new(crate::Mutex::new(0usize));
+    let handles: Vec<_> = (0..THREADS)
+        .map(|tag| {
+            let count = count.clone();
+            crate::spawn(move || -> Result<(), String> {
+                let me = crate::current().id();
+                TAG.with(|t| t.set(tag));
+                let mut acc = core::hint::black_box(tag as u64);
+                for round in 0..ROUNDS {
+                    acc = acc.wrapping_mul(6364136223846793005).wrapping_add(round as u64);
+                    if round % 7 == 0 {
+                        let mut g = count.lock();
+                        *g += 1;
+                        crate::yield_now(); // switch while holding it: others block on it
+                    } else {
+                        *count.lock() += 1;
+                        crate::yield_now();
+                    }
+                    if crate::current().id() != me || TAG.with(Cell::get) != tag {
+                        return Err(format!("thread {tag} is someone else after round {round}"));
+                    }
+                }
+                let mut expect = tag as u64;
+                for round in 0..ROUNDS {
+                    expect = expect.wrapping_mul(6364136223846793005).wrapping_add(round as u64);
+                }
+                if acc != expect {
+                    return Err(format!("thread {tag} lost its registers"));
+                }
+                Ok(())
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().map_err(|_| String::from("a thread panicked"))??;
+    }
+    let total = *count.lock();
+    ensure!(total == THREADS * ROUNDS, "count {total}");
+    Ok(())
+}
+
+crate::thread_local! {
+    static INLINE_TAG: Cell<u32> = Cell::new(0);
+}
+
+/// A child joined before it starts runs inline, on the joiner's stack (on one vCPU it always
+/// is: checked by where its locals live). This one then blocks on a channel that another
+/// thread fills only after the child has run, and must behave exactly as a thread: its own
+/// `current()` and thread-locals before and after blocking, other threads run meanwhile (no
+/// deadlock), and the joiner continues as itself afterwards. Then 200 nested spawn/joins.
+fn inline_child_blocks_like_a_thread() -> Outcome {
+    let joiner = crate::current().id();
+    let marker = 0u8;
+    let joiner_sp = core::hint::black_box(&marker) as *const u8 as usize;
+    INLINE_TAG.with(|t| t.set(1));
+    let (tx, rx) = mpsc::channel::<u64>();
+    let (go_tx, go_rx) = mpsc::channel::<()>();
+    let child = crate::spawn(move || -> Result<(u64, bool), String> {
+        let me = crate::current().id();
+        let here = 0u8;
+        let sp = core::hint::black_box(&here) as *const u8 as usize;
+        let on_joiner_stack = sp < joiner_sp && joiner_sp - sp < 64 * 1024;
+        if me == joiner {
+            return Err(String::from("the child runs as its joiner"));
+        }
+        if INLINE_TAG.with(Cell::get) != 0 {
+            return Err(String::from("the child sees its joiner's thread-local"));
+        }
+        INLINE_TAG.with(|t| t.set(2));
+        go_tx.send(()).map_err(|_| String::from("go"))?;
+        let v = rx.recv().map_err(|_| String::from("the filler hung up"))?;
+        if crate::current().id() != me || INLINE_TAG.with(Cell::get) != 2 {
+            return Err(String::from("the child is someone else after blocking"));
+        }
+        Ok((v, on_joiner_stack))
+    });
+    let filler = crate::spawn(move || {
+        go_rx.recv().ok();
+        for _ in 0..10 {
+            crate::yield_now();
+        }
+        tx.send(42).ok();
+    });
+    let (v, inline) = child.join().map_err(|_| String::from("the child panicked"))??;
+    filler.join().map_err(|_| String::from("the filler panicked"))?;
+    ensure!(v == 42, "the child received {v}");
+    ensure!(crate::vcpu_count() > 1 || inline, "on one vCPU the child did not run inline at its join");
+    ensure!(crate::current().id() == joiner, "the joiner came back as someone else");
+    ensure!(INLINE_TAG.with(Cell::get) == 1, "the joiner's thread-local changed");
+    fn depth(n: u32) -> u32 {
+        if n == 0 {
+            return 0;
+        }
+        let me = crate::current().id();
+        let r = crate::spawn(move || depth(n - 1)).join().unwrap_or(u32::MAX);
+        if crate::current().id() != me {
+            return u32::MAX;
+        }
+        r.saturating_add(1)
+    }
+    let d = depth(200);
+    ensure!(d == 200, "nested spawn/join depth {d}");
     Ok(())
 }
 

@@ -72,23 +72,15 @@
 extern crate alloc;
 
 #[cfg(mn_core)]
-mod blocking;
-#[cfg(mn_core)]
 mod channel;
-#[cfg(mn_core)]
-mod idle;
 #[cfg(mn_core)]
 mod prim;
 #[cfg(mn_core)]
-mod queue;
-#[cfg(mn_core)]
-mod runstate;
+pub mod sched;
 #[cfg(mn_core)]
 mod spin;
 #[cfg(mn_core)]
 pub mod sync;
-#[cfg(mn_core)]
-mod token;
 
 #[cfg(not(loom))]
 #[cfg(mn_core)]
@@ -105,9 +97,6 @@ pub mod platform;
 #[cfg(not(loom))]
 #[cfg(mn_core)]
 mod runtime;
-#[cfg(not(loom))]
-#[cfg(mn_core)]
-pub mod sched;
 #[cfg(not(loom))]
 #[cfg(mn_core)]
 mod thmb;

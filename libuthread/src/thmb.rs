@@ -37,8 +37,8 @@ use tsumugi_abi::kn::{FullFrame, ThmbHeader, THMB_ALIGN};
 
 use crate::context::Window;
 use crate::prim::{AtomicUsize, Ordering};
-use crate::queue::Linked;
-use crate::runstate::RunState;
+use crate::sched::queue::Linked;
+use crate::sched::runstate::RunState;
 
 /// A thread's body, type-erased: runs the closure and boxes its result.
 pub(crate) type Body = Box<dyn FnOnce() -> Box<dyn Any + Send> + Send>;
@@ -60,7 +60,7 @@ pub struct Thmb {
     pub header: ThmbHeader,
     /// The callee-saved window of the last voluntary switch.
     pub(crate) window: Window,
-    /// Scheduling state ([`crate::runstate`]).
+    /// Scheduling state ([`crate::sched::runstate`]).
     pub(crate) state: RunState,
     /// The vCPU running the thread, or the last one that did.
     pub(crate) vcpu: AtomicUsize,

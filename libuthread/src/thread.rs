@@ -246,8 +246,10 @@ impl<T: 'static> JoinHandle<T> {
         core::mem::forget(self);
         // SAFETY: our reference keeps `t` live.
         let join = unsafe { &(*t).join };
-        if join.load(Ordering::Acquire) != JOIN_EXITED {
-            crate::blocking::block(|me| {
+        // A child that has not started yet runs right here, on this stack, as itself
+        // (work-first; see `sched::run_inline`); otherwise wait for it.
+        if join.load(Ordering::Acquire) != JOIN_EXITED && !crate::sched::run_inline(t) {
+            crate::sched::blocking::block(|me| {
                 join.compare_exchange(JOIN_RUNNING, me as usize, Ordering::AcqRel, Ordering::Acquire).is_ok()
             });
         }

@@ -65,6 +65,13 @@ const _: () = assert!(FP_STATE_BYTES <= FP_AREA_SIZE);
 /// Offset of FPCR (then FPSR) in the FP area.
 const FP_FPCR: usize = 32 * 16;
 
+/// The stack pointer a saved window resumes with: everything below it on that stack is dead
+/// while the thread is switched out (a voluntary switch is a call), so a direct switch may run
+/// code there before it resumes the thread.
+pub(crate) fn window_sp(window: &Window) -> usize {
+    window.sp as usize
+}
+
 /// Builds the window of a thread that has never run: it "resumes" at `libuthread_thread_start`
 /// with `x19` = its ThMB and `x20` = `entry`, on an empty stack whose top is `stack_top`, with
 /// no FP state of its own.

@@ -31,7 +31,7 @@ mod arch;
 mod arch;
 
 pub use arch::Window;
-pub(crate) use arch::{detect_fp, init_window};
+pub(crate) use arch::{detect_fp, init_window, window_sp};
 
 use crate::prim::{AtomicBool, Ordering};
 use crate::thmb::Thmb;

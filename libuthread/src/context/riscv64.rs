@@ -69,6 +69,13 @@ const _: () = assert!(offset_of!(Window, fcsr) == 120 && offset_of!(Window, fs) 
 const FP_FCSR_OFFSET: usize = 32 * 8;
 const _: () = assert!(FP_AREA_SIZE == FP_FCSR_OFFSET + 8);
 
+/// The stack pointer a saved window resumes with: everything below it on that stack is dead
+/// while the thread is switched out (a voluntary switch is a call), so a direct switch may run
+/// code there before it resumes the thread.
+pub(crate) fn window_sp(window: &Window) -> usize {
+    window.sp as usize
+}
+
 /// Builds the window of a thread that has never run: it "resumes" at `libuthread_thread_start`
 /// with `s1` = its ThMB and `s2` = `entry`, on an empty stack whose top is `stack_top`, with no
 /// FP part (a new thread has the initial FP environment).

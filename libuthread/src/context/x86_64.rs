@@ -25,6 +25,13 @@ use crate::thmb::{Thmb, RESUME_OFFSET, WINDOW_OFFSET};
 /// The callee-saved register window of the x86_64 System V ABI: what a voluntary switch (a call)
 /// must preserve. MXCSR's control bits and the x87 control word are callee-saved too; the
 /// vector and x87 data registers are caller-saved, so they are dead at the switch.
+///
+/// As on riscv64 and aarch64, the FP part is saved only on a vCPU where FP is live
+/// (`platform::FP_LIVE[vcpu]`, which the kernel sets at the first #NM of an activation of that
+/// vCPU): with CR0.TS set, `stmxcsr`/`fnstcw`/`ldmxcsr`/`fldcw` would trap and turn every
+/// activation into an FP user. `fp_saved` says whether the window holds the FP part; a
+/// thread whose window holds none never used FP, and where FP is live it resumes with the
+/// initial FP environment.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Window {
@@ -48,18 +55,27 @@ pub struct Window {
     pub mxcsr: u32,
     /// x87 control word.
     pub fpucw: u16,
-    /// Padding.
-    pub _pad: u16,
+    /// 1 if `mxcsr` and `fpucw` were saved (FP was live on the vCPU), else 0.
+    pub fp_saved: u16,
 }
 
 const _: () = assert!(core::mem::size_of::<Window>() == 72);
 const _: () = assert!(offset_of!(Window, rsp) == 48 && offset_of!(Window, rip) == 56);
 const _: () = assert!(offset_of!(Window, mxcsr) == 64 && offset_of!(Window, fpucw) == 68);
+const _: () = assert!(offset_of!(Window, fp_saved) == 70);
 
-/// MXCSR at process start: all exceptions masked, round to nearest.
-const MXCSR_DEFAULT: u32 = 0x1F80;
+/// MXCSR at process start: all exceptions masked, round to nearest (what a window resume loads
+/// for a thread that never used FP, on a vCPU where another thread did).
+static MXCSR_DEFAULT: u32 = 0x1F80;
 /// x87 control word at process start: all exceptions masked, 64-bit precision, round to nearest.
-const FPUCW_DEFAULT: u16 = 0x037F;
+static FPUCW_DEFAULT: u16 = 0x037F;
+
+/// The stack pointer a saved window resumes with: everything below it on that stack is dead
+/// while the thread is switched out (a voluntary switch is a call), so a direct switch may run
+/// code there before it resumes the thread.
+pub(crate) fn window_sp(window: &Window) -> usize {
+    window.rsp as usize
+}
 
 /// Builds the window of a thread that has never run: it "resumes" at `libuthread_thread_start`
 /// with `r12` = its ThMB and `r13` = `entry`, on an empty stack whose top is `stack_top`.
@@ -70,8 +86,9 @@ pub(crate) fn init_window(window: &mut Window, stack_top: usize, thmb: *mut Thmb
         rip: super::raw::libuthread_thread_start as *const () as u64,
         r12: thmb as u64,
         r13: entry as *const () as u64,
-        mxcsr: MXCSR_DEFAULT,
-        fpucw: FPUCW_DEFAULT,
+        // No FP part: the thread has not used FP yet (its resume gives it the initial FP
+        // environment where FP is live, and touches no FP register elsewhere).
+        fp_saved: 0,
         ..Window::default()
     };
 }
@@ -153,8 +170,16 @@ core::arch::global_asm!(
     "    mov [rdi + {w_rip}], rax",
     "    lea rax, [rsp + 8]",                     // rsp as it is after that return
     "    mov [rdi + {w_rsp}], rax",
-    "    stmxcsr dword ptr [rdi + {w_mxcsr}]",    // callee-saved control state of SSE ...
-    "    fnstcw word ptr [rdi + {w_fpucw}]",      // ... and of the x87 unit
+    "    mov rax, [rdi + {vcpu}]",                // FP live on this vCPU? (FP_LIVE[from.vcpu];
+    "    lea r9, [rip + {fp_live}]",              //   the vCPU cannot change: LTN = 0 here)
+    "    xor r10d, r10d",
+    "    cmp qword ptr [r9 + rax * 8], 0",
+    "    je 1f",                                  // no: no FP instruction at all (CR0.TS may
+    "    stmxcsr dword ptr [rdi + {w_mxcsr}]",    //   be set); yes: the callee-saved control
+    "    fnstcw word ptr [rdi + {w_fpucw}]",      //   state of SSE and of the x87 unit
+    "    inc r10d",
+    "1:",
+    "    mov word ptr [rdi + {w_fp_saved}], r10w",
     "    mov qword ptr [rdi + {mask_off}], {mask_window}", // the window is now valid
     "    mov rsp, rsi",                           // onto the scheduler's stack (16-aligned top)
     "    xor ebp, ebp",                           // a backtrace ends here
@@ -243,8 +268,19 @@ core::arch::global_asm!(
     "    jz 2f",
     "    wrgsbase rsi",                           // LTN = the thread (or 0 for a root context)
     "2:",
-    "    ldmxcsr dword ptr [rdi + {w_mxcsr}]",
+    "    cmp word ptr [rdi + {w_fp_saved}], 0",   // the window holds an FP part:
+    "    je 3f",
+    "    ldmxcsr dword ptr [rdi + {w_mxcsr}]",    //   restore it
     "    fldcw word ptr [rdi + {w_fpucw}]",
+    "    jmp 4f",
+    "3:",                                         // none: the thread never used FP. Where FP
+    "    mov rax, [rdi + {vcpu}]",                // is live on this vCPU another thread's
+    "    lea rcx, [rip + {fp_live}]",             // environment is loaded: give this one the
+    "    cmp qword ptr [rcx + rax * 8], 0",       // initial one. (Elsewhere CR0.TS may be set:
+    "    je 4f",                                  // no FP instruction then.)
+    "    ldmxcsr dword ptr [rip + {mxcsr_default}]",
+    "    fldcw word ptr [rip + {fpucw_default}]",
+    "4:",
     "    mov rbx, [rdi + {w_rbx}]",
     "    mov rbp, [rdi + {w_rbp}]",
     "    mov r12, [rdi + {w_r12}]",
@@ -347,6 +383,11 @@ core::arch::global_asm!(
     w_rip = const W + offset_of!(Window, rip),
     w_mxcsr = const W + offset_of!(Window, mxcsr),
     w_fpucw = const W + offset_of!(Window, fpucw),
+    w_fp_saved = const W + offset_of!(Window, fp_saved),
+    vcpu = const offset_of!(Thmb, vcpu),
+    fp_live = sym crate::platform::FP_LIVE,
+    mxcsr_default = sym MXCSR_DEFAULT,
+    fpucw_default = sym FPUCW_DEFAULT,
     r_rax = const R + offset_of!(FullFrame, rax),
     r_rbx = const R + offset_of!(FullFrame, rbx),
     r_rcx = const R + offset_of!(FullFrame, rcx),

@@ -13,7 +13,7 @@ use std::vec::Vec;
 use tsumugi_abi::kn::MAX_VCPUS;
 
 use crate::thmb::Thmb;
-use crate::token::ParkToken;
+use crate::sched::token::ParkToken;
 
 // ------------------------------------------------------------------------------------------
 // LTN.
@@ -209,7 +209,7 @@ fn timer_main(timer: &'static Timer) {
                 if generation == crate::sched::generation() {
                     // SAFETY: the sleeper published this entry and waits for exactly this
                     // wake-up; its runtime is still the running one.
-                    unsafe { crate::blocking::wake(t as *mut Thmb) };
+                    unsafe { crate::sched::blocking::wake(t as *mut Thmb) };
                 }
             }
             Some(core::cmp::Reverse((deadline, ..))) => {
@@ -231,7 +231,7 @@ pub fn sleep_current(nanos: u64) {
     let deadline = now_nanos().saturating_add(nanos);
     let timer = timer();
     let generation = crate::sched::generation();
-    crate::blocking::block(|me| {
+    crate::sched::blocking::block(|me| {
         let sequence = timer.sequence.fetch_add(1, Ordering::Relaxed);
         timer.queue.lock().unwrap().push(core::cmp::Reverse((deadline, sequence, generation, me as usize)));
         timer.changed.notify_one();
@@ -293,6 +293,11 @@ pub fn console_write(bytes: &[u8]) {
     use std::io::Write;
     let _ = std::io::stderr().write_all(bytes);
 }
+
+/// Per-vCPU "FP is live" words, read by the context switches (the Tsumugi kernel sets its
+/// platform's words at a vCPU's first FP trap): hosted, the OS does not say, so all set.
+pub(crate) static FP_LIVE: [core::sync::atomic::AtomicU64; tsumugi_abi::kn::MAX_VCPUS] =
+    [const { core::sync::atomic::AtomicU64::new(1) }; tsumugi_abi::kn::MAX_VCPUS];
 
 /// Whether FP/SIMD state may be live on vCPU `v`: hosted, the OS does not say, so always
 /// (WINDOW switches keep the ABI's callee-saved FP registers where the ABI has some).

@@ -5,7 +5,7 @@ use core::fmt;
 use core::marker::PhantomData;
 use core::ops::{Deref, DerefMut};
 
-use crate::blocking::{self, WaitList, WaitNode};
+use crate::sched::blocking::{self, WaitList, WaitNode};
 use crate::prim::{AtomicU32, Ordering};
 use crate::spin::SpinLock;
 

@@ -2,7 +2,7 @@
 
 use core::fmt;
 
-use crate::blocking::{self, WaitList, WaitNode};
+use crate::sched::blocking::{self, WaitList, WaitNode};
 use crate::prim::{AtomicU32, Ordering};
 use crate::spin::SpinLock;
 

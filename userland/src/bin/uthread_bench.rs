@@ -1,6 +1,8 @@
 //! libuthread micro-benchmarks on one vCPU, for `cargo xtask bench` (filter `uthread`):
 //! - MULiTh Table 2: create+exit (spawn + join of an empty thread), a yield round trip, an
-//!   uncontended mutex lock+unlock, a mutex hand-off between two threads, a channel round trip;
+//!   uncontended mutex lock+unlock, a mutex hand-off between two threads, a channel round trip,
+//!   spawn + join of a child that never blocks (`spawn_join_inline`) and, beside it, a plain call
+//!   of the same closure (`call_baseline`);
 //!   `BENCH table=multith row=<op> instructions=<n> [paper_instructions=<n>]`;
 //! - the FCS sweep: a yield round trip with both threads at call depth d = 1..10;
 //!   `BENCH table=fcs_sweep row=<d> instructions_per_switch=<n>` (a round trip is two switches);
@@ -49,6 +51,33 @@ mod program {
         let c0 = cycles();
         for _ in 0..N {
             libuthread::spawn(|| ()).join().ok();
+        }
+        (cycles() - c0, N)
+    }
+
+    /// The work a `spawn_join_inline` child does, as a plain call (`call_baseline`) measures it.
+    #[inline(never)]
+    fn child_work(x: u64) -> u64 {
+        black_box(x).wrapping_mul(3).wrapping_add(1)
+    }
+
+    /// A plain call of the closure the `spawn_join_inline` row spawns: the baseline that row's
+    /// extra cost is measured against.
+    fn call_baseline() -> (u64, u64) {
+        let c0 = cycles();
+        for i in 0..N {
+            let f = move || child_work(i);
+            black_box(black_box(f)());
+        }
+        (cycles() - c0, N)
+    }
+
+    /// Spawn + join of a child that never blocks, joined at once (the work-first case of lazy
+    /// thread creation: it should cost about a call more than `call_baseline`).
+    fn spawn_join_inline() -> (u64, u64) {
+        let c0 = cycles();
+        for i in 0..N {
+            black_box(libuthread::spawn(move || child_work(i)).join().ok());
         }
         (cycles() - c0, N)
     }
@@ -180,12 +209,14 @@ mod program {
 
     pub fn main() -> i32 {
         let ok = libuthread::run(1, || {
-            let rows: [(&str, fn() -> (u64, u64), Option<u64>); 5] = [
+            let rows: [(&str, fn() -> (u64, u64), Option<u64>); 7] = [
                 ("create_exit", create_exit, Some(74 + 42)),
                 ("yield", yield_round_trip, None),
                 ("mutex_uncontended", mutex_uncontended, None),
                 ("mutex_handoff", mutex_handoff, Some(95)),
                 ("channel_round_trip", channel_round_trip, None),
+                ("spawn_join_inline", spawn_join_inline, None),
+                ("call_baseline", call_baseline, None),
             ];
             let mut ok = true;
             for (name, f, paper) in rows {

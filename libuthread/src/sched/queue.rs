@@ -84,6 +84,40 @@ impl<N: Linked> Fifo<N> {
         node
     }
 
+    /// Unlinks `node` if it is among the first `limit` nodes (a bounded walk: the caller wants
+    /// O(1) and gives up otherwise). Returns whether it was found and removed.
+    #[cfg_attr(loom, allow(dead_code))]
+    pub(crate) fn remove_near_front(&mut self, node: *mut N, limit: usize) -> bool {
+        let mut prev: *mut N = ptr::null_mut();
+        let mut cur = self.head;
+        let mut seen = 0;
+        while !cur.is_null() && seen < limit {
+            if cur == node {
+                // SAFETY: every node in the list is live (the list's contract); `prev` is the
+                // node before `cur` or null when `cur` is the head.
+                unsafe {
+                    let next = *N::next_link(cur);
+                    if prev.is_null() {
+                        self.head = next;
+                    } else {
+                        *N::next_link(prev) = next;
+                    }
+                    if self.tail == cur {
+                        self.tail = prev;
+                    }
+                    *N::next_link(cur) = ptr::null_mut();
+                }
+                self.len -= 1;
+                return true;
+            }
+            prev = cur;
+            // SAFETY: as above.
+            cur = unsafe { *N::next_link(cur) };
+            seen += 1;
+        }
+        false
+    }
+
     /// Moves every node out into a new list, leaving this one empty.
     pub(crate) fn take_all(&mut self) -> Fifo<N> {
         core::mem::replace(self, Fifo::new())
@@ -123,10 +157,17 @@ mod tests {
         Push(u32),
         Pop,
         TakeAndRefill,
+        /// Remove the node at this position (modulo the length) with a walk limit of 4.
+        Remove(usize),
     }
 
     fn op() -> impl Strategy<Value = Op> {
-        prop_oneof![4 => any::<u32>().prop_map(Op::Push), 3 => Just(Op::Pop), 1 => Just(Op::TakeAndRefill)]
+        prop_oneof![
+            4 => any::<u32>().prop_map(Op::Push),
+            3 => Just(Op::Pop),
+            1 => Just(Op::TakeAndRefill),
+            2 => (0usize..8).prop_map(Op::Remove)
+        ]
     }
 
     proptest! {
@@ -136,6 +177,7 @@ mod tests {
             let mut nodes: Vec<Box<Node>> = Vec::new();
             let mut list: Fifo<Node> = Fifo::new();
             let mut model: VecDeque<u32> = VecDeque::new();
+            let mut order: VecDeque<*mut Node> = VecDeque::new();
             for op in ops {
                 match op {
                     Op::Push(v) => {
@@ -144,12 +186,25 @@ mod tests {
                         // SAFETY: boxed nodes stay live and unmoved for the whole test.
                         unsafe { list.push_back(node) };
                         model.push_back(v);
+                        order.push_back(node);
                     }
                     Op::Pop => {
                         let node = list.pop_front();
                         // SAFETY: popped nodes are live boxes of `nodes`.
                         let got = (!node.is_null()).then(|| unsafe { (*node).value });
                         prop_assert_eq!(got, model.pop_front());
+                        order.pop_front();
+                    }
+                    Op::Remove(i) => {
+                        if !order.is_empty() {
+                            let at = i % order.len();
+                            let removed = list.remove_near_front(order[at], 4);
+                            prop_assert_eq!(removed, at < 4);
+                            if removed {
+                                order.remove(at);
+                                model.remove(at);
+                            }
+                        }
                     }
                     Op::TakeAndRefill => {
                         let taken = list.take_all();
@@ -166,5 +221,84 @@ mod tests {
                 prop_assert_eq!(front, model.front().copied());
             }
         }
+    }
+}
+
+#[cfg(all(test, loom))]
+mod loom_tests {
+    use super::*;
+    use crate::spin::SpinLock;
+    use loom::sync::atomic::{AtomicUsize, Ordering};
+    use loom::sync::Arc;
+
+    struct Node {
+        next: *mut Node,
+    }
+
+    // SAFETY: `next` is the link field and only the list touches it.
+    unsafe impl Linked for Node {
+        unsafe fn next_link(this: *mut Self) -> *mut *mut Self {
+            // SAFETY: the caller passes a live node.
+            unsafe { &raw mut (*this).next }
+        }
+    }
+
+    struct Shared {
+        queue: SpinLock<Fifo<Node>>,
+        nodes: [*mut Node; 2],
+    }
+    // SAFETY: the nodes are reached only through the locked queue (and freed after the model).
+    unsafe impl Send for Shared {}
+    // SAFETY: as above.
+    unsafe impl Sync for Shared {}
+
+    /// The lazy-creation claim (`sched::run_inline`): a joiner unlinks its unstarted child
+    /// from the ready queue under the queue lock while a vCPU pops from the same queue (to
+    /// start it as a thread). Whatever the interleaving, exactly one side gets the child, and
+    /// the other thread in the queue is neither lost nor taken twice.
+    #[test]
+    fn loom_inline_claim_or_start_exactly_once() {
+        loom::model(|| {
+            let nodes = [Box::into_raw(Box::new(Node { next: ptr::null_mut() })), Box::into_raw(Box::new(Node { next: ptr::null_mut() }))];
+            let shared = Arc::new(Shared { queue: SpinLock::new(Fifo::new()), nodes });
+            {
+                let mut q = shared.queue.lock();
+                // SAFETY: fresh boxed nodes.
+                unsafe {
+                    q.push_back(nodes[0]); // another ready thread
+                    q.push_back(nodes[1]); // the child, spawned last
+                }
+            }
+            let got = Arc::new([AtomicUsize::new(0), AtomicUsize::new(0)]);
+            let vcpu = {
+                let (shared, got) = (shared.clone(), got.clone());
+                loom::thread::spawn(move || {
+                    for _ in 0..2 {
+                        let n = shared.queue.lock().pop_front();
+                        if let Some(i) = shared.nodes.iter().position(|&m| m == n) {
+                            got[i].fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                })
+            };
+            if shared.queue.lock().remove_near_front(nodes[1], 8) {
+                got[1].fetch_add(1, Ordering::Relaxed);
+            }
+            vcpu.join().unwrap();
+            // Whatever is left is still in the queue, once.
+            while let Some(i) = {
+                let n = shared.queue.lock().pop_front();
+                shared.nodes.iter().position(|&m| m == n)
+            } {
+                got[i].fetch_add(1, Ordering::Relaxed);
+            }
+            assert_eq!(got[0].load(Ordering::Relaxed), 1);
+            assert_eq!(got[1].load(Ordering::Relaxed), 1);
+            // SAFETY: no list holds them any more.
+            unsafe {
+                drop(Box::from_raw(nodes[0]));
+                drop(Box::from_raw(nodes[1]));
+            }
+        });
     }
 }

@@ -64,8 +64,8 @@ impl IdleSet {
 mod loom_tests {
     use super::*;
     use crate::prim::AtomicUsize;
-    use crate::token::loom_tests::ModelFutex;
-    use crate::token::ParkToken;
+    use crate::sched::token::loom_tests::ModelFutex;
+    use crate::sched::token::ParkToken;
     use loom::sync::Arc;
 
     /// A producer publishes work and wakes an idle consumer; the consumer announces itself

@@ -2,13 +2,20 @@
 //! protocol, and spawn/exit/yield/block/wake.
 //!
 //! # Shape
-//! Each vCPU has a FIFO ready queue and a *scheduler stack*. Scheduler code always starts at
-//! the top of that stack: a thread that yields, blocks or exits saves its window
-//! (`context::switch_out`) and lands in `after_switch` there, which finishes what the thread
-//! asked for (queue it, commit its block, reclaim its stack) — only now, because the thread's
-//! window is complete only now — and then runs the vCPU loop: own queue, steal, or park. The
-//! loop resumes the next thread from its WINDOW or FULL frame and its stack frames are simply
-//! abandoned. An upcall on Tsumugi re-enters the same way ([`enter_vcpu_loop`]).
+//! Each vCPU has a FIFO ready queue and a *scheduler stack*. A thread that yields, blocks or
+//! exits while its vCPU's queue holds another ready thread switches **directly** to it
+//! ([`switch_to`]): it takes the next thread off the queue, saves its own window
+//! (`context::switch_out`) and lands in `after_switch_to` on the next thread's stack (below its
+//! saved stack pointer, dead while it is switched out; the scheduler stack for a thread that
+//! resumes from a FULL frame), which finishes what the thread asked for (queue it, commit its
+//! block, reclaim its stack) — only now, because the thread's window is complete only now — and
+//! resumes the next thread. No scheduler loop runs, and the queue is touched once per switch.
+//!
+//! When the queue is empty (or at shutdown, or when the main thread exits) the thread lands in
+//! `after_switch` at the top of the scheduler stack instead, which finishes the request the same
+//! way and runs the vCPU loop: own queue, steal, or park. The loop resumes the next thread from
+//! its WINDOW or FULL frame and its stack frames are simply abandoned. An upcall on Tsumugi
+//! re-enters the same way ([`enter_vcpu_loop`]).
 //!
 //! # Critical sections
 //! Scheduler code runs with LTN = 0 — from the moment a thread enters the library to give up
@@ -30,9 +37,12 @@
 //! anything) and queues it: no stack, no register state. The first dispatch takes a stack from
 //! the pool (a free-list pop; the platform allocates only when the pool is empty) and builds a
 //! window that starts the thread; exit returns the stack to the pool. So a thread that never
-//! runs costs a ThMB, and a stack is held only while a thread is live. Measured hosted
-//! (`examples/bench.rs`, release): spawn + first run + exit + join ≈ 0.26 µs; a yield round trip
-//! between two threads (two WINDOW switches through the scheduler) ≈ 115 ns.
+//! runs costs a ThMB, and a stack is held only while a thread is live. A join that finds its
+//! child still unstarted takes it off its queue and runs it inline on the joiner's stack, as
+//! the child ([`run_inline`]: work-first at the join, where Rust's fixed frames allow it). Measured hosted
+//! (`examples/bench.rs`, release, before the direct switch): spawn + first run + exit + join
+//! ≈ 0.26 µs; a yield round trip between two threads (two WINDOW switches through the
+//! scheduler loop) ≈ 115 ns. Current figures: `cargo bench -p libuthread --bench switch`.
 
 use alloc::boxed::Box;
 use alloc::string::String;
@@ -42,11 +52,11 @@ use core::ptr;
 use tsumugi_abi::kn::{mask, FP_AREA_ALIGN, FP_AREA_SIZE, MAX_VCPUS};
 
 use crate::context;
-use crate::idle::IdleSet;
+use crate::sched::idle::IdleSet;
 use crate::platform;
 use crate::prim::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use crate::queue::Fifo;
-use crate::runstate::{Wake, KERNEL_BLOCKED, READY, RUNNING};
+use crate::sched::queue::Fifo;
+use crate::sched::runstate::{Wake, KERNEL_BLOCKED, READY, RUNNING};
 use crate::spin::SpinLock;
 use crate::thmb::{Body, Thmb, JOIN_DETACHED, JOIN_EXITED, JOIN_RUNNING};
 
@@ -63,6 +73,8 @@ const STACK_POOL_MAX: usize = 256;
 const ACTION_YIELD: usize = 0;
 const ACTION_BLOCK: usize = 1;
 const ACTION_EXIT: usize = 2;
+/// A yield by direct switch: the switching vCPU holds its queue lock (see `yield_current`).
+const ACTION_YIELD_LOCKED: usize = 3;
 const ACTION_MASK: usize = 63;
 
 /// One vCPU's scheduler state.
@@ -79,6 +91,9 @@ struct Vcpu {
     resumed_window: AtomicU64,
     /// Threads this vCPU resumed from a full frame.
     resumed_full: AtomicU64,
+    /// The thread a direct switch goes to (`switch_to`), read on the far side of the switch.
+    /// Only this vCPU touches it, with LTN = 0.
+    handoff: AtomicUsize,
 }
 
 impl Vcpu {
@@ -90,6 +105,7 @@ impl Vcpu {
             stack_len: AtomicUsize::new(0),
             resumed_window: AtomicU64::new(0),
             resumed_full: AtomicU64::new(0),
+            handoff: AtomicUsize::new(0),
         }
     }
 
@@ -230,15 +246,92 @@ fn give_stack(size: usize, base: usize, len: usize) {
 /// Queues a READY thread: on an idle vCPU if there is one (preferring `home`), which is then
 /// unparked — MULiTh's "hand it straight to an idle processor" — else on `home`.
 fn make_ready(t: *mut Thmb, home: usize) {
-    // SAFETY: the caller owns the READY thread until it is queued.
-    unsafe { (*t).vcpu.store(home, Ordering::Relaxed) };
     match IDLE.claim(home) {
         Some(v) => {
+            // A queued thread's `vcpu` names the queue it is on (`run_inline` looks there).
+            // SAFETY: the caller owns the READY thread until it is queued.
+            unsafe { (*t).vcpu.store(v, Ordering::Relaxed) };
             VCPUS[v].push(t);
             platform::unpark(v);
         }
-        None => VCPUS[home].push(t),
+        None => {
+            // SAFETY: as above.
+            unsafe { (*t).vcpu.store(home, Ordering::Relaxed) };
+            VCPUS[home].push(t)
+        }
     }
+}
+
+/// How far into a ready queue `run_inline` looks for the child (a spawn joined at once is at
+/// the queue's tail, which a short queue's walk reaches; beyond that, joining blocks).
+const INLINE_LOOKUP: usize = 8;
+
+/// Work-first at join (lazy thread creation, StackThreads/Cilk): if `t` — a child the caller
+/// is about to join — has not started yet and is near the front of its ready queue, takes it
+/// off the queue (under the queue lock: that is the claim, no vCPU can start it after) and
+/// runs its body here, on the joiner's stack, as `t`: LTN and `current()` name the child, it
+/// has its own thread-locals, and its ThMB is the one the kernel saves into. Returns whether
+/// it ran `t` (then `t` has exited: its outcome is written and its running reference dropped).
+///
+/// A child run this way that blocks is an ordinary blocked thread: its window (on the joiner's
+/// stack) goes into its own ThMB and another thread runs; the joiner, beneath it on the same
+/// stack, cannot run meanwhile (it is in no queue and nobody can wake it: it is not blocked,
+/// only buried), and continues when the child's body returns — on whatever vCPU the child
+/// was then, which the joiner takes over. Rust cannot move frames between stacks, so a child
+/// is run inline only at a join (where the joiner would wait anyway) and never moved later.
+/// While inline, the child uses the joiner's FP area (the joiner is off every vCPU and saves
+/// nothing there until it runs again).
+pub(crate) fn run_inline(t: *mut Thmb) -> bool {
+    // Only on one vCPU for now: with 4 vCPUs, riscv64's conformance run hangs in
+    // spawn_join_10000 when children run inline (x86_64 passes; the race is not found yet).
+    if vcpu_count() > 1 {
+        return false;
+    }
+    let me = platform::ltn();
+    if me.is_null() {
+        return false;
+    }
+    let mut critical = crate::spin::Critical::enter();
+    // SAFETY: the caller holds a reference to `t`; `vcpu` of a queued thread names its queue,
+    // and the lock below makes the look final (a thread in the queue is READY, not running).
+    let claimed = unsafe {
+        let q = (*t).vcpu.load(Ordering::Relaxed);
+        let vcpu = &VCPUS[q.min(MAX_VCPUS - 1)];
+        let mut queue = vcpu.queue.lock();
+        let ours = Thmb::mask(t) == mask::NONE
+            && (*t).stack.get().0 == 0
+            && queue.remove_near_front(t, INLINE_LOOKUP);
+        if ours {
+            vcpu.len.store(queue.len(), Ordering::Release);
+        }
+        ours
+    };
+    if !claimed {
+        critical.leave();
+        return false;
+    }
+    // SAFETY: `t` never ran and is in no queue: it is ours. `me` is the calling thread; its
+    // vCPU cannot change with LTN = 0.
+    unsafe {
+        (*t).vcpu.store((*me).vcpu.load(Ordering::Relaxed), Ordering::Relaxed);
+        (*t).header.fp_area = (*me).header.fp_area;
+        (*t).state.set(RUNNING);
+        platform::set_ltn(t);
+        // From here this code runs as `t`.
+        let body = (*(*t).body.get()).take().expect("libuthread: thread started twice");
+        let outcome = crate::unwind::catch(body);
+        *(*t).outcome.get() = Some(outcome);
+        crate::local::destroy_all(t);
+        // Nobody else joins or waits: the handle is the caller's, consumed by `join`.
+        (*t).join.store(JOIN_EXITED, Ordering::Release);
+        // Back to the joiner, on the vCPU the child is on now.
+        platform::set_ltn(ptr::null_mut());
+        (*me).vcpu.store((*t).vcpu.load(Ordering::Relaxed), Ordering::Relaxed);
+        (*t).header.fp_area = 0;
+        platform::set_ltn(me);
+        Thmb::release(t);
+    }
+    true
 }
 
 /// If other vCPUs idle while `v` has a backlog, wakes one to steal.
@@ -334,6 +427,14 @@ unsafe fn park_current(t: *mut Thmb) {
             platform::park(v);
         }
     }
+    if !SHUTDOWN.load(Ordering::Relaxed) {
+        let to = VCPUS[v].pop();
+        if !to.is_null() {
+            // SAFETY: `t` is the caller on `v`; `to` is READY and ours now.
+            unsafe { switch_to(v, t, to, ACTION_BLOCK) };
+            return;
+        }
+    }
     // SAFETY: `t` is the caller, the scheduler stack of `v` is free (this vCPU is in the
     // library, not in the loop), and `after_switch` never returns.
     unsafe { context::switch_out(t, VCPUS[v].top(), after_switch, v, t as usize | ACTION_BLOCK) };
@@ -355,7 +456,28 @@ pub(crate) fn yield_current() {
     platform::set_ltn(ptr::null_mut());
     // SAFETY: `t` is the calling thread; its vCPU cannot change with LTN = 0.
     let v = unsafe { (*t).vcpu.load(Ordering::Relaxed) };
-    if !VCPUS[v].has_work() && !SHUTDOWN.load(Ordering::SeqCst) {
+    let vcpu = &VCPUS[v];
+    if !SHUTDOWN.load(Ordering::Relaxed) {
+        if !vcpu.has_work() {
+            platform::set_ltn(t);
+            return;
+        }
+        // Direct switch: take the next thread under the queue lock and keep the lock until
+        // `t`'s window is saved — `after_switch_to` queues `t` behind it and unlocks, on the
+        // next thread's stack. (Queued before the save, `t` could be stolen and resumed from
+        // a half-written window.)
+        // SAFETY: LTN = 0 until the next thread runs; the lock is released in
+        // `after_switch_to` (or just below).
+        unsafe {
+            vcpu.queue.lock_raw();
+            let to = vcpu.queue.value_raw().pop_front();
+            if !to.is_null() {
+                switch_to(v, t, to, ACTION_YIELD_LOCKED);
+                return;
+            }
+            vcpu.len.store(0, Ordering::Release);
+            vcpu.queue.unlock_raw();
+        }
         platform::set_ltn(t);
         return;
     }
@@ -363,6 +485,118 @@ pub(crate) fn yield_current() {
     unsafe { context::switch_out(t, VCPUS[v].top(), after_switch, v, t as usize | ACTION_YIELD) };
 }
 
+/// Switches from the calling thread `from` straight to the READY thread `to` (taken off vCPU
+/// `v`'s queue by the caller), without passing through the scheduler loop: prepares `to` to run
+/// here, saves `from`'s window and continues in [`after_switch_to`] on `to`'s own stack (the
+/// part below its saved stack pointer is dead), which finishes what `from` asked for
+/// (`action`) and resumes `to`. Returns when `from` is resumed. Called with LTN = 0.
+///
+/// # Safety
+/// `from` is the calling thread, running on `v`; `to` is READY, off every queue and ours.
+#[inline(always)]
+unsafe fn switch_to(v: usize, from: *mut Thmb, to: *mut Thmb, action: usize) {
+    // SAFETY: forwarded contract.
+    unsafe {
+        let top = prepare(v, to);
+        VCPUS[v].handoff.store(to as usize, Ordering::Relaxed);
+        context::switch_out(from, top, after_switch_to, v, from as usize | action);
+    }
+}
+
+/// Makes the READY thread `t` (ours) the one vCPU `v` runs next: marks it RUNNING here and, if
+/// it never ran, gives it a stack and a window that starts it (mask WINDOW). Returns a stack top
+/// that code may run on until `t` is resumed: the dead part of `t`'s own stack when it resumes
+/// from a window, else the top of `v`'s scheduler stack.
+///
+/// # Safety
+/// `t` is READY and owned by the caller; LTN = 0.
+unsafe fn prepare(v: usize, t: *mut Thmb) -> usize {
+    // SAFETY: per the contract.
+    unsafe {
+        (*t).vcpu.store(v, Ordering::Relaxed);
+        (*t).state.set(RUNNING);
+        // Never ran: nothing saved and no stack. (A child that `run_inline` started has no
+        // stack of its own either, but once it has left a vCPU it always has a saved mask.)
+        if Thmb::mask(t) == mask::NONE && (*t).stack.get().0 == 0 {
+            let size = (*t).stack_size;
+            let (base, len) = take_stack(size).unwrap_or_else(|| fatal("libuthread: no memory for a thread stack\n"));
+            (*t).stack.set((base, len));
+            // The FP area sits at the top of the stack allocation, the stack below it.
+            let fp_area = (base + len - FP_AREA_SIZE) & !(FP_AREA_ALIGN as usize - 1);
+            (*t).header.fp_area = fp_area as u64;
+            context::init_window(&mut (*t).window, fp_area, t, thread_main);
+            Thmb::set_mask(t, mask::WINDOW);
+            return fp_area;
+        }
+        if Thmb::mask(t) & !mask::FP == mask::WINDOW {
+            context::window_sp(&(*t).window)
+        } else {
+            VCPUS[v].top()
+        }
+    }
+}
+
+/// Resumes the thread [`prepare`]d on vCPU `v`, restoring what its mask says.
+///
+/// # Safety
+/// `t` was prepared on `v` and nothing ran it since; LTN = 0.
+unsafe fn resume_prepared(v: usize, t: *mut Thmb) -> ! {
+    // SAFETY: per the contract.
+    unsafe {
+        let m = Thmb::mask(t);
+        match m & !mask::FP {
+            mask::WINDOW => {
+                Thmb::set_mask(t, mask::NONE);
+                VCPUS[v].count_resume(false);
+                context::resume_window(t, t)
+            }
+            mask::FULL => {
+                Thmb::set_mask(t, mask::NONE);
+                VCPUS[v].count_resume(true);
+                context::resume_full(t, m & mask::FP != 0)
+            }
+            _ => fatal("libuthread: a started thread with nothing saved\n"),
+        }
+    }
+}
+
+/// The far side of a direct switch ([`switch_to`]), on the next thread's stack (or the
+/// scheduler stack) with LTN = 0: finishes what the previous thread asked for, then resumes
+/// the next one.
+unsafe extern "C" fn after_switch_to(v: usize, word: usize) -> ! {
+    let t = (word & !ACTION_MASK) as *mut Thmb;
+    let vcpu = &VCPUS[v];
+    let to = vcpu.handoff.load(Ordering::Relaxed) as *mut Thmb;
+    // SAFETY: `t` just left this vCPU and is owned by the scheduler until queued or parked;
+    // for ACTION_YIELD_LOCKED this vCPU holds its queue lock (taken in `yield_current`).
+    unsafe {
+        match word & ACTION_MASK {
+            ACTION_YIELD_LOCKED => {
+                (*t).state.set(READY);
+                let queue = vcpu.queue.value_raw();
+                queue.push_back(t);
+                vcpu.len.store(queue.len(), Ordering::Release);
+                vcpu.queue.unlock_raw();
+            }
+            ACTION_BLOCK => {
+                if !(*t).state.commit_park() {
+                    // Woken before the switch finished: runnable again (behind what is queued).
+                    (*t).state.set(READY);
+                    vcpu.push(t);
+                }
+            }
+            _ => {
+                let (base, len) = (*t).stack.replace((0, 0));
+                give_stack((*t).stack_size, base, len);
+                Thmb::release(t);
+            }
+        }
+        if vcpu_count() > 1 {
+            wake_helper(v);
+        }
+        resume_prepared(v, to)
+    }
+}
 // ------------------------------------------------------------------------------------------
 // Thread start and exit.
 
@@ -386,6 +620,19 @@ unsafe extern "C" fn thread_main(t: *mut Thmb) -> ! {
     platform::set_ltn(ptr::null_mut());
     // SAFETY: vCPU fixed now (LTN = 0).
     let v = unsafe { (*t).vcpu.load(Ordering::Relaxed) };
+    // SAFETY: `t` is live until released.
+    if !unsafe { (*t).is_main } && !SHUTDOWN.load(Ordering::Relaxed) {
+        let to = VCPUS[v].pop();
+        if !to.is_null() {
+            // SAFETY: `to` is READY and ours; `t`'s stack is abandoned and reclaimed by
+            // `after_switch_to` once off it.
+            unsafe {
+                let top = prepare(v, to);
+                VCPUS[v].handoff.store(to as usize, Ordering::Relaxed);
+                context::call_on_stack(top, after_switch_to, v, t as usize | ACTION_EXIT)
+            }
+        }
+    }
     // SAFETY: the thread's stack is abandoned; `after_switch` reclaims it.
     unsafe { context::call_on_stack(VCPUS[v].top(), after_switch, v, t as usize | ACTION_EXIT) }
 }
@@ -474,33 +721,8 @@ fn steal(v: usize) -> *mut Thmb {
 unsafe fn dispatch(v: usize, t: *mut Thmb) -> ! {
     // SAFETY: `t` is READY and owned by this vCPU now.
     unsafe {
-        (*t).vcpu.store(v, Ordering::Relaxed);
-        (*t).state.set(RUNNING);
-        if (*t).stack.get().0 == 0 {
-            let size = (*t).stack_size;
-            let (base, len) = take_stack(size).unwrap_or_else(|| fatal("libuthread: no memory for a thread stack\n"));
-            (*t).stack.set((base, len));
-            // The FP area sits at the top of the stack allocation, the stack below it.
-            let fp_area = (base + len - FP_AREA_SIZE) & !(FP_AREA_ALIGN as usize - 1);
-            (*t).header.fp_area = fp_area as u64;
-            context::init_window(&mut (*t).window, fp_area, t, thread_main);
-            VCPUS[v].count_resume(false);
-            context::resume_window(t, t)
-        }
-        let m = Thmb::mask(t);
-        match m & !mask::FP {
-            mask::WINDOW => {
-                Thmb::set_mask(t, mask::NONE);
-                VCPUS[v].count_resume(false);
-                context::resume_window(t, t)
-            }
-            mask::FULL => {
-                Thmb::set_mask(t, mask::NONE);
-                VCPUS[v].count_resume(true);
-                context::resume_full(t, m & mask::FP != 0)
-            }
-            _ => fatal("libuthread: a started thread with nothing saved\n"),
-        }
+        prepare(v, t);
+        resume_prepared(v, t)
     }
 }
 

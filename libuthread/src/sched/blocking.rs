@@ -7,7 +7,7 @@
 
 use core::ptr;
 
-use crate::queue::{Fifo, Linked};
+use crate::sched::queue::{Fifo, Linked};
 
 /// Handle of a blocked thread: its ThMB (or, under loom, a stack cell with a loom thread).
 #[cfg(not(loom))]
