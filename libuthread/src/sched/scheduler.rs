@@ -282,11 +282,6 @@ const INLINE_LOOKUP: usize = 8;
 /// While inline, the child uses the joiner's FP area (the joiner is off every vCPU and saves
 /// nothing there until it runs again).
 pub(crate) fn run_inline(t: *mut Thmb) -> bool {
-    // Only on one vCPU for now: with 4 vCPUs, riscv64's conformance run hangs in
-    // spawn_join_10000 when children run inline (x86_64 passes; the race is not found yet).
-    if vcpu_count() > 1 {
-        return false;
-    }
     let me = platform::ltn();
     if me.is_null() {
         return false;
