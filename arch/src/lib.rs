@@ -12,6 +12,7 @@
 
 pub mod addr;
 pub mod bootinfo;
+pub mod clock;
 pub mod event;
 pub mod mapping;
 

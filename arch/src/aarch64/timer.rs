@@ -16,7 +16,8 @@ use aarch64_cpu::registers::{Readable, Writeable, CNTFRQ_EL0, CNTKCTL_EL1, CNTVC
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 static COUNTER_HZ: AtomicU64 = AtomicU64::new(0);
-static COUNTER_AT_BOOT: AtomicU64 = AtomicU64::new(0);
+/// Counter ticks to nanoseconds (multiply and shift; set at calibration).
+static CLOCK: crate::clock::Scale = crate::clock::Scale::new();
 /// Counter ticks per timer interrupt.
 static PERIOD: AtomicU64 = AtomicU64::new(0);
 /// INTID of the timer's PPI (from the device tree at `init`).
@@ -41,12 +42,7 @@ pub fn cycles() -> u64 {
 
 /// Nanoseconds since [`init`] ran (0 before).
 pub fn nanos() -> u64 {
-    let hz = COUNTER_HZ.load(Ordering::Relaxed);
-    if hz == 0 {
-        return 0;
-    }
-    let elapsed = cycles().wrapping_sub(COUNTER_AT_BOOT.load(Ordering::Relaxed));
-    (u128::from(elapsed) * 1_000_000_000 / u128::from(hz)) as u64
+    CLOCK.nanos(cycles())
 }
 
 /// Cycle-counter frequency in Hz (0 before [`init`]).
@@ -64,7 +60,7 @@ pub fn intid() -> u32 {
 pub fn init(hz: u64) -> Calibration {
     let freq = CNTFRQ_EL0.get().max(1);
     COUNTER_HZ.store(freq, Ordering::Relaxed);
-    COUNTER_AT_BOOT.store(cycles(), Ordering::Relaxed);
+    CLOCK.calibrate(COUNTER_HZ.load(Ordering::Relaxed), cycles());
     PERIOD.store((freq / hz.max(1)).max(1), Ordering::Relaxed);
     INTID.store(super::boot::platform().timer_intid, Ordering::Relaxed);
     start_periodic();

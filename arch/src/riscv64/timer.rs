@@ -10,7 +10,8 @@ use riscv::register::{cycle, sie, time};
 const CALIBRATION_MS: u64 = 10;
 
 static TIMEBASE_HZ: AtomicU64 = AtomicU64::new(0);
-static TIME_AT_BOOT: AtomicU64 = AtomicU64::new(0);
+/// Counter ticks to nanoseconds (multiply and shift; set at calibration).
+static CLOCK: crate::clock::Scale = crate::clock::Scale::new();
 static CYCLES_HZ: AtomicU64 = AtomicU64::new(0);
 /// `time` ticks between two timer interrupts.
 static PERIOD: AtomicU64 = AtomicU64::new(0);
@@ -50,12 +51,7 @@ fn now() -> u64 {
 
 /// Nanoseconds since [`calibrate`] ran (0 before).
 pub fn nanos() -> u64 {
-    let hz = TIMEBASE_HZ.load(Ordering::Relaxed);
-    if hz == 0 {
-        return 0;
-    }
-    let elapsed = now().wrapping_sub(TIME_AT_BOOT.load(Ordering::Relaxed));
-    (u128::from(elapsed) * 1_000_000_000 / u128::from(hz)) as u64
+    CLOCK.nanos(now())
 }
 
 /// Cycle-counter frequency in Hz (0 before calibration).
@@ -75,7 +71,7 @@ pub fn calibrate() -> Calibration {
     let cycles_end = cycles();
     let cycles_hz = cycles_end.wrapping_sub(cycles_start) * 1000 / CALIBRATION_MS;
     TIMEBASE_HZ.store(timebase_hz, Ordering::Relaxed);
-    TIME_AT_BOOT.store(time_start, Ordering::Relaxed);
+    CLOCK.calibrate(TIMEBASE_HZ.load(Ordering::Relaxed), time_start);
     CYCLES_HZ.store(cycles_hz.max(1), Ordering::Relaxed);
     Calibration { cycles_hz, timer_hz: timebase_hz }
 }

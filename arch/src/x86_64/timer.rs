@@ -26,7 +26,8 @@ const LVT_PERIODIC: u32 = 1 << 17;
 const DIVIDE_BY_16: u32 = 0x3;
 
 static TSC_HZ: AtomicU64 = AtomicU64::new(0);
-static TSC_AT_BOOT: AtomicU64 = AtomicU64::new(0);
+/// Counter ticks to nanoseconds (multiply and shift; set at calibration).
+static CLOCK: crate::clock::Scale = crate::clock::Scale::new();
 static LAPIC_TIMER_HZ: AtomicU64 = AtomicU64::new(0);
 
 /// What calibration measured.
@@ -48,12 +49,7 @@ pub fn cycles() -> u64 {
 
 /// Nanoseconds since [`calibrate`] ran (0 before).
 pub fn nanos() -> u64 {
-    let hz = TSC_HZ.load(Ordering::Relaxed);
-    if hz == 0 {
-        return 0;
-    }
-    let elapsed = cycles().wrapping_sub(TSC_AT_BOOT.load(Ordering::Relaxed));
-    (u128::from(elapsed) * 1_000_000_000 / u128::from(hz)) as u64
+    CLOCK.nanos(cycles())
 }
 
 /// Busy-waits at least `us` microseconds (after calibration).
@@ -101,7 +97,7 @@ pub fn calibrate() -> Calibration {
     let cycles_hz = (tsc_end - tsc_start) * 1000 / CALIBRATION_MS;
     let timer_hz = apic_elapsed * 1000 / CALIBRATION_MS;
     TSC_HZ.store(cycles_hz.max(1), Ordering::Relaxed);
-    TSC_AT_BOOT.store(tsc_start, Ordering::Relaxed);
+    CLOCK.calibrate(TSC_HZ.load(Ordering::Relaxed), tsc_start);
     LAPIC_TIMER_HZ.store(timer_hz.max(1), Ordering::Relaxed);
     Calibration { cycles_hz, timer_hz }
 }
