@@ -33,3 +33,6 @@ mod imp;
 mod imp;
 
 pub use imp::*;
+
+#[cfg(target_os = "none")]
+pub mod usercopy;

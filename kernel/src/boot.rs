@@ -244,7 +244,7 @@ fn report(domain: &Domain, outcome: Outcome) -> u8 {
     let (switches, views) = (domain.counters.get(Counter::ContextSwitches), domain.counters.get(Counter::ViewSwitches));
     // The exit or kill line itself was printed by the domain when it finished.
     println!("  domain {}: {} threads, {switches} switches, {views} view switches", domain.id, domain.thread_count());
-    let up = crate::kn::upcalls_total(domain);
+    let up = crate::notify::upcalls_total(domain);
     if up.iter().any(|&n| n > 0) {
         use tsumugi_abi::kn::EventKind as K;
         println!(

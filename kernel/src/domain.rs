@@ -106,13 +106,11 @@ pub struct Domain {
     /// The first thread's view: every region of the image and stack with its rights.
     initial_view: Vec<(RegionId, MapFlags)>,
     inner: Mutex<Inner>,
-    /// Kernel Notification state, once the program registered (`kn_register`).
-    pub kn: Mutex<Option<crate::kn::KnState>>,
+    /// Kernel Notification state (registered by `kn_register`; upcall counts kept after the end).
+    pub kn: crate::notify::DomainKn,
     /// Serialises region creation (which changes several threads' views) and the start of
-    /// Kernel Notification activations (which copy a thread's view): see `kn::start_activation`.
+    /// Kernel Notification activations (which copy a thread's view): see `notify::vcpu::start_activation`.
     pub region_lock: Mutex<()>,
-    /// Upcalls delivered, by kind, once the Kernel Notification state is gone.
-    pub final_upcalls: Mutex<[u64; 8]>,
 }
 
 impl Domain {
@@ -192,9 +190,8 @@ impl Domain {
                 waiters: Vec::new(),
             }),
             initial_view: regions,
-            kn: Mutex::new(None),
+            kn: crate::notify::DomainKn::new(),
             region_lock: Mutex::new(()),
-            final_upcalls: Mutex::new([0; 8]),
         }))
     }
 
@@ -268,7 +265,7 @@ impl Domain {
             Some(Outcome::Killed(why)) => crate::println!("{DOMAIN}{} {}{KILLED}{why}", self.id, self.name),
             None => {}
         }
-        crate::kn::release(self);
+        crate::notify::release(self);
         crate::names::BOARD.lock().forget(self.id);
         views::with(|s, m| {
             for id in regions {

@@ -50,7 +50,7 @@ pub struct ThreadFp {
     area: Mutex<Option<FpArea>>,
     /// The CPU whose registers hold this thread's live state, or [`NOWHERE`].
     live_on: AtomicUsize,
-    /// Whether its first FP use was reported to its program (`kn::note_fp_use`).
+    /// Whether its first FP use was reported to its program (`notify::note_fp_use`).
     reported: AtomicBool,
 }
 
@@ -216,7 +216,7 @@ pub fn on_trap() {
     save_owner(cpu);
     take_ownership(&me);
     if !me.fp.reported.swap(true, Ordering::Relaxed) {
-        crate::kn::note_fp_use(&me);
+        crate::notify::note_fp_use(&me);
     }
 }
 

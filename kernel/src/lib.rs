@@ -16,6 +16,7 @@ pub mod initrd;
 pub mod loader;
 pub mod mm;
 pub mod names;
+pub mod notify;
 pub mod sched;
 pub mod stats;
 
@@ -27,8 +28,6 @@ pub mod console_input;
 pub mod domain;
 #[cfg(target_os = "none")]
 pub mod fpu;
-#[cfg(target_os = "none")]
-pub mod kn;
 #[cfg(target_os = "none")]
 pub mod panic;
 #[cfg(target_os = "none")]

@@ -55,9 +55,9 @@ pub fn dispatch(frame: &mut TrapFrame) {
             Syscall::Counters => counters(a[0], a[1] as u64, a[2] as u64),
             Syscall::CpuId => Ok(arch::cpu::cpu_index()),
             Syscall::SchedAffinity => sched_affinity(a[0]),
-            Syscall::KnRegister => crate::kn::register(&me(), a[0] as u64),
-            Syscall::VcpuPark => crate::kn::park(&me()),
-            Syscall::VcpuUnpark => crate::kn::unpark(&me(), a[0]),
+            Syscall::KnRegister => crate::notify::register(&me(), a[0] as u64),
+            Syscall::VcpuPark => crate::notify::park(&me()),
+            Syscall::VcpuUnpark => crate::notify::unpark(&me(), a[0]),
             Syscall::SetLtn => set_ltn(a[0] as u64),
             Syscall::ConsoleRead => console_read(frame, a[0] as u64, a[1] as u64),
             Syscall::PerfOpen => crate::perf::open(&me(), a[0]),
@@ -125,8 +125,8 @@ fn clock(which: usize) -> SysResult {
 }
 
 fn sleep(frame: &mut TrapFrame, nanos: u64) -> SysResult {
-    if let Some(r) = crate::kn::sleep(frame, nanos) {
-        return Ok(r);
+    if let Some(r) = crate::notify::sleep(frame, nanos) {
+        return r;
     }
     thread::sleep_nanos(nanos);
     Ok(0)
@@ -137,7 +137,7 @@ fn console_read(frame: &mut TrapFrame, buf: u64, len: u64) -> SysResult {
         return Ok(0);
     }
     check_user(buf, len, MapFlags::WRITE)?;
-    let n = crate::kn::blocking(frame, || {
+    let n = crate::notify::blocking(frame, || {
         let mut chunk = [0u8; COPY_CHUNK];
         let want = (len as usize).min(COPY_CHUNK);
         let n = crate::console_input::read_blocking(&mut chunk[..want]);
@@ -286,7 +286,7 @@ fn region_create(len: u64, rights_bits: usize, flags: usize) -> SysResult {
     // program, so two creators cannot each miss the other's mates.
     let _creating = domain.region_lock.lock();
     let my_view = me.view().ok_or(Errno::Srch)?;
-    let whole_program = domain.kn.lock().is_some();
+    let whole_program = domain.kn.registered();
     let mates: alloc::vec::Vec<Arc<Thread>> = domain
         .thread_ids()
         .into_iter()

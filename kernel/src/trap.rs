@@ -36,7 +36,7 @@ pub fn handle(frame: &mut TrapFrame) {
         Trap::Timer => {
             arch::interrupts::end_of_interrupt();
             if scheduler::tick(frame.from_user()) {
-                crate::kn::preempt(frame);
+                crate::notify::preempt(frame);
             }
         }
         Trap::Ipi(kind) => {
@@ -59,7 +59,7 @@ pub fn handle(frame: &mut TrapFrame) {
         Trap::PageFault { address, access, .. } if frame.from_user() => user_page_fault(frame, address, access),
         trap if frame.from_user() => {
             let (ip, report) = (frame.ip(), describe_exception(frame, trap));
-            if !crate::kn::fault(frame, ip, 0, || report.clone()) {
+            if !crate::notify::fault(frame, ip, 0, || report.clone()) {
                 kill_current(report);
             }
         }
@@ -106,7 +106,7 @@ fn user_page_fault(frame: &mut TrapFrame, address: u64, access: Access) {
         Access::Execute => 3,
     };
     let report = describe_page_fault(frame, address, access);
-    if !crate::kn::fault(frame, address, kind, || report.clone()) {
+    if !crate::notify::fault(frame, address, kind, || report.clone()) {
         kill_current(report);
     }
 }

@@ -15,7 +15,7 @@ pub mod smp;
 pub mod timer;
 pub mod tlb;
 pub mod trap;
-pub mod usercopy;
+pub(crate) mod usercopy;
 
 /// Name of this architecture, as `target_arch` spells it.
 pub const NAME: &str = "aarch64";

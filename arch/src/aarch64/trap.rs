@@ -453,7 +453,7 @@ extern "C" fn trap_dispatch(frame: &mut TrapFrame) {
             frame.vector = (frame.esr >> 26) & 0x3f;
             frame.intid = u64::from(super::interrupts::NO_INTERRUPT);
             // A fault in a kernel access to user memory becomes that access's error (usercopy.rs).
-            if super::usercopy::fix_up(frame) {
+            if crate::usercopy::fix_up(frame) {
                 return;
             }
             if frame.vector == ec::UNKNOWN && !frame.from_user() && frame.elr == super::cpu::semihosting_call as *const () as u64 {

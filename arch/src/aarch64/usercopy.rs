@@ -1,38 +1,35 @@
-//! Kernel accesses to user memory with fault fix-up (the copy-to-user exception-table pattern).
+//! aarch64 half of the user-memory access with fault fix-up (`crate::usercopy`).
 //!
 //! Every access is an unprivileged load or store (`ldtr`/`sttr`) through the page table the CPU
 //! has loaded: each is checked with EL0's rights, exactly as if the program had made it, so the
 //! page table enforces the view's rights, a range the kernel wrongly accepted cannot reach kernel
 //! memory, and the accesses work with PAN on — the kernel keeps `PSTATE.PAN` set at all times
 //! where the CPU has it (cpu.rs), the analogue of SMAP without opening a window.
-//!
-//! The accesses are made by two assembly routines whose faulting instructions lie between
-//! labels; a data abort from EL1 whose `elr` is in one of those ranges does not panic: the trap
-//! path ([`fix_up`], called by `trap_dispatch`) moves `elr` to the routine's fix-up label, which
-//! returns "faulted". So a user pointer the kernel checked against a view that changed
-//! meanwhile costs an error, never a panic.
 
 use core::arch::global_asm;
 
-use super::layout::USER_END;
 use super::trap::{ec, TrapFrame};
 
-/// A user access faulted, or its range was not inside the user half.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct UserFault;
+/// Nothing to open: `ldtr`/`sttr` reach user pages with PAN set.
+pub(crate) struct Window;
 
-// `extern "C" fn user_copy_in(dst: *mut u8, src_user: u64, len: usize) -> usize`
-// `extern "C" fn user_copy_out(dst_user: u64, src: *const u8, len: usize) -> usize`
-//
-// Copy `len` bytes; return 0, or 1 if an access faulted (then some bytes may have been copied).
-// Doublewords (four at a time) when both addresses are 8-byte aligned, bytes otherwise.
-// Assembly because the fix-up must know exactly which instructions may fault and where to
-// continue: the compiler gives no such guarantee for Rust code.
+impl Window {
+    #[inline(always)]
+    pub(crate) fn open() -> Self {
+        Window
+    }
+}
+
+// `user_copy_in(dst, src_user, len) -> 0 | 1`, `user_copy_out(dst_user, src, len) -> 0 | 1`,
+// `user_get_u64(src_user, out) -> 0 | 1`, `user_put_u64(dst_user, value) -> 0 | 1`. Aligned
+// copies move 32-byte blocks, then doublewords, then bytes; misaligned ones go bytewise.
 global_asm!(
     r#"
     .section .text.user_copy, "ax"
     .global user_copy_in
     .global user_copy_out
+    .global user_get_u64
+    .global user_put_u64
     .global user_copy_access_start
     .global user_copy_access_end
     .global user_copy_fixup
@@ -98,9 +95,19 @@ user_copy_out:
     add x0, x0, #1
     sub x2, x2, #1
     b 5b
-user_copy_access_end:
 9:  mov x0, #0
     ret
+
+user_get_u64:
+    ldtr x9, [x0]
+    str x9, [x1]
+    mov x0, #0
+    ret
+user_put_u64:
+    sttr x1, [x0]
+    mov x0, #0
+    ret
+user_copy_access_end:
 user_copy_fixup:                        // a fault between the labels lands here
     mov x0, #1
     ret
@@ -108,61 +115,14 @@ user_copy_fixup:                        // a fault between the labels lands here
     "#
 );
 
-extern "C" {
-    fn user_copy_in(dst: *mut u8, src_user: u64, len: usize) -> usize;
-    fn user_copy_out(dst_user: u64, src: *const u8, len: usize) -> usize;
-    static user_copy_access_start: u8;
-    static user_copy_access_end: u8;
-    static user_copy_fixup: u8;
-}
-
-/// Whether `[addr, addr + len)` lies inside the user half.
-#[inline(always)]
-fn in_user_half(addr: u64, len: usize) -> bool {
-    addr.checked_add(len as u64).is_some_and(|end| end <= USER_END)
-}
-
-/// Copies `dst.len()` bytes from user address `src` through the loaded page table.
-///
-/// # Safety
-/// The loaded table's user half must hold only user mappings (a view's table is loaded).
+/// Whether `frame` is a data abort taken at EL1 (the fault a user access can take).
 #[inline]
-pub unsafe fn copy_from_user(dst: &mut [u8], src: u64) -> Result<(), UserFault> {
-    if !in_user_half(src, dst.len()) {
-        return Err(UserFault);
-    }
-    // SAFETY: `dst` is ours and exactly `len` long; the source is read with EL0's rights, and a
-    // fault there is turned by the fix-up into a return of 1.
-    let r = unsafe { user_copy_in(dst.as_mut_ptr(), src, dst.len()) };
-    if r == 0 { Ok(()) } else { Err(UserFault) }
+pub(crate) fn kernel_data_fault(frame: &TrapFrame) -> bool {
+    frame.vector == ec::DATA_ABORT_SAME && !frame.from_user()
 }
 
-/// Copies `src` to user address `dst` through the loaded page table.
-///
-/// # Safety
-/// The loaded table's user half must hold only user mappings (a view's table is loaded).
+/// Continues `frame` at `pc`.
 #[inline]
-pub unsafe fn copy_to_user(dst: u64, src: &[u8]) -> Result<(), UserFault> {
-    if !in_user_half(dst, src.len()) {
-        return Err(UserFault);
-    }
-    // SAFETY: as in `copy_from_user`, in the other direction (stores with EL0's rights).
-    let r = unsafe { user_copy_out(dst, src.as_ptr(), src.len()) };
-    if r == 0 { Ok(()) } else { Err(UserFault) }
-}
-
-/// The trap path's exception-table lookup: if `frame` is a data abort from EL1 inside the copy
-/// routines' accesses, resumes it at the fix-up (the copy returns "faulted") and returns `true`.
-/// `frame.vector` must already hold the exception class.
-pub fn fix_up(frame: &mut TrapFrame) -> bool {
-    if frame.vector != ec::DATA_ABORT_SAME || frame.from_user() {
-        return false;
-    }
-    let start = core::ptr::addr_of!(user_copy_access_start) as u64;
-    let end = core::ptr::addr_of!(user_copy_access_end) as u64;
-    if !(start..end).contains(&frame.elr) {
-        return false;
-    }
-    frame.elr = core::ptr::addr_of!(user_copy_fixup) as u64;
-    true
+pub(crate) fn resume_at(frame: &mut TrapFrame, pc: u64) {
+    frame.elr = pc;
 }

@@ -461,7 +461,7 @@ trap_return:
 /// Called by `trap_entry` with the frame it built.
 extern "C" fn trap_dispatch(frame: &mut TrapFrame) {
     // A fault in a kernel access to user memory becomes that access's error (usercopy.rs).
-    if super::usercopy::fix_up(frame) {
+    if crate::usercopy::fix_up(frame) {
         return;
     }
     if frame.scause == Exception::UserEnvCall as u64 {

@@ -438,7 +438,7 @@ syscall_entry:
 /// Called by `trap_common` with the frame it built.
 extern "C" fn trap_dispatch(frame: &mut TrapFrame) {
     // A fault in a kernel access to user memory becomes that access's error (usercopy.rs).
-    if super::usercopy::fix_up(frame) {
+    if crate::usercopy::fix_up(frame) {
         return;
     }
     call_handler(frame);

@@ -547,10 +547,10 @@ pub fn tick(from_user: bool) -> bool {
         let w = WATCHDOG_SECS.load(Ordering::Relaxed);
         if w > 0 && t % (w * crate::boot::TICK_HZ) == 0 {
             dump();
-            crate::kn::dump();
+            crate::notify::dump();
         }
         crate::thread::wake_sleepers();
-        crate::kn::wake_sleepers();
+        crate::notify::wake_sleepers();
         crate::console_input::poll();
     }
     if !from_user || cpu.current.load(Ordering::Relaxed).is_null() {

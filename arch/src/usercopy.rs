@@ -1,0 +1,125 @@
+//! Kernel accesses to user memory with fault fix-up (the copy-to-user exception-table pattern),
+//! the same on every port around a few lines of per-port assembly (`<port>/usercopy.rs`).
+//!
+//! Every access goes through the page table the CPU has loaded, by assembly routines whose
+//! faulting instructions all lie between two labels, `user_copy_access_start` and
+//! `user_copy_access_end`. A kernel-mode data fault whose program counter is in that range does
+//! not panic: the trap path ([`fix_up`], called first by each port's `trap_dispatch`) moves the
+//! program counter to `user_copy_fixup`, which returns "faulted" (1) to the routine's caller. So
+//! a user pointer the kernel checked against a view that changed meanwhile (a revoke racing the
+//! copy, a table not yet reloaded after a grant), or one it did not check at all (the Kernel
+//! Notification fast path, which lets the page table decide), costs an error, never a panic.
+//!
+//! The page table enforces the rights: x86_64 sets CR0.WP (supervisor writes honour read-only
+//! pages) and opens SMAP only around the routine (`stac`/`clac`); riscv64 opens `sstatus.SUM`
+//! around it; aarch64 uses the unprivileged `ldtr`/`sttr`, checked as EL0 accesses. The range
+//! must lie in the user half (checked here), and the loaded table's user half must hold only a
+//! view's user mappings — the caller's contract.
+
+use crate::imp::usercopy as port;
+use crate::imp::layout::USER_END;
+use crate::imp::trap::TrapFrame;
+
+/// A user access faulted, or its range was not inside the user half.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UserFault;
+
+extern "C" {
+    /// `user_copy_in(dst, src_user, len) -> 0 | 1`.
+    fn user_copy_in(dst: *mut u8, src: u64, len: usize) -> usize;
+    /// `user_copy_out(dst_user, src, len) -> 0 | 1`.
+    fn user_copy_out(dst: u64, src: *const u8, len: usize) -> usize;
+    /// `user_get_u64(src_user, out) -> 0 | 1`: one aligned word.
+    fn user_get_u64(src: u64, out: *mut u64) -> usize;
+    /// `user_put_u64(dst_user, value) -> 0 | 1`: one aligned word.
+    fn user_put_u64(dst: u64, value: u64) -> usize;
+    static user_copy_access_start: u8;
+    static user_copy_access_end: u8;
+    static user_copy_fixup: u8;
+}
+
+/// Whether `[addr, addr + len)` lies inside the user half.
+#[inline(always)]
+fn in_user_half(addr: u64, len: usize) -> bool {
+    addr.checked_add(len as u64).is_some_and(|end| end <= USER_END)
+}
+
+#[inline(always)]
+fn result(faulted: usize) -> Result<(), UserFault> {
+    if faulted == 0 { Ok(()) } else { Err(UserFault) }
+}
+
+/// Copies `dst.len()` bytes from user address `src` through the loaded page table.
+///
+/// # Safety
+/// The loaded table's user half must hold only user mappings (a view's table is loaded).
+#[inline]
+pub unsafe fn copy_from_user(dst: &mut [u8], src: u64) -> Result<(), UserFault> {
+    if !in_user_half(src, dst.len()) {
+        return Err(UserFault);
+    }
+    let _window = port::Window::open();
+    // SAFETY: `dst` is ours and exactly `len` long; the source is user memory (checked above
+    // and by the caller's contract) whose faults the fix-up turns into a return of 1.
+    result(unsafe { user_copy_in(dst.as_mut_ptr(), src, dst.len()) })
+}
+
+/// Copies `src` to user address `dst` through the loaded page table.
+///
+/// # Safety
+/// As for [`copy_from_user`].
+#[inline]
+pub unsafe fn copy_to_user(dst: u64, src: &[u8]) -> Result<(), UserFault> {
+    if !in_user_half(dst, src.len()) {
+        return Err(UserFault);
+    }
+    let _window = port::Window::open();
+    // SAFETY: as in `copy_from_user`, in the other direction.
+    result(unsafe { user_copy_out(dst, src.as_ptr(), src.len()) })
+}
+
+/// Reads the 8-byte-aligned word at user address `src` (one load, for hot paths).
+///
+/// # Safety
+/// As for [`copy_from_user`].
+#[inline]
+pub unsafe fn get_u64(src: u64) -> Result<u64, UserFault> {
+    if src % 8 != 0 || !in_user_half(src, 8) {
+        return Err(UserFault);
+    }
+    let mut value = 0;
+    let _window = port::Window::open();
+    // SAFETY: as in `copy_from_user`; `value` is ours.
+    result(unsafe { user_get_u64(src, &mut value) })?;
+    Ok(value)
+}
+
+/// Writes `value` to the 8-byte-aligned word at user address `dst` (one store, for hot paths).
+///
+/// # Safety
+/// As for [`copy_from_user`].
+#[inline]
+pub unsafe fn put_u64(dst: u64, value: u64) -> Result<(), UserFault> {
+    if dst % 8 != 0 || !in_user_half(dst, 8) {
+        return Err(UserFault);
+    }
+    let _window = port::Window::open();
+    // SAFETY: as in `copy_to_user`.
+    result(unsafe { user_put_u64(dst, value) })
+}
+
+/// The trap path's exception-table lookup: if `frame` is a kernel-mode data fault inside the
+/// user-access routines, resumes it at the fix-up (the access returns "faulted") and returns
+/// `true`.
+pub fn fix_up(frame: &mut TrapFrame) -> bool {
+    if !port::kernel_data_fault(frame) {
+        return false;
+    }
+    let start = core::ptr::addr_of!(user_copy_access_start) as u64;
+    let end = core::ptr::addr_of!(user_copy_access_end) as u64;
+    if !(start..end).contains(&frame.ip()) {
+        return false;
+    }
+    port::resume_at(frame, core::ptr::addr_of!(user_copy_fixup) as u64);
+    true
+}

@@ -1,0 +1,303 @@
+//! Kernel Notification: vCPUs, zero-copy saves into ThMBs, upcalls and the event ring
+//! (`tsumugi_abi::kn` is the contract; DESIGN §6).
+//!
+//! A program that registers (`kn_register`) gets vCPUs: kernel threads that embody its virtual
+//! processors. When the kernel stops the user thread a vCPU runs — preemption, a blocking
+//! syscall, an unhandled page fault — and the LTN register names a ThMB, the kernel writes the
+//! full register frame straight into that ThMB and hands the vCPU back to the library through
+//! an upcall. A blocking syscall keeps the thread's kernel side (its old activation) waiting,
+//! and a new activation takes over the vCPU: the vCPU never blocks; a `sleep` needs no kernel
+//! side at all (a timer entry), so its vCPU goes straight back. LTN = 0 means the library is in
+//! its own critical section: the kernel then saves in its own area and resumes the vCPU in
+//! place, without an upcall.
+//!
+//! # The room
+//! - [`sleepers`]: the deadline-ordered queue of timed waits (pure logic, host-tested).
+//! - `state`: a program's notification state — registration (immutable, read without a lock),
+//!   ring tail and held events and parked vCPUs (one lock), upcall counts (atomics).
+//! - `save`: the ThMB save, fast (plain stores through the loaded table, fault fix-up) and
+//!   checked (through the view space; a bad LTN ends the program).
+//! - `ring`: the event ring, fast and checked.
+//! - `vcpu`: registration, activations, park and unpark.
+//! - this file: the stop paths (preemption, fault, blocking syscall, sleep) and the upcall.
+//!
+//! The hot paths (a `sleep` turned into a `BLOCKED` upcall, a preemption into `PREEMPTED`) take
+//! one lock (the ring's) and write user memory only through the loaded table; everything they
+//! read about the program is immutable after registration.
+//!
+//! Lock order: a program's notification state, then the view space (checked ring writes), then
+//! run queues; the sleeper queue's lock is never held with another.
+
+pub mod sleepers;
+
+#[cfg(target_os = "none")]
+mod ring;
+#[cfg(target_os = "none")]
+mod save;
+#[cfg(target_os = "none")]
+mod state;
+#[cfg(target_os = "none")]
+mod vcpu;
+
+#[cfg(target_os = "none")]
+pub use machine::*;
+
+#[cfg(target_os = "none")]
+mod machine {
+    use alloc::format;
+    use alloc::string::String;
+    use alloc::sync::Arc;
+    use arch::trap::TrapFrame;
+    use core::sync::atomic::{AtomicU64, Ordering};
+    use spin::Mutex;
+    use tsumugi_abi::kn::{Event, EventKind, RESULT_OFFSET};
+    use tsumugi_abi::syscall::{encode_result, Errno};
+
+    use super::save::{self, Refused};
+    use super::sleepers;
+    pub use super::state::DomainKn;
+    pub use super::vcpu::{dump, note_fp_use, park, register, release, unpark};
+    use crate::domain::{Domain, Outcome};
+    use crate::mm::views;
+    use crate::sched::scheduler;
+    use crate::thread::{self, Thread, NOT_A_VCPU};
+
+    /// Appends `event` to `domain`'s ring (or holds it back, in order, when full) and wakes a
+    /// parked vCPU to read it.
+    pub fn post(domain: &Domain, event: Event) {
+        let Some(cfg) = domain.kn.config() else { return };
+        // The fast path writes through the loaded table: only a thread of this program has it.
+        let own = scheduler::with_current(|t| t.and_then(|t| t.domain.as_deref()).is_some_and(|d| core::ptr::eq(d, domain)));
+        let overflow = {
+            let mut st = domain.kn.state();
+            if st.released {
+                return;
+            }
+            let appended = st.held.is_empty() && own && super::ring::append_fast(cfg, &mut st, &event).is_ok();
+            let overflow = !appended && (st.held.len() >= super::ring::MAX_HELD || st.held.try_reserve(1).is_err());
+            if !appended && !overflow {
+                st.held.push_back(event);
+                super::ring::flush_held(cfg, &mut st);
+            }
+            if !overflow {
+                super::vcpu::wake_one(&mut st);
+            }
+            overflow
+        };
+        if overflow {
+            domain.end(Outcome::Killed(format!(
+                "its event ring stayed full with {} events held back: the library does not drain it",
+                super::ring::MAX_HELD
+            )));
+        }
+    }
+
+    /// Counts an upcall about to be delivered.
+    pub(super) fn count_upcall(domain: &Domain, kind: u64) {
+        scheduler::with_current(|t| {
+            if let Some(t) = t {
+                t.perf.tally(tsumugi_abi::perf::Event::Upcalls);
+            }
+        });
+        domain.kn.count_upcall(kind);
+    }
+
+    /// Upcalls delivered to `domain`, by kind value (kept after the program ends).
+    pub fn upcalls_total(domain: &Domain) -> [u64; 8] {
+        domain.kn.upcalls()
+    }
+
+    /// The running thread's vCPU index if it is a vCPU of a registered program.
+    fn current_vcpu(me: &Thread) -> Option<usize> {
+        let v = me.vcpu.load(Ordering::Acquire);
+        (v != NOT_A_VCPU && me.domain.as_ref().is_some_and(|d| d.kn.registered())).then_some(v)
+    }
+
+    fn kill(me: &Thread, reason: String) -> ! {
+        if let Some(d) = &me.domain {
+            d.end(Outcome::Killed(reason));
+        }
+        thread::exit_current(None)
+    }
+
+    /// Turns the running vCPU's return to user mode into an upcall.
+    fn upcall(me: &Thread, frame: &mut TrapFrame, vcpu: usize, args: [u64; 4]) {
+        let Some(domain) = &me.domain else { return };
+        let Some(cfg) = domain.kn.config() else { return };
+        count_upcall(domain, args[0]);
+        frame.set_upcall(cfg.handler, cfg.upcall_stacks[vcpu], args);
+        arch::cpu::set_user_ltn(0);
+    }
+
+    /// The timer ended the running thread's quantum. For a vCPU running a user thread (LTN ≠
+    /// 0): save it into its ThMB, post `PREEMPTED`, let others run, then upcall. Otherwise
+    /// (LTN = 0, or not a vCPU) plain preemption, resumed in place.
+    pub fn preempt(frame: &mut TrapFrame) {
+        let me = scheduler::current().expect("preempting a thread");
+        let Some(vcpu) = current_vcpu(&me) else {
+            drop(me);
+            scheduler::preempt();
+            return;
+        };
+        match save::save(&me, frame) {
+            Err(Refused::NoThmb) => {
+                drop(me);
+                scheduler::preempt();
+            }
+            Ok(thmb) => {
+                let domain = me.domain.as_ref().expect("a vCPU has a domain");
+                post(domain, Event { kind: EventKind::Preempted as u64, thread: thmb, arg0: vcpu as u64, arg1: 0 });
+                scheduler::preempt();
+                upcall(&me, frame, vcpu, [EventKind::Preempted as u64, thmb, vcpu as u64, 0]);
+            }
+            Err(Refused::Bad(report)) => kill(&me, report),
+        }
+    }
+
+    /// A page fault the view does not allow, in a vCPU: with LTN ≠ 0 the thread is saved and
+    /// the library gets `FAULT`; with LTN = 0 (its critical section or handler) the program
+    /// ends. Returns `false` when the thread is not a vCPU (the caller reports as usual).
+    pub fn fault(frame: &mut TrapFrame, address: u64, access: u64, report: impl FnOnce() -> String) -> bool {
+        let me = scheduler::current().expect("a faulting thread");
+        let Some(vcpu) = current_vcpu(&me) else { return false };
+        match save::save(&me, frame) {
+            Err(Refused::NoThmb) => kill(&me, format!("{} — in the library's critical section or notification handler (LTN = 0), so no upcall", report())),
+            Ok(thmb) => {
+                let domain = me.domain.as_ref().expect("a vCPU has a domain");
+                post(domain, Event { kind: EventKind::Fault as u64, thread: thmb, arg0: address, arg1: access });
+                upcall(&me, frame, vcpu, [EventKind::Fault as u64, thmb, vcpu as u64, address]);
+                true
+            }
+            Err(Refused::Bad(bad)) => kill(&me, bad),
+        }
+    }
+
+    /// Runs the blocking part of a syscall. For a vCPU running a user thread (LTN ≠ 0) the vCPU
+    /// is handed back at once: the thread is saved into its ThMB, `BLOCKED` posted, a new
+    /// activation takes over the vCPU with an upcall, and this activation alone waits; when
+    /// `wait` returns its result is stored in the ThMB (the frame's result register),
+    /// `UNBLOCKED` posted, and this activation ends. Otherwise `wait` simply blocks the calling
+    /// thread and its result is returned.
+    pub fn blocking(frame: &mut TrapFrame, wait: impl FnOnce() -> usize) -> usize {
+        let me = scheduler::current().expect("a syscall thread");
+        let Some(vcpu) = current_vcpu(&me) else {
+            drop(me);
+            return wait();
+        };
+        let thmb = match save::save(&me, frame) {
+            Err(Refused::NoThmb) => {
+                drop(me);
+                return wait();
+            }
+            Ok(t) => t,
+            Err(Refused::Bad(bad)) => kill(&me, bad),
+        };
+        let domain = me.domain.clone().expect("a vCPU has a domain");
+        let view = me.view();
+        post(&domain, Event { kind: EventKind::Blocked as u64, thread: thmb, arg0: vcpu as u64, arg1: 0 });
+        let cfg = domain.kn.config().expect("checked registered");
+        me.vcpu.store(NOT_A_VCPU, Ordering::Release);
+        let args = [EventKind::Blocked as u64, thmb, vcpu as u64, 0];
+        if let Err(e) = super::vcpu::start_activation(&domain, &me, vcpu, cfg.handler, cfg.upcall_stacks[vcpu], args) {
+            kill(&me, format!("no memory for a new activation of vCPU {vcpu} ({e:?})"));
+        }
+        drop(me);
+        let result = wait();
+        let me = scheduler::current().expect("the waiting activation");
+        if let Some(view) = view {
+            let _ = views::write_as(view, thmb + RESULT_OFFSET as u64, &(result as u64).to_le_bytes());
+        }
+        post(&domain, Event { kind: EventKind::Unblocked as u64, thread: thmb, arg0: result as u64, arg1: 0 });
+        drop(domain);
+        drop(me);
+        thread::exit_if_killed();
+        // This activation's work is done; the vCPU lives on in the one that took over.
+        thread::exit_current(Some(0))
+    }
+
+    /// A user thread sleeping in the kernel on behalf of a vCPU that has gone back to the
+    /// library.
+    struct Sleeper {
+        domain: Arc<Domain>,
+        thmb: u64,
+    }
+
+    /// Timed waits of vCPU threads, by deadline in nanoseconds.
+    static SLEEPERS: Mutex<sleepers::Queue<Sleeper>> = Mutex::new(sleepers::Queue::new());
+    /// The earliest deadline in [`SLEEPERS`] (`u64::MAX`: none), read without its lock by the
+    /// tick. Written under the lock.
+    static EARLIEST: AtomicU64 = AtomicU64::new(u64::MAX);
+
+    /// `sleep` of a vCPU running a user thread: the thread's kernel side is just a timer entry,
+    /// so the calling activation itself goes straight back to the library with `BLOCKED` (no
+    /// new activation is needed), and the timer posts `UNBLOCKED` at the deadline — in
+    /// deadline order. Returns `None` when the caller is not such a vCPU (then it sleeps as a
+    /// plain thread), else the value the syscall must store as its result in the frame, which
+    /// now enters the handler: the handler's first argument, since on some ports the result
+    /// register is also the first argument register (aarch64 `x0`, riscv64 `a0`).
+    pub fn sleep(frame: &mut TrapFrame, nanos: u64) -> Option<Result<usize, Errno>> {
+        let me = scheduler::current().expect("a syscall thread");
+        let vcpu = current_vcpu(&me)?;
+        let domain = me.domain.as_ref().expect("a vCPU has a domain");
+        // Charged before anything is saved or posted: a refusal leaves the thread as it was.
+        if domain.kn.sleeping.fetch_add(1, Ordering::Relaxed) >= sleepers::MAX_PER_PROGRAM {
+            domain.kn.sleeping.fetch_sub(1, Ordering::Relaxed);
+            return Some(Err(Errno::Again));
+        }
+        let thmb = match save::save(&me, frame) {
+            Ok(t) => t,
+            Err(Refused::NoThmb) => {
+                domain.kn.sleeping.fetch_sub(1, Ordering::Relaxed);
+                return None;
+            }
+            Err(Refused::Bad(bad)) => kill(&me, bad),
+        };
+        // BLOCKED first: once the entry is queued, a tick on another CPU may post UNBLOCKED.
+        post(domain, Event { kind: EventKind::Blocked as u64, thread: thmb, arg0: vcpu as u64, arg1: 0 });
+        let deadline = arch::timer::nanos().saturating_add(nanos.max(1));
+        let queued = {
+            let mut q = SLEEPERS.lock();
+            let r = q.push(deadline, Sleeper { domain: domain.clone(), thmb });
+            EARLIEST.store(q.earliest(), Ordering::Release);
+            r.is_ok()
+        };
+        if !queued {
+            // No kernel memory for the entry: the wait ends at once with the error, as any
+            // blocking call's result reaches the library (ThMB result register, UNBLOCKED).
+            domain.kn.sleeping.fetch_sub(1, Ordering::Relaxed);
+            let err = encode_result(Err(Errno::NoMem)) as u64;
+            let _ = views::write_owned(domain, thmb + RESULT_OFFSET as u64, &err.to_le_bytes());
+            post(domain, Event { kind: EventKind::Unblocked as u64, thread: thmb, arg0: err, arg1: 0 });
+        }
+        let args = [EventKind::Blocked as u64, thmb, vcpu as u64, 0];
+        upcall(&me, frame, vcpu, args);
+        Some(Ok(args[0] as usize))
+    }
+
+    /// Ends the timed waits whose deadline has passed (timer tick): the result (0) goes into
+    /// the thread's ThMB and `UNBLOCKED` into its program's ring, in deadline order.
+    pub fn wake_sleepers() {
+        let now = arch::timer::nanos();
+        if now < EARLIEST.load(Ordering::Acquire) {
+            return;
+        }
+        loop {
+            let next = {
+                let mut q = SLEEPERS.lock();
+                let s = q.pop_due(now);
+                EARLIEST.store(q.earliest(), Ordering::Release);
+                s
+            };
+            let Some(sleeper) = next else { break };
+            sleeper.domain.kn.sleeping.fetch_sub(1, Ordering::Relaxed);
+            if sleeper.domain.outcome().is_some() {
+                continue;
+            }
+            // The ThMB was written by the thread's save; it lies in a region of the program
+            // (their regions live as long as the program).
+            if views::write_owned(&sleeper.domain, sleeper.thmb + RESULT_OFFSET as u64, &0u64.to_le_bytes()).is_ok() {
+                post(&sleeper.domain, Event { kind: EventKind::Unblocked as u64, thread: sleeper.thmb, arg0: 0, arg1: 0 });
+            }
+        }
+    }
+}

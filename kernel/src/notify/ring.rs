@@ -1,0 +1,94 @@
+//! The event ring: every event appended in order; events that find it full wait, in order, in
+//! the kernel (`State::held`) until the library makes room, so none is lost and an
+//! `UNBLOCKED(t)` can never overtake the `BLOCKED(t)` it answers.
+//!
+//! **Fast path**: when nothing is held back and the poster is a thread of the program itself,
+//! its loaded table maps the ring, and the slot and `tail` are written with plain stores
+//! through it (fault fix-up: a fault falls back). **Checked path**: through the view the
+//! registering thread had (`Config::ring_view`), for posts from other contexts (a timer tick
+//! on a CPU running another program) and whenever the fast one cannot.
+//!
+//! The kernel's own copy of `tail` (`State::tail`) is the truth; the library only ever moves
+//! `head`, which the kernel reads (a garbage `head` makes the ring look full: events are held,
+//! nothing is overwritten).
+
+use core::mem::size_of;
+use core::sync::atomic::{fence, Ordering};
+use tsumugi_abi::kn::{Event, RING_SLOTS_OFFSET};
+
+use super::state::{Config, State};
+use crate::mm::views;
+
+/// Most events a program may have held back (its ring full) before it is ended: a library
+/// that never drains its ring must not grow the kernel without bound.
+pub const MAX_HELD: usize = 1 << 16;
+
+const HEAD: u64 = 0;
+const TAIL: u64 = 8;
+const HELD_BACK: u64 = 24;
+
+fn slot_addr(cfg: &Config, index: u64) -> u64 {
+    cfg.ring + RING_SLOTS_OFFSET as u64 + (index & (cfg.capacity - 1)) * size_of::<Event>() as u64
+}
+
+fn event_bytes(e: &Event) -> &[u8] {
+    // SAFETY: Event is #[repr(C)] with four u64 fields: its bytes are initialised.
+    unsafe { core::slice::from_raw_parts(e as *const Event as *const u8, size_of::<Event>()) }
+}
+
+/// Appends `event` through the loaded table if the ring has room. Only with nothing held.
+pub fn append_fast(cfg: &Config, st: &mut State, event: &Event) -> Result<(), ()> {
+    // SAFETY (all accesses): the caller runs a thread of the program on its own table.
+    let head = unsafe { arch::usercopy::get_u64(cfg.ring + HEAD) }.map_err(|_| ())?;
+    if st.tail.wrapping_sub(head) >= cfg.capacity {
+        return Err(());
+    }
+    // The library read the slots below `head` before it advanced `head`: reuse them only after
+    // that read (weakly ordered CPUs).
+    fence(Ordering::Acquire);
+    // SAFETY: as above.
+    unsafe { arch::usercopy::copy_to_user(slot_addr(cfg, st.tail), event_bytes(event)) }.map_err(|_| ())?;
+    // The slot, and the ThMB written before the event was posted, must be visible before the
+    // new `tail` is: the library reads them once it sees it.
+    fence(Ordering::Release);
+    // SAFETY: as above.
+    unsafe { arch::usercopy::put_u64(cfg.ring + TAIL, st.tail + 1) }.map_err(|_| ())?;
+    st.tail += 1;
+    Ok(())
+}
+
+/// Moves held events into the ring through the checked path while there is room; returns
+/// whether any moved. Rewrites the ring's `held_back` count.
+pub fn flush_held(cfg: &Config, st: &mut State) -> bool {
+    let mut raw = [0u8; 8];
+    if views::read_as(cfg.ring_view, cfg.ring + HEAD, &mut raw).is_err() {
+        return false;
+    }
+    let head = u64::from_le_bytes(raw);
+    fence(Ordering::Acquire);
+    let mut moved = false;
+    while let Some(e) = st.held.front().copied() {
+        if st.tail.wrapping_sub(head) >= cfg.capacity {
+            break;
+        }
+        if views::write_as(cfg.ring_view, slot_addr(cfg, st.tail), event_bytes(&e)).is_err() {
+            break;
+        }
+        fence(Ordering::Release);
+        if views::write_as(cfg.ring_view, cfg.ring + TAIL, &(st.tail + 1).to_le_bytes()).is_err() {
+            break;
+        }
+        st.tail += 1;
+        st.held.pop_front();
+        moved = true;
+    }
+    let held = st.held.len() as u64;
+    let _ = views::write_as(cfg.ring_view, cfg.ring + HELD_BACK, &held.to_le_bytes());
+    moved
+}
+
+/// Whether the ring holds events the library has not read (checked read of `head`).
+pub fn unread(cfg: &Config, st: &State) -> bool {
+    let mut raw = [0u8; 8];
+    views::read_as(cfg.ring_view, cfg.ring + HEAD, &mut raw).is_ok_and(|_| u64::from_le_bytes(raw) != st.tail)
+}

@@ -1,0 +1,142 @@
+//! The zero-copy save: the stopped thread's registers go straight into the ThMB its LTN names.
+//!
+//! **Fast path** ([`save`] first tries it): plain stores through the page table the CPU has
+//! loaded — the stopped thread's own view — with fault fix-up (`arch::usercopy`). The page
+//! table enforces the view's write right, so the kernel need not look the ThMB up in the view
+//! space: a store to memory the thread may not write faults, and the fix-up turns the fault into
+//! a fall-back. **Checked path** ([`save_checked`]): the ThMB (and FP area) looked up in the
+//! thread's view under the view-space lock, zero-on-touch pages filled, written through the view
+//! space; a bad LTN ends the program with a report. Both write exactly the same bytes (frame,
+//! FP area and format, then the mask last), so a fast save that faults half-way is simply
+//! redone by the checked one.
+//!
+//! A revoke racing a fast save: the store goes through the root this CPU loaded, which the
+//! revoker's kick replaces only when this CPU next enters the scheduler, so a ThMB in a region
+//! revoked meanwhile may still be written once — as the thread itself could have written it in
+//! user mode an instant earlier. The revoke is ordered after the save.
+
+use alloc::format;
+use alloc::string::String;
+use arch::mapping::MapFlags;
+use arch::trap::TrapFrame;
+use core::mem::size_of;
+use tsumugi_abi::kn::{mask, FullFrame, FP_AREA_ALIGN, FP_AREA_PTR_OFFSET, FP_AREA_SIZE, FP_FORMAT_OFFSET, FULL_OFFSET, HEADER_SIZE, MASK_OFFSET, THMB_ALIGN};
+
+use crate::mm::view::ViewId;
+use crate::mm::views;
+use crate::thread::Thread;
+
+/// Bytes of a ThMB header the kernel writes.
+const THMB_HEADER: u64 = HEADER_SIZE as u64;
+
+/// Why a save did not happen.
+pub enum Refused {
+    /// LTN = 0: the library is in its own critical section (nothing saved).
+    NoThmb,
+    /// The LTN names memory the thread may not write: the report that ends the program.
+    Bad(String),
+}
+
+/// The full frame as bytes.
+fn frame_bytes(full: &FullFrame) -> &[u8] {
+    // SAFETY: FullFrame is #[repr(C)] plain u64 fields; viewing it as bytes reads initialised
+    // memory of exactly its size.
+    unsafe { core::slice::from_raw_parts(full as *const FullFrame as *const u8, size_of::<FullFrame>()) }
+}
+
+/// Saves `frame` (and FP state) into the ThMB the LTN register names; returns its address.
+/// `me` is the running thread; the fall-back checks against its view.
+pub fn save(me: &Thread, frame: &TrapFrame) -> Result<u64, Refused> {
+    let ltn = arch::cpu::user_ltn();
+    if ltn == 0 {
+        return Err(Refused::NoThmb);
+    }
+    if ltn % THMB_ALIGN != 0 || ltn >= arch::layout::KERNEL_HALF {
+        return Err(Refused::Bad(format!("bad LTN {ltn:#x}: not a {THMB_ALIGN}-byte-aligned ThMB address in the user half")));
+    }
+    let full = frame.to_full_frame();
+    let uses_fp = crate::fpu::has_used_fp(me);
+    if save_fast(ltn, &full, uses_fp).is_ok() {
+        return Ok(ltn);
+    }
+    let view = me.view().ok_or_else(|| Refused::Bad(format!("bad LTN {ltn:#x}: the thread has no view")))?;
+    save_checked(view, ltn, &full, uses_fp).map_err(Refused::Bad)?;
+    Ok(ltn)
+}
+
+/// The fast save through the loaded table. Any failure (a fault, an FP area that needs the
+/// checked path's report) leaves the rest to [`save_checked`].
+fn save_fast(ltn: u64, full: &FullFrame, uses_fp: bool) -> Result<(), ()> {
+    // SAFETY (all accesses): called from the running thread's kernel side, so its view's table
+    // — whose user half holds only that view's user mappings — is loaded.
+    unsafe { arch::usercopy::copy_to_user(ltn + FULL_OFFSET as u64, frame_bytes(full)) }.map_err(|_| ())?;
+    let mut saved = mask::FULL;
+    if uses_fp {
+        // SAFETY: as above.
+        let area = unsafe { arch::usercopy::get_u64(ltn + FP_AREA_PTR_OFFSET as u64) }.map_err(|_| ())?;
+        if area != 0 {
+            if area % FP_AREA_ALIGN != 0 || area >= arch::layout::KERNEL_HALF {
+                return Err(());
+            }
+            let wrote = crate::fpu::with_current_state(|state| {
+                if state.len() > FP_AREA_SIZE {
+                    return Err(());
+                }
+                // SAFETY: as above.
+                unsafe { arch::usercopy::copy_to_user(area, state) }.map_err(|_| ())
+            });
+            if let Some(r) = wrote {
+                r?;
+                // SAFETY: as above.
+                unsafe { arch::usercopy::put_u64(ltn + FP_FORMAT_OFFSET as u64, arch::fpu::thmb_format()) }.map_err(|_| ())?;
+                saved |= mask::FP;
+            }
+        }
+    }
+    // The mask last: it says what the rest holds.
+    // SAFETY: as above.
+    unsafe { arch::usercopy::put_u64(ltn + MASK_OFFSET as u64, saved) }.map_err(|_| ())
+}
+
+/// The checked save: the ThMB and FP area looked up in `view`, written through the view space.
+/// Returns the report if the thread may not write them.
+pub fn save_checked(view: ViewId, ltn: u64, full: &FullFrame, uses_fp: bool) -> Result<(), String> {
+    // Check the whole header before writing any of it.
+    let writable = views::with(|s, _| s.check(view, ltn, THMB_HEADER, MapFlags::WRITE).is_ok());
+    if !writable {
+        return Err(format!("bad LTN {ltn:#x}: the thread's view may not write a ThMB there"));
+    }
+    views::write_as(view, ltn + FULL_OFFSET as u64, frame_bytes(full)).map_err(|_| format!("bad LTN {ltn:#x}: write refused"))?;
+    let saved = mask::FULL | if uses_fp { save_fp_checked(view, ltn)? } else { 0 };
+    views::write_as(view, ltn + MASK_OFFSET as u64, &saved.to_le_bytes()).map_err(|_| format!("bad LTN {ltn:#x}: write refused"))
+}
+
+/// With a FULL save: puts the running thread's FP/SIMD state into the FP area its ThMB names,
+/// so that the library can switch the vCPU to another thread without losing it. Returns
+/// [`mask::FP`] if saved, 0 if the thread has no FP state or no FP area.
+fn save_fp_checked(view: ViewId, ltn: u64) -> Result<u64, String> {
+    let mut word = [0u8; 8];
+    views::read_as(view, ltn + FP_AREA_PTR_OFFSET as u64, &mut word).map_err(|_| format!("bad LTN {ltn:#x}: read refused"))?;
+    let area = u64::from_le_bytes(word);
+    if area == 0 {
+        return Ok(0);
+    }
+    if area % FP_AREA_ALIGN != 0 || area >= arch::layout::KERNEL_HALF {
+        return Err(format!("bad FP area {area:#x} in ThMB {ltn:#x}: not a {FP_AREA_ALIGN}-byte-aligned user address"));
+    }
+    let wrote = crate::fpu::with_current_state(|state| {
+        if state.len() > FP_AREA_SIZE {
+            return Err(format!("FP state of {} bytes does not fit the ABI's {FP_AREA_SIZE}-byte area", state.len()));
+        }
+        views::write_as(view, area, state).map_err(|_| format!("bad FP area {area:#x} in ThMB {ltn:#x}: the thread's view may not write it"))
+    });
+    match wrote {
+        None => Ok(0),
+        Some(r) => {
+            r?;
+            let format = arch::fpu::thmb_format().to_le_bytes();
+            views::write_as(view, ltn + FP_FORMAT_OFFSET as u64, &format).map_err(|_| format!("bad LTN {ltn:#x}: write refused"))?;
+            Ok(mask::FP)
+        }
+    }
+}

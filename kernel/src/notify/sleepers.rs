@@ -1,0 +1,155 @@
+//! Timed waits of user threads whose vCPU went back to the library (`sleep` with LTN ≠ 0): a
+//! deadline-ordered queue with no allocation on its hot path and a lock-free "anything due?"
+//! check for the timer tick.
+//!
+//! [`Queue`] is pure logic (host-tested against a model); the kernel keeps one behind a spin
+//! lock with the earliest deadline published in an atomic, so a tick with nothing due costs a
+//! clock read and a compare instead of the lock.
+
+use alloc::collections::BinaryHeap;
+use core::cmp::{Ordering, Reverse};
+
+/// Most timed waits one program may have pending at once (`sleep` then answers `EAGAIN`):
+/// each costs the kernel a queue entry, and a program must not grow the kernel without bound.
+pub const MAX_PER_PROGRAM: usize = 1 << 16;
+
+/// One pending wait: the item with its deadline and arrival number (ties end in arrival order).
+struct Entry<T> {
+    key: (u64, u64),
+    item: T,
+}
+
+impl<T> PartialEq for Entry<T> {
+    fn eq(&self, other: &Self) -> bool {
+        self.key == other.key
+    }
+}
+
+impl<T> Eq for Entry<T> {}
+
+impl<T> PartialOrd for Entry<T> {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl<T> Ord for Entry<T> {
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.key.cmp(&other.key)
+    }
+}
+
+/// A min-queue of items by deadline, ties in arrival order.
+pub struct Queue<T> {
+    heap: BinaryHeap<Reverse<Entry<T>>>,
+    arrivals: u64,
+}
+
+/// The queue could not grow (kernel heap exhausted): the item comes back.
+#[derive(Debug)]
+pub struct Full<T>(pub T);
+
+impl<T> Queue<T> {
+    /// An empty queue (allocates nothing).
+    pub const fn new() -> Self {
+        Queue { heap: BinaryHeap::new(), arrivals: 0 }
+    }
+
+    /// Adds `item`, due at `deadline`. Fails, giving the item back, only if the queue has to
+    /// grow and the heap has no memory.
+    pub fn push(&mut self, deadline: u64, item: T) -> Result<(), Full<T>> {
+        if self.heap.try_reserve(1).is_err() {
+            return Err(Full(item));
+        }
+        let key = (deadline, self.arrivals);
+        self.arrivals += 1;
+        self.heap.push(Reverse(Entry { key, item }));
+        Ok(())
+    }
+
+    /// Removes and returns the earliest item if it is due at `now`.
+    pub fn pop_due(&mut self, now: u64) -> Option<T> {
+        match self.heap.peek() {
+            Some(Reverse(e)) if e.key.0 <= now => self.heap.pop().map(|Reverse(e)| e.item),
+            _ => None,
+        }
+    }
+
+    /// The earliest deadline, or `u64::MAX` when empty.
+    pub fn earliest(&self) -> u64 {
+        self.heap.peek().map_or(u64::MAX, |Reverse(e)| e.key.0)
+    }
+
+    /// Removes every item `keep` rejects (a program that ended), keeping the order of the rest.
+    pub fn retain(&mut self, mut keep: impl FnMut(&T) -> bool) {
+        self.heap.retain(|Reverse(e)| keep(&e.item));
+    }
+
+    /// Pending waits.
+    pub fn len(&self) -> usize {
+        self.heap.len()
+    }
+
+    /// Whether nothing waits.
+    pub fn is_empty(&self) -> bool {
+        self.heap.is_empty()
+    }
+}
+
+impl<T> Default for Queue<T> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn equal_deadlines_end_in_arrival_order() {
+        let mut q = Queue::new();
+        for i in 0..10u32 {
+            q.push(5, i).unwrap();
+        }
+        assert_eq!(q.pop_due(4), None);
+        let order: Vec<u32> = core::iter::from_fn(|| q.pop_due(5)).collect();
+        assert_eq!(order, (0..10).collect::<Vec<_>>());
+        assert_eq!(q.earliest(), u64::MAX);
+    }
+
+    proptest! {
+        /// Against a model: a list kept sorted by (deadline, arrival).
+        #[test]
+        fn matches_a_sorted_list(ops in proptest::collection::vec((any::<bool>(), 0u64..50), 0..300)) {
+            let mut q = Queue::new();
+            let mut model: Vec<((u64, u64), u64)> = Vec::new();
+            let mut arrivals = 0u64;
+            let mut now = 0u64;
+            for (push, x) in ops {
+                if push {
+                    q.push(now + x, arrivals).unwrap();
+                    model.push(((now + x, arrivals), arrivals));
+                    model.sort();
+                    arrivals += 1;
+                } else {
+                    now += x / 5;
+                    loop {
+                        let want = match model.first() {
+                            Some(&((d, _), item)) if d <= now => Some(item),
+                            _ => None,
+                        };
+                        prop_assert_eq!(q.pop_due(now), want);
+                        if want.is_none() {
+                            break;
+                        }
+                        model.remove(0);
+                    }
+                }
+                prop_assert_eq!(q.earliest(), model.first().map_or(u64::MAX, |&((d, _), _)| d));
+                prop_assert_eq!(q.len(), model.len());
+            }
+        }
+    }
+}

@@ -1,0 +1,130 @@
+//! A program's Kernel Notification state: what registration fixed (read without a lock by the
+//! fast paths), what changes (ring tail, held events, parked vCPUs: one spin lock), and the
+//! upcall counts (atomics, kept after the program ends).
+
+use alloc::collections::VecDeque;
+use alloc::sync::Arc;
+use alloc::vec::Vec;
+use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use spin::{Mutex, MutexGuard, Once};
+use tsumugi_abi::kn::Event;
+
+use crate::mm::view::ViewId;
+use crate::thread::Thread;
+
+/// What registration fixed; immutable for the program's life, so the fast paths read it
+/// without a lock.
+pub struct Config {
+    /// The upcall handler (checked executable at registration).
+    pub handler: u64,
+    /// The ring's header address (the ring was checked writable, whole, at registration).
+    pub ring: u64,
+    /// Slots in the ring (a power of two).
+    pub capacity: u64,
+    /// The library's per-vCPU "FP is live" words (`Registration::fp_live`), or 0.
+    pub fp_live: u64,
+    /// The view the registering thread had, attached for the program's life: the checked
+    /// ring writes (from another program's context, or when the poster's own table cannot)
+    /// go through it.
+    pub ring_view: ViewId,
+    /// Top of each vCPU's upcall stack.
+    pub upcall_stacks: Vec<u64>,
+}
+
+/// One virtual processor of a program.
+pub struct Vcpu {
+    /// Its activation parked in `vcpu_park`, if any.
+    pub parked: Option<Arc<Thread>>,
+    /// An unpark came while it was not parked: the next park returns at once.
+    pub token: bool,
+}
+
+/// What changes while the program runs.
+pub struct State {
+    /// The kernel's copy of the ring's `tail` (the kernel is its only writer; the copy in user
+    /// memory is what the library reads, never what the kernel trusts).
+    pub tail: u64,
+    /// Events waiting for room in the ring, in order.
+    pub held: VecDeque<Event>,
+    /// The program's vCPUs.
+    pub vcpus: Vec<Vcpu>,
+    /// vCPUs with a parked activation (`post` wakes one only if there is one).
+    pub parked: usize,
+    /// The program has finished: nothing is posted any more.
+    pub released: bool,
+}
+
+/// A program's Kernel Notification state (a field of its `Domain`).
+pub struct DomainKn {
+    config: Once<Config>,
+    state: Mutex<State>,
+    /// Upcalls delivered, by kind value.
+    upcalls: [AtomicU64; 8],
+    /// Timed waits pending in the sleeper queue.
+    pub sleeping: AtomicUsize,
+}
+
+impl DomainKn {
+    /// Not registered.
+    pub const fn new() -> Self {
+        DomainKn {
+            config: Once::new(),
+            state: Mutex::new(State { tail: 0, held: VecDeque::new(), vcpus: Vec::new(), parked: 0, released: false }),
+            upcalls: [const { AtomicU64::new(0) }; 8],
+            sleeping: AtomicUsize::new(0),
+        }
+    }
+
+    /// The registration, if the program registered.
+    #[inline]
+    pub fn config(&self) -> Option<&Config> {
+        self.config.get()
+    }
+
+    /// Whether the program registered.
+    pub fn registered(&self) -> bool {
+        self.config.get().is_some()
+    }
+
+    /// The changing state (lock order: this lock, then the view space, then run queues).
+    pub fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock()
+    }
+
+    /// The changing state, if its lock is free (diagnostics).
+    pub fn try_state(&self) -> Option<MutexGuard<'_, State>> {
+        self.state.try_lock()
+    }
+
+    /// Registers `config` with `vcpus` vCPUs and the ring's current `tail`; fails if the
+    /// program registered before.
+    pub fn install(&self, config: Config, vcpus: usize, tail: u64) -> Result<(), ()> {
+        let mut state = self.state.lock();
+        if self.config.get().is_some() || state.released {
+            return Err(());
+        }
+        self.config.call_once(|| config);
+        state.tail = tail;
+        state.vcpus = (0..vcpus).map(|_| Vcpu { parked: None, token: false }).collect();
+        Ok(())
+    }
+
+    /// Counts an upcall of `kind`.
+    #[inline]
+    pub fn count_upcall(&self, kind: u64) {
+        if let Some(c) = self.upcalls.get(kind as usize) {
+            c.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Upcalls delivered, by kind value (also after the program ended).
+    pub fn upcalls(&self) -> [u64; 8] {
+        core::array::from_fn(|i| self.upcalls[i].load(Ordering::Relaxed))
+    }
+}
+
+impl Default for DomainKn {
+    fn default() -> Self {
+        Self::new()
+    }
+}

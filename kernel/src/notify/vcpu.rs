@@ -1,0 +1,221 @@
+//! Registration, vCPUs and their activations: `kn_register`, `vcpu_park`, `vcpu_unpark`, new
+//! activations, the end of a program's notification state.
+
+use alloc::sync::Arc;
+use alloc::vec::Vec;
+use arch::mapping::MapFlags;
+use core::mem::size_of;
+use core::sync::atomic::Ordering;
+use tsumugi_abi::kn::{Event, EventKind, Registration, RingHeader, MAX_VCPUS, RING_SLOTS_OFFSET};
+use tsumugi_abi::syscall::Errno;
+
+use super::state::Config;
+use crate::domain::Domain;
+use crate::mm::views;
+use crate::sched::scheduler::{self, Then};
+use crate::thread::{self, Body, Thread, NOT_A_VCPU};
+
+/// Largest ring a program may register.
+const MAX_RING_SLOTS: u64 = 1 << 16;
+
+/// `kn_register(reg)`.
+pub fn register(me: &Arc<Thread>, reg_addr: u64) -> Result<usize, Errno> {
+    let domain = me.domain.clone().ok_or(Errno::Inval)?;
+    let view = me.view().ok_or(Errno::Fault)?;
+    let mut raw = [0u8; size_of::<Registration>()];
+    views::read_as(view, reg_addr, &mut raw).map_err(|_| Errno::Fault)?;
+    let word = |i: usize| u64::from_le_bytes(raw[i * 8..i * 8 + 8].try_into().expect("8 bytes"));
+    let reg = Registration { handler: word(0), ring: word(1), upcall_stacks: word(2), vcpus: word(3), fp_live: word(4) };
+    if reg.vcpus == 0 || reg.vcpus as usize > MAX_VCPUS {
+        return Err(Errno::Inval);
+    }
+    let exec_ok = views::with(|s, _| s.check(view, reg.handler, 1, MapFlags::EXEC).is_ok());
+    if !exec_ok {
+        return Err(Errno::Fault);
+    }
+    if reg.ring % 8 != 0 {
+        return Err(Errno::Inval);
+    }
+    let mut header = [0u8; size_of::<RingHeader>()];
+    views::read_as(view, reg.ring, &mut header).map_err(|_| Errno::Fault)?;
+    let header_word = |i: usize| u64::from_le_bytes(header[i * 8..i * 8 + 8].try_into().expect("8 bytes"));
+    let (tail, capacity) = (header_word(1), header_word(2));
+    if capacity == 0 || !capacity.is_power_of_two() || capacity > MAX_RING_SLOTS {
+        return Err(Errno::Inval);
+    }
+    // The whole ring, once: the fast paths then write it through the loaded table, whose
+    // rights the page table enforces; the checked path re-checks at every write.
+    let ring_bytes = RING_SLOTS_OFFSET as u64 + capacity * size_of::<Event>() as u64;
+    views::with(|s, _| s.check(view, reg.ring, ring_bytes, MapFlags::WRITE)).map_err(|_| Errno::Fault)?;
+    if reg.fp_live != 0 {
+        let fp_live_ok = reg.fp_live % 8 == 0 && views::with(|s, _| s.check(view, reg.fp_live, reg.vcpus * 8, MapFlags::WRITE).is_ok());
+        if !fp_live_ok {
+            return Err(Errno::Fault);
+        }
+    }
+    let mut stacks = Vec::new();
+    stacks.try_reserve_exact(reg.vcpus as usize).map_err(|_| Errno::NoMem)?;
+    for v in 0..reg.vcpus {
+        let mut top = [0u8; 8];
+        views::read_as(view, reg.upcall_stacks + v * 8, &mut top).map_err(|_| Errno::Fault)?;
+        let top = u64::from_le_bytes(top);
+        views::with(|s, _| s.check(view, top.saturating_sub(64), 64, MapFlags::WRITE)).map_err(|_| Errno::Fault)?;
+        stacks.push(top);
+    }
+    if domain.kn.registered() {
+        return Err(Errno::Inval);
+    }
+    // The ring view stays attached while the program lives (released with the domain).
+    let ring_view = views::with(|s, m| {
+        let set = s.set(view).map(|x| x.to_vec()).unwrap_or_default();
+        s.attach(m, &set)
+    })
+    .map_err(|_| Errno::NoMem)?;
+    let config = Config { handler: reg.handler, ring: reg.ring, capacity, fp_live: reg.fp_live, ring_view, upcall_stacks: stacks };
+    if domain.kn.install(config, reg.vcpus as usize, tail).is_err() {
+        // Another thread of the program registered meanwhile.
+        let _ = views::with(|s, m| s.detach(m, ring_view));
+        return Err(Errno::Inval);
+    }
+    me.vcpu.store(0, Ordering::Release);
+    // The caller becomes vCPU 0. If it used FP before (its first FP trap then found no vCPU to
+    // report), its FP state is live now: say so, or the library's WINDOW switches on vCPU 0
+    // would leave the ABI's callee-saved FP registers unsaved.
+    if crate::fpu::has_used_fp(me) {
+        note_fp_use(me);
+    }
+    let cfg = domain.kn.config().expect("installed");
+    for v in 1..reg.vcpus {
+        super::post(&domain, Event { kind: EventKind::VcpuGranted as u64, thread: 0, arg0: v, arg1: 0 });
+        let args = [EventKind::VcpuGranted as u64, 0, v, v];
+        start_activation(&domain, me, v as usize, cfg.handler, cfg.upcall_stacks[v as usize], args)?;
+    }
+    Ok(0)
+}
+
+/// Starts a new activation of vCPU `vcpu` entering the handler with `args`, with the rights
+/// `source` (the registering or blocking thread) has now.
+///
+/// Under the program's `region_lock`, as `region_create` is: a region another vCPU creates
+/// meanwhile is either in `source`'s view before the copy (`source` is one of its creator's
+/// mates) or created after the new activation joined the program (which makes it a mate).
+/// Without the lock, an activation copying a view read earlier misses such a region, and the
+/// library's threads fault on their own stacks when that vCPU runs them.
+pub fn start_activation(domain: &Arc<Domain>, source: &Thread, vcpu: usize, handler: u64, stack: u64, args: [u64; 4]) -> Result<Arc<Thread>, Errno> {
+    let _creating = domain.region_lock.lock();
+    let view = source.view().ok_or(Errno::Fault)?;
+    let set = views::with(|s, _| s.set(view).map(|x| x.to_vec())).ok_or(Errno::Fault)?;
+    let v = views::with(|s, m| s.attach(m, &set)).map_err(|_| Errno::NoMem)?;
+    super::count_upcall(domain, args[0]);
+    domain.spawn(v, Body::Upcall { ip: handler, sp: stack, args }, true, Some(vcpu)).map_err(|_| Errno::NoMem)
+}
+
+/// The running thread used FP for the first time (its FP-disabled trap): if it is a vCPU of a
+/// program that asked (`Registration::fp_live`), tell the library that FP is live on it.
+pub fn note_fp_use(me: &Thread) {
+    let v = me.vcpu.load(Ordering::Acquire);
+    if v == NOT_A_VCPU {
+        return;
+    }
+    let (Some(domain), Some(view)) = (&me.domain, me.view()) else { return };
+    let word = domain.kn.config().map_or(0, |c| c.fp_live);
+    if word != 0 {
+        // Checked writable at registration; a refusal now (the program unmapped it) only
+        // costs the program its own FP callee-saved registers, as it asked.
+        let _ = views::write_as(view, word + 8 * v as u64, &1u64.to_le_bytes());
+    }
+}
+
+/// `vcpu_park()`.
+pub fn park(me: &Arc<Thread>) -> Result<usize, Errno> {
+    let domain = me.domain.clone().ok_or(Errno::Inval)?;
+    let cfg = domain.kn.config().ok_or(Errno::Inval)?;
+    let vcpu = me.vcpu.load(Ordering::Acquire);
+    {
+        let mut st = domain.kn.state();
+        let slot = st.vcpus.get_mut(vcpu).ok_or(Errno::Inval)?;
+        if core::mem::take(&mut slot.token) {
+            return Ok(0);
+        }
+        super::ring::flush_held(cfg, &mut st);
+        if super::ring::unread(cfg, &st) {
+            return Ok(0);
+        }
+        // A vCPU of a program that is ending returns instead, and ends on its way out.
+        if !me.block_unless_killed() {
+            return Ok(0);
+        }
+        st.vcpus[vcpu].parked = Some(me.clone());
+        st.parked += 1;
+    }
+    scheduler::schedule(Then::Block);
+    Ok(0)
+}
+
+/// `vcpu_unpark(v)`.
+pub fn unpark(me: &Arc<Thread>, vcpu: usize) -> Result<usize, Errno> {
+    let domain = me.domain.clone().ok_or(Errno::Inval)?;
+    let woken = {
+        let mut st = domain.kn.state();
+        if !domain.kn.registered() {
+            return Err(Errno::Inval);
+        }
+        let slot = st.vcpus.get_mut(vcpu).ok_or(Errno::Inval)?;
+        match slot.parked.take() {
+            Some(t) => {
+                st.parked -= 1;
+                Some(t)
+            }
+            None => {
+                slot.token = true;
+                None
+            }
+        }
+    };
+    if let Some(t) = woken {
+        thread::wake(t);
+    }
+    Ok(0)
+}
+
+/// Wakes one parked vCPU (an event is waiting for the library). Under the state lock.
+pub fn wake_one(st: &mut super::state::State) {
+    if st.parked == 0 {
+        return;
+    }
+    if let Some(t) = st.vcpus.iter_mut().find_map(|v| v.parked.take()) {
+        st.parked -= 1;
+        thread::wake(t);
+    }
+}
+
+/// Releases a finished program's notification state (its ring view; nothing is posted after).
+pub fn release(domain: &Domain) {
+    let parked: Vec<Arc<Thread>> = {
+        let mut st = domain.kn.state();
+        if st.released {
+            return;
+        }
+        st.released = true;
+        st.held.clear();
+        st.parked = 0;
+        st.vcpus.iter_mut().filter_map(|v| v.parked.take()).collect()
+    };
+    drop(parked);
+    if let Some(cfg) = domain.kn.config() {
+        let _ = views::with(|s, m| s.detach(m, cfg.ring_view));
+    }
+}
+
+/// Prints every registered program's vCPU and ring state (watchdog diagnostics).
+pub fn dump() {
+    crate::domain::for_each_live(|d| {
+        let Some(cfg) = d.kn.config() else { return };
+        if let Some(st) = d.kn.try_state() {
+            let mut raw = [0u8; 8];
+            let head = views::read_as(cfg.ring_view, cfg.ring, &mut raw).map_or(u64::MAX, |_| u64::from_le_bytes(raw));
+            let parked: Vec<(usize, u64, bool)> = st.vcpus.iter().enumerate().map(|(i, v)| (i, v.parked.as_ref().map_or(0, |t| t.id), v.token)).collect();
+            crate::println!("watchdog: domain {}: ring head {head} tail {} held {}, vcpus (index, parked thread, token) {:?}", d.id, st.tail, st.held.len(), parked);
+        }
+    });
+}
