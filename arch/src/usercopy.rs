@@ -78,34 +78,76 @@ pub unsafe fn copy_to_user(dst: u64, src: &[u8]) -> Result<(), UserFault> {
     result(unsafe { user_copy_out(dst, src.as_ptr(), src.len()) })
 }
 
-/// Reads the 8-byte-aligned word at user address `src` (one load, for hot paths).
+/// An open user-access window (Linux's `user_access_begin`/`unsafe_put_user`/
+/// `user_access_end`): several word and block accesses for the price of opening it once —
+/// for hot paths that touch user memory a few times in a row. Keep it short: it lets the
+/// kernel reach user pages (x86_64 SMAP and riscv64 SUM are open while it lives).
+pub struct Access {
+    _window: port::Window,
+}
+
+impl Access {
+    /// Opens the window.
+    ///
+    /// # Safety
+    /// As for [`copy_from_user`], for as long as the window lives.
+    #[inline(always)]
+    pub unsafe fn open() -> Access {
+        Access { _window: port::Window::open() }
+    }
+
+    /// Reads the 8-byte-aligned word at user address `src`.
+    #[inline(always)]
+    pub fn get_u64(&self, src: u64) -> Result<u64, UserFault> {
+        if src % 8 != 0 || !in_user_half(src, 8) {
+            return Err(UserFault);
+        }
+        let mut value = 0;
+        // SAFETY: the source is user memory (checked above; `open`'s contract) whose faults the
+        // fix-up turns into a return of 1; `value` is ours.
+        result(unsafe { user_get_u64(src, &mut value) })?;
+        Ok(value)
+    }
+
+    /// Writes `value` to the 8-byte-aligned word at user address `dst`.
+    #[inline(always)]
+    pub fn put_u64(&self, dst: u64, value: u64) -> Result<(), UserFault> {
+        if dst % 8 != 0 || !in_user_half(dst, 8) {
+            return Err(UserFault);
+        }
+        // SAFETY: as in `get_u64`.
+        result(unsafe { user_put_u64(dst, value) })
+    }
+
+    /// Copies `src` to user address `dst`.
+    #[inline(always)]
+    pub fn copy_to(&self, dst: u64, src: &[u8]) -> Result<(), UserFault> {
+        if !in_user_half(dst, src.len()) {
+            return Err(UserFault);
+        }
+        // SAFETY: as in `get_u64`; `src` is ours.
+        result(unsafe { user_copy_out(dst, src.as_ptr(), src.len()) })
+    }
+}
+
+/// Reads the 8-byte-aligned word at user address `src` (one load).
 ///
 /// # Safety
 /// As for [`copy_from_user`].
 #[inline]
 pub unsafe fn get_u64(src: u64) -> Result<u64, UserFault> {
-    if src % 8 != 0 || !in_user_half(src, 8) {
-        return Err(UserFault);
-    }
-    let mut value = 0;
-    let _window = port::Window::open();
-    // SAFETY: as in `copy_from_user`; `value` is ours.
-    result(unsafe { user_get_u64(src, &mut value) })?;
-    Ok(value)
+    // SAFETY: the caller's contract.
+    unsafe { Access::open() }.get_u64(src)
 }
 
-/// Writes `value` to the 8-byte-aligned word at user address `dst` (one store, for hot paths).
+/// Writes `value` to the 8-byte-aligned word at user address `dst` (one store).
 ///
 /// # Safety
 /// As for [`copy_from_user`].
 #[inline]
 pub unsafe fn put_u64(dst: u64, value: u64) -> Result<(), UserFault> {
-    if dst % 8 != 0 || !in_user_half(dst, 8) {
-        return Err(UserFault);
-    }
-    let _window = port::Window::open();
-    // SAFETY: as in `copy_to_user`.
-    result(unsafe { user_put_u64(dst, value) })
+    // SAFETY: the caller's contract.
+    unsafe { Access::open() }.put_u64(dst, value)
 }
 
 /// The trap path's exception-table lookup: if `frame` is a kernel-mode data fault inside the

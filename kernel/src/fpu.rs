@@ -52,12 +52,14 @@ pub struct ThreadFp {
     live_on: AtomicUsize,
     /// Whether its first FP use was reported to its program (`notify::note_fp_use`).
     reported: AtomicBool,
+    /// Whether it ever had FP state (set when it first takes the registers; never cleared).
+    used: AtomicBool,
 }
 
 impl ThreadFp {
     /// No state yet.
     pub const fn new() -> Self {
-        ThreadFp { area: Mutex::new(None), live_on: AtomicUsize::new(NOWHERE), reported: AtomicBool::new(false) }
+        ThreadFp { area: Mutex::new(None), live_on: AtomicUsize::new(NOWHERE), reported: AtomicBool::new(false), used: AtomicBool::new(false) }
     }
 }
 
@@ -147,7 +149,7 @@ fn save_owner(cpu: usize) {
 
 /// Whether `t` has ever used FP: its registers are live on some CPU, or saved in its area.
 pub fn has_used_fp(t: &Thread) -> bool {
-    t.fp.live_on.load(Ordering::Acquire) != NOWHERE || t.fp.area.lock().is_some()
+    t.fp.used.load(Ordering::Acquire)
 }
 
 /// Serves another CPU's request to save this CPU's owner (from the IPI or while spinning).
@@ -199,6 +201,7 @@ fn take_ownership(t: &Arc<Thread>) {
     } else {
         arch::fpu::reset();
     }
+    t.fp.used.store(true, Ordering::Release);
     t.fp.live_on.store(cpu, Ordering::Release);
     CPUS[cpu].owner.store(Arc::into_raw(t.clone()) as *mut Thread, Ordering::Release);
 }

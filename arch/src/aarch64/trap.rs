@@ -197,8 +197,14 @@ impl TrapFrame {
     /// first four argument registers (`x0..x3`), interrupts on. The link register is 0, so a
     /// handler that returns faults instead of running on.
     pub fn set_upcall(&mut self, handler: u64, stack_top: u64, args: [u64; 4]) {
-        *self = TrapFrame::new_user(handler, stack_top & !15, args[0]);
-        self.x[1..4].copy_from_slice(&args[1..]);
+        // Only what the handler's entry needs, as `new_user` sets it: the other registers keep
+        // the stopped thread's values, which belong to the same program (its ThMB has them).
+        self.elr = handler;
+        self.sp = stack_top & !15;
+        self.spsr = SPSR_EL0T;
+        self.x[..4].copy_from_slice(&args);
+        self.x[30] = 0;
+        self.intid = u64::from(super::interrupts::NO_INTERRUPT);
     }
 
     /// Classifies the trap.

@@ -173,7 +173,13 @@ impl TrapFrame {
     /// stack pointer `stack_top` (16-byte aligned, as at a call) and `args` in `a0`..`a3`.
     /// Interrupts are on in the handler.
     pub fn set_upcall(&mut self, handler: u64, stack_top: u64, args: [u64; 4]) {
-        *self = TrapFrame::new_user(handler, stack_top & !15, args[0]);
+        // Only what the handler's entry needs, as `new_user` sets it: the other registers keep
+        // the stopped thread's values, which belong to the same program (its ThMB has them).
+        self.sepc = handler;
+        self.sp = stack_top & !15;
+        self.ra = 0;
+        self.sstatus = SSTATUS_SPIE | SSTATUS_FS_INITIAL | SSTATUS_UXL_64;
+        self.a0 = args[0];
         self.a1 = args[1];
         self.a2 = args[2];
         self.a3 = args[3];

@@ -182,9 +182,12 @@ impl TrapFrame {
     /// stack pointer `stack_top` (aligned as after a call) and `args` in the first four
     /// argument registers (`rdi, rsi, rdx, rcx`). Interrupts are on in the handler.
     pub fn set_upcall(&mut self, handler: u64, stack_top: u64, args: [u64; 4]) {
-        let keep_cs_ss = (self.cs, self.ss);
-        *self = TrapFrame::new_user(handler, (stack_top & !15) - 8, args[0]);
-        (self.cs, self.ss) = keep_cs_ss;
+        // Only what the handler's entry needs: the other registers keep the stopped thread's
+        // values, which belong to the same program (its ThMB has them anyway).
+        self.rip = handler;
+        self.rsp = (stack_top & !15) - 8;
+        self.rflags = RFlags::INTERRUPT_FLAG.bits() | 0x2;
+        self.rdi = args[0];
         self.rsi = args[1];
         self.rdx = args[2];
         self.rcx = args[3];

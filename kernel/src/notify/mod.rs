@@ -62,12 +62,28 @@ mod machine {
     use crate::sched::scheduler;
     use crate::thread::{self, Thread, NOT_A_VCPU};
 
+    /// Whether the running thread belongs to `domain` (then its loaded table is the program's).
+    fn runs_in(domain: &Domain) -> bool {
+        scheduler::with_current(|t| t.and_then(|t| t.domain.as_deref()).is_some_and(|d| core::ptr::eq(d, domain)))
+    }
+
+    /// Stores a blocking call's `result` in the result register of the ThMB `thmb` of `domain`
+    /// (through the loaded table when a thread of the program runs here, else checked).
+    fn write_result(domain: &Domain, thmb: u64, result: u64) -> bool {
+        let addr = thmb + RESULT_OFFSET as u64;
+        // SAFETY: `runs_in`: the program's table is loaded.
+        if runs_in(domain) && unsafe { arch::usercopy::put_u64(addr, result) }.is_ok() {
+            return true;
+        }
+        views::write_owned(domain, addr, &result.to_le_bytes()).is_ok()
+    }
+
     /// Appends `event` to `domain`'s ring (or holds it back, in order, when full) and wakes a
     /// parked vCPU to read it.
     pub fn post(domain: &Domain, event: Event) {
         let Some(cfg) = domain.kn.config() else { return };
         // The fast path writes through the loaded table: only a thread of this program has it.
-        let own = scheduler::with_current(|t| t.and_then(|t| t.domain.as_deref()).is_some_and(|d| core::ptr::eq(d, domain)));
+        let own = runs_in(domain);
         let overflow = {
             let mut st = domain.kn.state();
             if st.released {
@@ -77,7 +93,7 @@ mod machine {
             let overflow = !appended && (st.held.len() >= super::ring::MAX_HELD || st.held.try_reserve(1).is_err());
             if !appended && !overflow {
                 st.held.push_back(event);
-                super::ring::flush_held(cfg, &mut st);
+                super::ring::flush_held(cfg, &mut st, own);
             }
             if !overflow {
                 super::vcpu::wake_one(&mut st);
@@ -193,7 +209,6 @@ mod machine {
             Err(Refused::Bad(bad)) => kill(&me, bad),
         };
         let domain = me.domain.clone().expect("a vCPU has a domain");
-        let view = me.view();
         post(&domain, Event { kind: EventKind::Blocked as u64, thread: thmb, arg0: vcpu as u64, arg1: 0 });
         let cfg = domain.kn.config().expect("checked registered");
         me.vcpu.store(NOT_A_VCPU, Ordering::Release);
@@ -204,9 +219,7 @@ mod machine {
         drop(me);
         let result = wait();
         let me = scheduler::current().expect("the waiting activation");
-        if let Some(view) = view {
-            let _ = views::write_as(view, thmb + RESULT_OFFSET as u64, &(result as u64).to_le_bytes());
-        }
+        write_result(&domain, thmb, result as u64);
         post(&domain, Event { kind: EventKind::Unblocked as u64, thread: thmb, arg0: result as u64, arg1: 0 });
         drop(domain);
         drop(me);
@@ -236,42 +249,58 @@ mod machine {
     /// now enters the handler: the handler's first argument, since on some ports the result
     /// register is also the first argument register (aarch64 `x0`, riscv64 `a0`).
     pub fn sleep(frame: &mut TrapFrame, nanos: u64) -> Option<Result<usize, Errno>> {
-        let me = scheduler::current().expect("a syscall thread");
-        let vcpu = current_vcpu(&me)?;
-        let domain = me.domain.as_ref().expect("a vCPU has a domain");
-        // Charged before anything is saved or posted: a refusal leaves the thread as it was.
-        if domain.kn.sleeping.fetch_add(1, Ordering::Relaxed) >= sleepers::MAX_PER_PROGRAM {
-            domain.kn.sleeping.fetch_sub(1, Ordering::Relaxed);
-            return Some(Err(Errno::Again));
+        /// What the borrowed part decided (the program may only be ended after the borrow).
+        enum Decided {
+            Plain,
+            Done(Result<usize, Errno>),
+            Bad(String),
         }
-        let thmb = match save::save(&me, frame) {
-            Ok(t) => t,
-            Err(Refused::NoThmb) => {
+        let decided = scheduler::with_current(|me| {
+            let Some(me) = me else { return Decided::Plain };
+            let Some(vcpu) = current_vcpu(me) else { return Decided::Plain };
+            let domain = me.domain.as_ref().expect("a vCPU has a domain");
+            // Charged before anything is saved or posted: a refusal leaves the thread as it was.
+            if domain.kn.sleeping.fetch_add(1, Ordering::Relaxed) >= sleepers::MAX_PER_PROGRAM {
                 domain.kn.sleeping.fetch_sub(1, Ordering::Relaxed);
-                return None;
+                return Decided::Done(Err(Errno::Again));
             }
-            Err(Refused::Bad(bad)) => kill(&me, bad),
-        };
-        // BLOCKED first: once the entry is queued, a tick on another CPU may post UNBLOCKED.
-        post(domain, Event { kind: EventKind::Blocked as u64, thread: thmb, arg0: vcpu as u64, arg1: 0 });
-        let deadline = arch::timer::nanos().saturating_add(nanos.max(1));
-        let queued = {
-            let mut q = SLEEPERS.lock();
-            let r = q.push(deadline, Sleeper { domain: domain.clone(), thmb });
-            EARLIEST.store(q.earliest(), Ordering::Release);
-            r.is_ok()
-        };
-        if !queued {
-            // No kernel memory for the entry: the wait ends at once with the error, as any
-            // blocking call's result reaches the library (ThMB result register, UNBLOCKED).
-            domain.kn.sleeping.fetch_sub(1, Ordering::Relaxed);
-            let err = encode_result(Err(Errno::NoMem)) as u64;
-            let _ = views::write_owned(domain, thmb + RESULT_OFFSET as u64, &err.to_le_bytes());
-            post(domain, Event { kind: EventKind::Unblocked as u64, thread: thmb, arg0: err, arg1: 0 });
+            let thmb = match save::save(me, frame) {
+                Ok(t) => t,
+                Err(Refused::NoThmb) => {
+                    domain.kn.sleeping.fetch_sub(1, Ordering::Relaxed);
+                    return Decided::Plain;
+                }
+                Err(Refused::Bad(bad)) => return Decided::Bad(bad),
+            };
+            // BLOCKED first: once the entry is queued, a tick on another CPU may post UNBLOCKED.
+            post(domain, Event { kind: EventKind::Blocked as u64, thread: thmb, arg0: vcpu as u64, arg1: 0 });
+            let deadline = arch::timer::nanos().saturating_add(nanos.max(1));
+            let queued = {
+                let mut q = SLEEPERS.lock();
+                let r = q.push(deadline, Sleeper { domain: domain.clone(), thmb });
+                EARLIEST.store(q.earliest(), Ordering::Release);
+                r.is_ok()
+            };
+            if !queued {
+                // No kernel memory for the entry: the wait ends at once with the error, as any
+                // blocking call's result reaches the library (ThMB result register, UNBLOCKED).
+                domain.kn.sleeping.fetch_sub(1, Ordering::Relaxed);
+                let err = encode_result(Err(Errno::NoMem)) as u64;
+                write_result(domain, thmb, err);
+                post(domain, Event { kind: EventKind::Unblocked as u64, thread: thmb, arg0: err, arg1: 0 });
+            }
+            let args = [EventKind::Blocked as u64, thmb, vcpu as u64, 0];
+            upcall(me, frame, vcpu, args);
+            Decided::Done(Ok(args[0] as usize))
+        });
+        match decided {
+            Decided::Plain => None,
+            Decided::Done(r) => Some(r),
+            Decided::Bad(report) => {
+                let me = scheduler::current().expect("a syscall thread");
+                kill(&me, report)
+            }
         }
-        let args = [EventKind::Blocked as u64, thmb, vcpu as u64, 0];
-        upcall(&me, frame, vcpu, args);
-        Some(Ok(args[0] as usize))
     }
 
     /// Ends the timed waits whose deadline has passed (timer tick): the result (0) goes into
@@ -295,7 +324,7 @@ mod machine {
             }
             // The ThMB was written by the thread's save; it lies in a region of the program
             // (their regions live as long as the program).
-            if views::write_owned(&sleeper.domain, sleeper.thmb + RESULT_OFFSET as u64, &0u64.to_le_bytes()).is_ok() {
+            if write_result(&sleeper.domain, sleeper.thmb, 0) {
                 post(&sleeper.domain, Event { kind: EventKind::Unblocked as u64, thread: sleeper.thmb, arg0: 0, arg1: 0 });
             }
         }

@@ -36,55 +36,64 @@ fn event_bytes(e: &Event) -> &[u8] {
     unsafe { core::slice::from_raw_parts(e as *const Event as *const u8, size_of::<Event>()) }
 }
 
-/// Appends `event` through the loaded table if the ring has room. Only with nothing held.
+/// Appends `event` through the loaded table if the ring has room. Only with nothing held, and
+/// only from a thread of the program (running on its own table).
 pub fn append_fast(cfg: &Config, st: &mut State, event: &Event) -> Result<(), ()> {
-    // SAFETY (all accesses): the caller runs a thread of the program on its own table.
-    let head = unsafe { arch::usercopy::get_u64(cfg.ring + HEAD) }.map_err(|_| ())?;
+    // SAFETY: the caller runs a thread of the program on its own table.
+    let user = unsafe { arch::usercopy::Access::open() };
+    let head = user.get_u64(cfg.ring + HEAD).map_err(|_| ())?;
     if st.tail.wrapping_sub(head) >= cfg.capacity {
         return Err(());
     }
     // The library read the slots below `head` before it advanced `head`: reuse them only after
     // that read (weakly ordered CPUs).
     fence(Ordering::Acquire);
-    // SAFETY: as above.
-    unsafe { arch::usercopy::copy_to_user(slot_addr(cfg, st.tail), event_bytes(event)) }.map_err(|_| ())?;
+    user.copy_to(slot_addr(cfg, st.tail), event_bytes(event)).map_err(|_| ())?;
     // The slot, and the ThMB written before the event was posted, must be visible before the
     // new `tail` is: the library reads them once it sees it.
     fence(Ordering::Release);
-    // SAFETY: as above.
-    unsafe { arch::usercopy::put_u64(cfg.ring + TAIL, st.tail + 1) }.map_err(|_| ())?;
+    user.put_u64(cfg.ring + TAIL, st.tail + 1).map_err(|_| ())?;
     st.tail += 1;
     Ok(())
 }
 
-/// Moves held events into the ring through the checked path while there is room; returns
-/// whether any moved. Rewrites the ring's `held_back` count.
-pub fn flush_held(cfg: &Config, st: &mut State) -> bool {
-    let mut raw = [0u8; 8];
-    if views::read_as(cfg.ring_view, cfg.ring + HEAD, &mut raw).is_err() {
-        return false;
+/// Moves held events into the ring while there is room — through the loaded table when `own`
+/// (the caller runs a thread of the program), else, or if that faults, through the checked
+/// path; returns whether any moved. Rewrites the ring's `held_back` count.
+pub fn flush_held(cfg: &Config, st: &mut State, own: bool) -> bool {
+    if own {
+        // SAFETY: `own`: the program's table is loaded.
+        let user = unsafe { arch::usercopy::Access::open() };
+        if let Ok(moved) = flush_with(cfg, st, |addr| user.get_u64(addr).map_err(|_| ()), |addr, bytes| user.copy_to(addr, bytes).map_err(|_| ())) {
+            return moved;
+        }
     }
-    let head = u64::from_le_bytes(raw);
+    let read = |addr| {
+        let mut raw = [0u8; 8];
+        views::read_as(cfg.ring_view, addr, &mut raw).map(|_| u64::from_le_bytes(raw)).map_err(|_| ())
+    };
+    flush_with(cfg, st, read, |addr, bytes| views::write_as(cfg.ring_view, addr, bytes).map_err(|_| ())).unwrap_or(false)
+}
+
+/// The flush over one kind of access. `Err` if an access failed (the events not yet moved stay
+/// held, in order).
+fn flush_with(cfg: &Config, st: &mut State, read: impl Fn(u64) -> Result<u64, ()>, write: impl Fn(u64, &[u8]) -> Result<(), ()>) -> Result<bool, ()> {
+    let head = read(cfg.ring + HEAD)?;
     fence(Ordering::Acquire);
     let mut moved = false;
     while let Some(e) = st.held.front().copied() {
         if st.tail.wrapping_sub(head) >= cfg.capacity {
             break;
         }
-        if views::write_as(cfg.ring_view, slot_addr(cfg, st.tail), event_bytes(&e)).is_err() {
-            break;
-        }
+        write(slot_addr(cfg, st.tail), event_bytes(&e))?;
         fence(Ordering::Release);
-        if views::write_as(cfg.ring_view, cfg.ring + TAIL, &(st.tail + 1).to_le_bytes()).is_err() {
-            break;
-        }
+        write(cfg.ring + TAIL, &(st.tail + 1).to_le_bytes())?;
         st.tail += 1;
         st.held.pop_front();
         moved = true;
     }
-    let held = st.held.len() as u64;
-    let _ = views::write_as(cfg.ring_view, cfg.ring + HELD_BACK, &held.to_le_bytes());
-    moved
+    write(cfg.ring + HELD_BACK, &(st.held.len() as u64).to_le_bytes())?;
+    Ok(moved)
 }
 
 /// Whether the ring holds events the library has not read (checked read of `head`).

@@ -67,35 +67,45 @@ pub fn save(me: &Thread, frame: &TrapFrame) -> Result<u64, Refused> {
 /// The fast save through the loaded table. Any failure (a fault, an FP area that needs the
 /// checked path's report) leaves the rest to [`save_checked`].
 fn save_fast(ltn: u64, full: &FullFrame, uses_fp: bool) -> Result<(), ()> {
-    // SAFETY (all accesses): called from the running thread's kernel side, so its view's table
-    // — whose user half holds only that view's user mappings — is loaded.
-    unsafe { arch::usercopy::copy_to_user(ltn + FULL_OFFSET as u64, frame_bytes(full)) }.map_err(|_| ())?;
     let mut saved = mask::FULL;
     if uses_fp {
+        saved |= save_fp_fast(ltn)?;
+    }
+    // SAFETY: called from the running thread's kernel side, so its view's table — whose user
+    // half holds only that view's user mappings — is loaded.
+    let user = unsafe { arch::usercopy::Access::open() };
+    user.copy_to(ltn + FULL_OFFSET as u64, frame_bytes(full)).map_err(|_| ())?;
+    // The mask last: it says what the rest holds.
+    user.put_u64(ltn + MASK_OFFSET as u64, saved).map_err(|_| ())
+}
+
+/// The FP part of a fast save: [`mask::FP`] if the state went into the thread's FP area, 0 if
+/// it has none.
+fn save_fp_fast(ltn: u64) -> Result<u64, ()> {
+    // SAFETY (all accesses): as in `save_fast`.
+    let area = unsafe { arch::usercopy::get_u64(ltn + FP_AREA_PTR_OFFSET as u64) }.map_err(|_| ())?;
+    if area == 0 {
+        return Ok(0);
+    }
+    if area % FP_AREA_ALIGN != 0 || area >= arch::layout::KERNEL_HALF {
+        return Err(());
+    }
+    let wrote = crate::fpu::with_current_state(|state| {
+        if state.len() > FP_AREA_SIZE {
+            return Err(());
+        }
         // SAFETY: as above.
-        let area = unsafe { arch::usercopy::get_u64(ltn + FP_AREA_PTR_OFFSET as u64) }.map_err(|_| ())?;
-        if area != 0 {
-            if area % FP_AREA_ALIGN != 0 || area >= arch::layout::KERNEL_HALF {
-                return Err(());
-            }
-            let wrote = crate::fpu::with_current_state(|state| {
-                if state.len() > FP_AREA_SIZE {
-                    return Err(());
-                }
-                // SAFETY: as above.
-                unsafe { arch::usercopy::copy_to_user(area, state) }.map_err(|_| ())
-            });
-            if let Some(r) = wrote {
-                r?;
-                // SAFETY: as above.
-                unsafe { arch::usercopy::put_u64(ltn + FP_FORMAT_OFFSET as u64, arch::fpu::thmb_format()) }.map_err(|_| ())?;
-                saved |= mask::FP;
-            }
+        unsafe { arch::usercopy::copy_to_user(area, state) }.map_err(|_| ())
+    });
+    match wrote {
+        None => Ok(0),
+        Some(r) => {
+            r?;
+            // SAFETY: as above.
+            unsafe { arch::usercopy::put_u64(ltn + FP_FORMAT_OFFSET as u64, arch::fpu::thmb_format()) }.map_err(|_| ())?;
+            Ok(mask::FP)
         }
     }
-    // The mask last: it says what the rest holds.
-    // SAFETY: as above.
-    unsafe { arch::usercopy::put_u64(ltn + MASK_OFFSET as u64, saved) }.map_err(|_| ())
 }
 
 /// The checked save: the ThMB and FP area looked up in `view`, written through the view space.

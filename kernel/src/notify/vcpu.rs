@@ -137,7 +137,7 @@ pub fn park(me: &Arc<Thread>) -> Result<usize, Errno> {
         if core::mem::take(&mut slot.token) {
             return Ok(0);
         }
-        super::ring::flush_held(cfg, &mut st);
+        super::ring::flush_held(cfg, &mut st, true);
         if super::ring::unread(cfg, &st) {
             return Ok(0);
         }

@@ -65,6 +65,10 @@ pub struct Cpu {
     /// The run queue's length as of its last change (written under its lock), so other CPUs
     /// see without locking it whether there is anything to steal.
     queued: AtomicUsize,
+    /// The run queue's true length as of its last change (written under its lock): lets this
+    /// CPU see an empty queue without locking it (a preemption or yield with nothing else to
+    /// run). A thread queued by another CPU meanwhile is found at the next pick.
+    len: AtomicUsize,
     /// How many pinned threads wait in `runqueue` (changed only under its lock; while it is above 0, `queued` publishes 0). A queue that
     /// holds a pinned thread is not stolen from: a steal takes whole view groups, and putting a
     /// pinned thread back would reorder the queue and void its wait bound.
@@ -99,6 +103,7 @@ const DEFAULT_POLICY: Policy = Policy { affinity: true, group_bound: 8 };
 const CPU_INIT: Cpu = Cpu {
     runqueue: Mutex::new(RunQueue::new(DEFAULT_POLICY)),
     queued: AtomicUsize::new(0),
+    len: AtomicUsize::new(0),
     pinned_queued: AtomicUsize::new(0),
     current: AtomicPtr::new(core::ptr::null_mut()),
     idle: UnsafeCell::new(KernelContext::EMPTY),
@@ -150,6 +155,7 @@ impl Cpu {
     /// Publishes the queue's length for thieves (call with the queue locked): 0 while it holds
     /// a pinned thread, which makes it no victim.
     fn publish_len(&self, len: usize) {
+        self.len.store(len, Ordering::Relaxed);
         let stealable = if self.pinned_queued.load(Ordering::Relaxed) > 0 { 0 } else { len };
         self.queued.store(stealable, Ordering::Relaxed);
     }
@@ -249,9 +255,12 @@ fn send_reschedule(cpu: usize) {
 /// always taken.
 fn pick_next(cpu_index: usize, self_ptr: *const Thread) -> Option<Arc<Thread>> {
     for _ in 0..MAX_REQUEUES {
-        let candidate = match CPUS[cpu_index].pop() {
+        let cpu = &CPUS[cpu_index];
+        let local = if cpu.len.load(Ordering::Relaxed) > 0 { cpu.pop() } else { None };
+        let candidate = match local {
             Some(c) => c,
-            None => steal(cpu_index)?,
+            None if ONLINE.load(Ordering::Relaxed) > 1 => steal(cpu_index)?,
+            None => return None,
         };
         if Arc::as_ptr(&candidate) == self_ptr || !candidate.on_cpu.load(Ordering::Acquire) {
             return Some(candidate);

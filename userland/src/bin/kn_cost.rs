@@ -71,10 +71,23 @@ fn spin_until_preempted() -> ! {
     }
 }
 
+/// Marks every posted event read, as a library does at each upcall: the kernel holds events back
+/// while the ring is full, and the measurement is of the path with room in the ring.
+fn drain_ring() {
+    // SAFETY: the ring is this program's static; the kernel only writes `tail` and the slots,
+    // the library (this handler, LTN = 0) only `head`.
+    unsafe {
+        let ring = core::ptr::addr_of_mut!(RING);
+        let tail = core::ptr::read_volatile(core::ptr::addr_of!((*ring).header.tail));
+        core::ptr::write_volatile(core::ptr::addr_of_mut!((*ring).header.head), tail);
+    }
+}
+
 extern "C" fn handler(kind: u64, _: u64, _: u64, _: u64) -> ! {
     let t1 = cycles();
     let cost = t1.wrapping_sub(T0.load(Ordering::SeqCst));
     let n = N.fetch_add(1, Ordering::SeqCst) + 1;
+    drain_ring();
     if PHASE.load(Ordering::SeqCst) == 0 {
         if kind == EventKind::Blocked as u64 {
             BEST_BLOCK.fetch_min(cost, Ordering::SeqCst);
