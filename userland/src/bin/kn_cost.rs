@@ -2,6 +2,13 @@
 //! `-icount shift=0`, where the cycle counter counts instructions): a blocking syscall turned into a
 //! `BLOCKED` upcall (MULiTh's "notification"), and a timer preemption turned into a `PREEMPTED`
 //! upcall. Measured from user mode on both sides, so every kernel instruction between is in.
+//!
+//! Phases, one row each (best of their runs): `sleep` with a static ThMB (the kernel needs no
+//! activation for it), the same with a ThMB in a region created at run time (as libuthread's heap
+//! ThMBs are), a blocking call that needs a kernel side of its own (`console_read`: today a new
+//! activation), preemption, and then `sleep` and preemption of a thread that uses FP (its FP state
+//! goes into its ThMB's FP area too). The FP phases come last: once the vCPU has used FP, every
+//! later stop saves it.
 #![no_std]
 #![no_main]
 
@@ -13,15 +20,55 @@ use tsumugi_userland::kn::{self, Ring, Stack, Thmb};
 static mut RING: Ring = Ring { header: tsumugi_abi::kn::RingHeader { head: 0, tail: 0, capacity: 0, held_back: 0 }, slots: [tsumugi_abi::kn::Event { kind: 0, thread: 0, arg0: 0, arg1: 0 }; kn::SLOTS] };
 static mut STACK: Stack = Stack([0; 64 * 1024]);
 static mut THMB: Thmb = Thmb { header: tsumugi_abi::kn::ThmbHeader::EMPTY, rest: [0; 32] };
+static mut FP_THMB: Thmb = Thmb { header: tsumugi_abi::kn::ThmbHeader::EMPTY, rest: [0; 32] };
 
-const BLOCKS: u64 = 200;
-const PREEMPTIONS: u64 = 8;
+/// The FP area of `FP_THMB` (the ABI's size and alignment).
+#[repr(C, align(64))]
+struct FpArea([u8; tsumugi_abi::kn::FP_AREA_SIZE]);
+static mut FP_AREA: FpArea = FpArea([0; tsumugi_abi::kn::FP_AREA_SIZE]);
+
+/// What a phase does to be stopped.
+#[derive(Clone, Copy)]
+enum Stop {
+    /// `sleep(1 ns)` with the LTN set.
+    Sleep,
+    /// `console_read` with the LTN set (blocks until input; its kernel side waits on).
+    ConsoleRead,
+    /// Spin with the LTN set until the timer preempts.
+    Spin,
+}
+
+/// Which ThMB a phase runs with.
+#[derive(Clone, Copy)]
+enum Block {
+    Static,
+    Heap,
+    Fp,
+}
+
+struct Phase {
+    row: &'static str,
+    stop: Stop,
+    thmb: Block,
+    runs: u64,
+    paper: u64,
+}
+
+const PHASES: [Phase; 6] = [
+    Phase { row: "blocking_syscall_to_upcall", stop: Stop::Sleep, thmb: Block::Static, runs: 200, paper: 256 },
+    Phase { row: "blocking_heap_thmb_to_upcall", stop: Stop::Sleep, thmb: Block::Heap, runs: 50, paper: 256 },
+    Phase { row: "blocking_general_to_upcall", stop: Stop::ConsoleRead, thmb: Block::Static, runs: 4, paper: 256 },
+    Phase { row: "preemption_to_upcall", stop: Stop::Spin, thmb: Block::Static, runs: 8, paper: 341 },
+    Phase { row: "blocking_fp_thread_to_upcall", stop: Stop::Sleep, thmb: Block::Fp, runs: 50, paper: 256 },
+    Phase { row: "preemption_fp_thread_to_upcall", stop: Stop::Spin, thmb: Block::Fp, runs: 8, paper: 341 },
+];
 
 static T0: AtomicU64 = AtomicU64::new(0);
 static N: AtomicU64 = AtomicU64::new(0);
-static BEST_BLOCK: AtomicU64 = AtomicU64::new(u64::MAX);
-static BEST_PREEMPT: AtomicU64 = AtomicU64::new(u64::MAX);
 static PHASE: AtomicU64 = AtomicU64::new(0);
+static BEST: [AtomicU64; PHASES.len()] = [const { AtomicU64::new(u64::MAX) }; PHASES.len()];
+/// The ThMB in a region created at run time (phase `Block::Heap`).
+static HEAP_THMB: AtomicU64 = AtomicU64::new(0);
 
 /// The CPU's cycle counter, read in user mode (a syscall to read it would be counted too):
 /// x86_64's TSC, riscv64's `cycle` CSR, aarch64's `PMCCNTR_EL0` (the kernel lets user mode
@@ -56,19 +103,64 @@ fn cycles() -> u64 {
     sys::clock(libuthread::Clock::Cycles).unwrap_or(0) as u64
 }
 
-/// One blocking call with the LTN set: comes back as an upcall, never returns here.
-fn block_once() {
-    sys::ltn_write(core::ptr::addr_of_mut!(THMB) as usize);
-    T0.store(cycles(), Ordering::SeqCst);
-    let _ = sys::sleep_nanos(1);
+fn thmb_of(b: Block) -> usize {
+    match b {
+        Block::Static => core::ptr::addr_of_mut!(THMB) as usize,
+        Block::Heap => HEAP_THMB.load(Ordering::SeqCst) as usize,
+        Block::Fp => core::ptr::addr_of_mut!(FP_THMB) as usize,
+    }
 }
 
-/// Spins with the LTN set, stamping the time, until the timer preempts it.
-fn spin_until_preempted() -> ! {
-    sys::ltn_write(core::ptr::addr_of_mut!(THMB) as usize);
-    loop {
-        T0.store(cycles(), Ordering::SeqCst);
+/// Touches the FP/SIMD state (reads its control register): the first time, the kernel's
+/// FP-disabled trap makes this vCPU an FP user. Assembly, because user programs may be built
+/// soft-float (x86_64) and compiled code would then never touch FP.
+fn use_fp() {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let mut v = 0u32;
+        // SAFETY: stores MXCSR into a local; no other effect.
+        unsafe { core::arch::asm!("stmxcsr [{}]", in(reg) &mut v, options(nostack)) };
+        core::hint::black_box(v);
     }
+    #[cfg(target_arch = "riscv64")]
+    {
+        let v: u64;
+        // SAFETY: reads fcsr; no other effect.
+        unsafe { core::arch::asm!("frcsr {}", out(reg) v, options(nomem, nostack)) };
+        core::hint::black_box(v);
+    }
+    #[cfg(target_arch = "aarch64")]
+    {
+        let v: u64;
+        // SAFETY: reads FPCR; no other effect.
+        unsafe { core::arch::asm!("mrs {}, fpcr", out(reg) v, options(nomem, nostack, preserves_flags)) };
+        core::hint::black_box(v);
+    }
+}
+
+/// Starts one run of `phase`: never returns (the kernel answers with an upcall).
+fn start(phase: &Phase) -> ! {
+    if matches!(phase.thmb, Block::Fp) {
+        use_fp();
+    }
+    sys::ltn_write(thmb_of(phase.thmb));
+    match phase.stop {
+        Stop::Sleep => {
+            T0.store(cycles(), Ordering::SeqCst);
+            let _ = sys::sleep_nanos(1);
+        }
+        Stop::ConsoleRead => {
+            static mut BUF: [u8; 1] = [0];
+            T0.store(cycles(), Ordering::SeqCst);
+            // SAFETY: a static buffer only the kernel side of this call writes.
+            let _ = sys::console_read(unsafe { &mut *core::ptr::addr_of_mut!(BUF) });
+        }
+        Stop::Spin => loop {
+            T0.store(cycles(), Ordering::SeqCst);
+        },
+    }
+    println!("kn_cost: FAILED: the {} call returned instead of an upcall", phase.row);
+    sys::exit(1)
 }
 
 /// Marks every posted event read, as a library does at each upcall: the kernel holds events back
@@ -86,43 +178,51 @@ fn drain_ring() {
 extern "C" fn handler(kind: u64, _: u64, _: u64, _: u64) -> ! {
     let t1 = cycles();
     let cost = t1.wrapping_sub(T0.load(Ordering::SeqCst));
-    let n = N.fetch_add(1, Ordering::SeqCst) + 1;
     drain_ring();
-    if PHASE.load(Ordering::SeqCst) == 0 {
-        if kind == EventKind::Blocked as u64 {
-            BEST_BLOCK.fetch_min(cost, Ordering::SeqCst);
+    let p = PHASE.load(Ordering::SeqCst) as usize;
+    let phase = &PHASES[p];
+    let expected = match phase.stop {
+        Stop::Sleep | Stop::ConsoleRead => EventKind::Blocked,
+        Stop::Spin => EventKind::Preempted,
+    };
+    if kind == expected as u64 {
+        BEST[p].fetch_min(cost, Ordering::SeqCst);
+    }
+    if matches!(phase.thmb, Block::Fp) {
+        // SAFETY: the kernel wrote the header before the upcall; read it once.
+        let saved = unsafe { core::ptr::read_volatile(core::ptr::addr_of!(FP_THMB.header.mask)) };
+        if saved & tsumugi_abi::kn::mask::FP == 0 {
+            println!("kn_cost: FAILED: {}: the FP state was not saved with the frame (mask {saved:#x})", phase.row);
+            sys::exit(1);
         }
-        if n < BLOCKS {
-            block_once();
-        }
-        PHASE.store(1, Ordering::SeqCst);
-        N.store(0, Ordering::SeqCst);
-        spin_until_preempted();
     }
-    if kind == EventKind::Preempted as u64 {
-        BEST_PREEMPT.fetch_min(cost, Ordering::SeqCst);
+    let n = N.fetch_add(1, Ordering::SeqCst) + 1;
+    if n < phase.runs {
+        start(phase);
     }
-    if n < PREEMPTIONS {
-        spin_until_preempted();
+    N.store(0, Ordering::SeqCst);
+    if p + 1 < PHASES.len() {
+        PHASE.store(p as u64 + 1, Ordering::SeqCst);
+        start(&PHASES[p + 1]);
     }
-    println!(
-        "BENCH table=kn_cost row=blocking_syscall_to_upcall instructions={} paper_instructions=256",
-        BEST_BLOCK.load(Ordering::SeqCst)
-    );
-    println!(
-        "BENCH table=kn_cost row=preemption_to_upcall instructions={} paper_instructions=341",
-        BEST_PREEMPT.load(Ordering::SeqCst)
-    );
+    for (phase, best) in PHASES.iter().zip(BEST.iter()) {
+        println!("BENCH table=kn_cost row={} instructions={} paper_instructions={}", phase.row, best.load(Ordering::SeqCst), phase.paper);
+    }
     sys::exit(0)
 }
 
 fn main() -> i32 {
+    let Ok(region) = sys::region_create(1 << 20, tsumugi_abi::syscall::rights::READ | tsumugi_abi::syscall::rights::WRITE, 0) else {
+        println!("kn_cost: FAILED: region_create");
+        return 1;
+    };
+    HEAP_THMB.store(region as u64 + (1 << 19), Ordering::SeqCst);
+    // SAFETY: set before any stop can save into it; only the kernel writes the rest.
+    unsafe { FP_THMB.header.fp_area = core::ptr::addr_of_mut!(FP_AREA) as u64 };
     if kn::register(handler, core::ptr::addr_of_mut!(RING), core::ptr::addr_of_mut!(STACK)).is_err() {
         return 1;
     }
-    block_once();
-    println!("kn_cost: FAILED: the sleep returned");
-    1
+    start(&PHASES[0])
 }
 
 libuthread::entry!(main);
