@@ -364,6 +364,21 @@ extern "C" fn thread_start(arg: usize) -> ! {
     }
 }
 
+/// Leaves the kernel for user mode with `frame`, abandoning the running thread's kernel stack:
+/// the frame goes where traps from user mode put theirs (the top of the stack), as in
+/// `thread_start`. Nothing on the stack may still own anything (it is never unwound). For an
+/// activation that is reused for a new upcall (`notify`'s spare activations).
+pub fn enter_user(frame: TrapFrame) -> ! {
+    let top = scheduler::with_current(|t| t.expect("entering user mode from a thread").stack_top);
+    let frame_addr = top - size_of::<TrapFrame>() as u64;
+    // SAFETY: the frame slot at the top of this thread's own stack lies above every live kernel
+    // frame (kernel code runs below it); `enter` abandons this stack.
+    unsafe {
+        core::ptr::write(frame_addr as *mut TrapFrame, frame);
+        arch::trap::enter(frame_addr as *const TrapFrame)
+    }
+}
+
 /// Makes a thread that was created (or is blocked) runnable.
 pub fn start(t: Arc<Thread>) {
     t.set_state(State::Ready);

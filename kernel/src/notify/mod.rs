@@ -213,8 +213,10 @@ mod machine {
         let cfg = domain.kn.config().expect("checked registered");
         me.vcpu.store(NOT_A_VCPU, Ordering::Release);
         let args = [EventKind::Blocked as u64, thmb, vcpu as u64, 0];
-        if let Err(e) = super::vcpu::start_activation(&domain, &me, vcpu, cfg.handler, cfg.upcall_stacks[vcpu], args) {
-            kill(&me, format!("no memory for a new activation of vCPU {vcpu} ({e:?})"));
+        if !super::vcpu::hand_to_spare(&domain, me.view(), vcpu, args) {
+            if let Err(e) = super::vcpu::start_activation(&domain, &me, vcpu, cfg.handler, cfg.upcall_stacks[vcpu], args) {
+                kill(&me, format!("no memory for a new activation of vCPU {vcpu} ({e:?})"));
+            }
         }
         drop(me);
         let result = wait();
@@ -224,8 +226,9 @@ mod machine {
         drop(domain);
         drop(me);
         thread::exit_if_killed();
-        // This activation's work is done; the vCPU lives on in the one that took over.
-        thread::exit_current(Some(0))
+        // This activation's work is done; the vCPU lives on in the one that took over. It
+        // waits as a spare for the next blocking call of its program.
+        super::vcpu::serve_as_spare()
     }
 
     /// A user thread sleeping in the kernel on behalf of a vCPU that has gone back to the

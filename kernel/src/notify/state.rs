@@ -50,6 +50,10 @@ pub struct State {
     pub vcpus: Vec<Vcpu>,
     /// vCPUs with a parked activation (`post` wakes one only if there is one).
     pub parked: usize,
+    /// Spare activations, parked until a blocking call hands them a vCPU.
+    pub spares: Vec<Arc<Thread>>,
+    /// Spares woken with work: (thread id, vCPU, upcall arguments).
+    pub assigned: Vec<(u64, usize, [u64; 4])>,
     /// The program has finished: nothing is posted any more.
     pub released: bool,
 }
@@ -69,7 +73,7 @@ impl DomainKn {
     pub const fn new() -> Self {
         DomainKn {
             config: Once::new(),
-            state: Mutex::new(State { tail: 0, held: VecDeque::new(), vcpus: Vec::new(), parked: 0, released: false }),
+            state: Mutex::new(State { tail: 0, held: VecDeque::new(), vcpus: Vec::new(), parked: 0, spares: Vec::new(), assigned: Vec::new(), released: false }),
             upcalls: [const { AtomicU64::new(0) }; 8],
             sleeping: AtomicUsize::new(0),
         }

@@ -85,6 +85,11 @@ pub fn register(me: &Arc<Thread>, reg_addr: u64) -> Result<usize, Errno> {
         note_fp_use(me);
     }
     let cfg = domain.kn.config().expect("installed");
+    // One spare activation per vCPU from the start, so a blocking call hands its vCPU over
+    // without creating anything (activations that finish waiting become spares too).
+    for _ in 0..reg.vcpus {
+        let _ = new_spare(&domain, me);
+    }
     for v in 1..reg.vcpus {
         super::post(&domain, Event { kind: EventKind::VcpuGranted as u64, thread: 0, arg0: v, arg1: 0 });
         let args = [EventKind::VcpuGranted as u64, 0, v, v];
@@ -108,6 +113,88 @@ pub fn start_activation(domain: &Arc<Domain>, source: &Thread, vcpu: usize, hand
     let v = views::with(|s, m| s.attach(m, &set)).map_err(|_| Errno::NoMem)?;
     super::count_upcall(domain, args[0]);
     domain.spawn(v, Body::Upcall { ip: handler, sp: stack, args }, true, Some(vcpu)).map_err(|_| Errno::NoMem)
+}
+
+/// Spare activations a program keeps at most per vCPU (more finish instead).
+const SPARES_PER_VCPU: usize = 2;
+
+/// Creates a spare activation with the rights `source` has now (under the program's
+/// `region_lock`, as in [`start_activation`]).
+fn new_spare(domain: &Arc<Domain>, source: &Thread) -> Result<Arc<Thread>, Errno> {
+    let _creating = domain.region_lock.lock();
+    let view = source.view().ok_or(Errno::Fault)?;
+    let set = views::with(|s, _| s.set(view).map(|x| x.to_vec())).ok_or(Errno::Fault)?;
+    let v = views::with(|s, m| s.attach(m, &set)).map_err(|_| Errno::NoMem)?;
+    domain.spawn(v, Body::Kernel(spare_main), true, None).map_err(|_| Errno::NoMem)
+}
+
+fn spare_main() -> ! {
+    serve_as_spare()
+}
+
+/// Hands vCPU `vcpu` to a spare activation with the view `view` (the blocking thread's), to
+/// enter the handler with `args`; returns `false` if there is none (then a new activation must
+/// be started). The spare runs on this CPU, next.
+pub fn hand_to_spare(domain: &Domain, view: Option<crate::mm::view::ViewId>, vcpu: usize, args: [u64; 4]) -> bool {
+    let spare = {
+        let mut st = domain.kn.state();
+        let Some(i) = st.spares.iter().position(|t| t.view() == view) else { return false };
+        if st.assigned.try_reserve(1).is_err() {
+            return false;
+        }
+        let t = st.spares.swap_remove(i);
+        st.assigned.push((t.id, vcpu, args));
+        t
+    };
+    spare.last_cpu.store(arch::cpu::cpu_index(), Ordering::Relaxed);
+    thread::wake(spare);
+    true
+}
+
+/// Makes the running activation a spare of its program: parks until a blocking call hands it a
+/// vCPU, then enters the handler with that call's upcall. Ends the activation instead if the
+/// program keeps enough spares or is ending. Never returns; nothing of the caller's may still
+/// own anything on the stack (it is abandoned when the activation enters user mode).
+pub fn serve_as_spare() -> ! {
+    loop {
+        let parked = {
+            let me = scheduler::current().expect("an activation");
+            let domain = me.domain.clone().expect("an activation has a program");
+            let mut st = domain.kn.state();
+            let room = st.spares.len() < SPARES_PER_VCPU * st.vcpus.len() && st.spares.try_reserve(1).is_ok();
+            if !st.released && room && me.block_unless_killed() {
+                st.spares.push(me.clone());
+                true
+            } else {
+                false
+            }
+        };
+        if !parked {
+            thread::exit_current(Some(0));
+        }
+        scheduler::schedule(Then::Block);
+        thread::exit_if_killed();
+        let job = {
+            let me = scheduler::current().expect("an activation");
+            let domain = me.domain.clone().expect("an activation has a program");
+            let mut st = domain.kn.state();
+            let job = st.assigned.iter().position(|a| a.0 == me.id).map(|i| st.assigned.swap_remove(i));
+            drop(st);
+            job.and_then(|(_, vcpu, args)| {
+                let cfg = domain.kn.config()?;
+                me.vcpu.store(vcpu, Ordering::Release);
+                super::count_upcall(&domain, args[0]);
+                Some((cfg.handler, cfg.upcall_stacks[vcpu], args))
+            })
+        };
+        if let Some((handler, stack, args)) = job {
+            let mut frame = arch::trap::TrapFrame::new_user(handler, stack, 0);
+            frame.set_upcall(handler, stack, args);
+            arch::cpu::set_user_ltn(0);
+            thread::enter_user(frame);
+        }
+        // Woken without work (a wake-up meant for another reason): park again.
+    }
 }
 
 /// The running thread used FP for the first time (its FP-disabled trap): if it is a vCPU of a
@@ -198,6 +285,8 @@ pub fn release(domain: &Domain) {
         }
         st.released = true;
         st.held.clear();
+        st.spares.clear();
+        st.assigned.clear();
         st.parked = 0;
         st.vcpus.iter_mut().filter_map(|v| v.parked.take()).collect()
     };
