@@ -56,7 +56,8 @@ pub struct Features {
     pub sv48: bool,
     /// Sv57 paging is available too (unused).
     pub sv57: bool,
-    /// The `stimecmp` CSR (Sstc); unused so far, the SBI timer works everywhere.
+    /// The `stimecmp` CSR (Sstc): the tick is programmed with one CSR write instead of an SBI
+    /// call into M-mode firmware (see `timer::program`).
     pub sstc: bool,
     /// Page-based memory types (Svpbmt); unused, device memory is uncached by its PMA.
     pub svpbmt: bool,
@@ -226,6 +227,7 @@ static FINISHER: AtomicUsize = AtomicUsize::new(0);
 /// Returns the features found.
 pub fn init_boot_cpu() -> Features {
     let features = detect_features();
+    super::timer::use_sstc(features.sstc);
     // SAFETY: BSP_PERCPU is used only by the boot hart, which `tp` already points it at; the
     // fields written here are not read by the trap entry until a thread runs.
     let percpu: &'static mut PerCpu = unsafe { &mut *core::ptr::addr_of_mut!(BSP_PERCPU) };

@@ -124,8 +124,23 @@ pub(super) fn resume_tick() {
     program(next_deadline().load(Ordering::Relaxed));
 }
 
-/// Asks SBI for a timer interrupt at `deadline` (in `time` ticks); this also clears the pending
-/// one.
+/// Whether the harts have Sstc (every hart of a QEMU virt machine is alike).
+static SSTC: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
+
+/// Says whether to program the tick through `stimecmp` (Sstc, which the firmware enables for
+/// S-mode through `menvcfg.STCE` when the hart has it) instead of SBI.
+pub(super) fn use_sstc(on: bool) {
+    SSTC.store(on, Ordering::Relaxed);
+}
+
+/// Requests a timer interrupt at `deadline` (in `time` ticks); this also clears the pending
+/// one. With Sstc one CSR write; otherwise an SBI call, whose firmware path runs a few hundred
+/// instructions in M-mode at every tick.
 fn program(deadline: u64) {
+    if SSTC.load(Ordering::Relaxed) {
+        // SAFETY: `stimecmp` (CSR 0x14d) only sets this hart's next timer interrupt.
+        unsafe { core::arch::asm!("csrw 0x14d, {}", in(reg) deadline, options(nomem, nostack)) };
+        return;
+    }
     let _ = sbi_rt::set_timer(deadline);
 }
