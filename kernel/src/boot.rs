@@ -72,11 +72,12 @@ pub fn kernel_main(info: &'static BootInfo) -> ! {
     let (fp_kind, fp_size) = arch::fpu::init_this_cpu(&features);
     arch::pmu::init_this_cpu();
     match bootopt::get(cmdline, bootopt::FPU) {
-        Some("eager") => crate::fpu::set_eager(true),
-        Some("lazy") | None => {}
-        Some(other) => println!("ignoring fpu={other}: valid values are lazy, eager"),
+        Some("eager") => crate::fpu::set_mode(crate::fpu::Mode::Eager),
+        Some("lazy") => crate::fpu::set_mode(crate::fpu::Mode::Lazy),
+        Some("adaptive") | None => crate::fpu::set_mode(crate::fpu::Mode::Adaptive),
+        Some(other) => println!("ignoring fpu={other}: valid values are adaptive, lazy, eager"),
     }
-    println!("fpu: {fp_kind:?}, {fp_size}-byte save area, {} switching", if crate::fpu::eager() { "eager" } else { "lazy" });
+    println!("fpu: {fp_kind:?}, {fp_size}-byte save area, {} switching", crate::fpu::mode().name());
     println!("timer: {} Hz tick, cycle counter {} MHz, tick timer {} kHz", TICK_HZ, cal.cycles_hz / 1_000_000, cal.timer_hz / 1000);
 
     let initrd = info.initrd.map(|(start, end)| {

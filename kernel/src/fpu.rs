@@ -5,11 +5,20 @@
 //! if it runs on another CPU and touches FP there, that CPU asks the first to save them
 //! (an inter-processor request, served at once if the first is waiting itself).
 //!
-//! `fpu=eager` keeps the baseline for comparison: save and restore at every switch.
+//! **Adaptive** (the default): a thread that took the FP-disabled trap in each of its last
+//! [`HOT`] time slices gets its registers loaded at the switch instead (no trap), as Linux's
+//! `fpu_counter` did; a thread that runs a slice without touching FP goes back to lazy. While
+//! it is loaded eagerly it cannot show whether it still uses FP, so a timer tick that finds it
+//! running sets its count back to 0: it is re-tested (a few traps, then eager again if it
+//! still uses FP) — work on the tick, not on the switch path. So the kernel pays the trap only
+//! for occasional FP users and the eager save/restore only for steady ones.
+//!
+//! `fpu=lazy` (always lazy) and `fpu=eager` (save and restore at every switch) are kept as
+//! baselines for comparison.
 
 use alloc::alloc::{alloc_zeroed, dealloc, Layout};
 use alloc::sync::Arc;
-use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU8, AtomicUsize, Ordering};
 use spin::Mutex;
 use tsumugi_abi::stats::Counter;
 
@@ -54,12 +63,24 @@ pub struct ThreadFp {
     reported: AtomicBool,
     /// Whether it ever had FP state (set when it first takes the registers; never cleared).
     used: AtomicBool,
+    /// Consecutive slices that used FP (adaptive mode), counted by its FP-disabled traps up to
+    /// [`HOT`]; a timer tick that finds it hot and running sets it back to 0 (see [`tick`]).
+    streak: AtomicU8,
+    /// It took the FP-disabled trap since it last started running.
+    trapped: AtomicBool,
 }
 
 impl ThreadFp {
     /// No state yet.
     pub const fn new() -> Self {
-        ThreadFp { area: Mutex::new(None), live_on: AtomicUsize::new(NOWHERE), reported: AtomicBool::new(false), used: AtomicBool::new(false) }
+        ThreadFp {
+            area: Mutex::new(None),
+            live_on: AtomicUsize::new(NOWHERE),
+            reported: AtomicBool::new(false),
+            used: AtomicBool::new(false),
+            streak: AtomicU8::new(0),
+            trapped: AtomicBool::new(false),
+        }
     }
 }
 
@@ -80,16 +101,51 @@ struct CpuFp {
 #[allow(clippy::declare_interior_mutable_const)]
 const CPU_FP: CpuFp = CpuFp { owner: AtomicPtr::new(core::ptr::null_mut()), request: AtomicBool::new(false) };
 static CPUS: [CpuFp; MAX_CPUS] = [CPU_FP; MAX_CPUS];
-static EAGER: AtomicBool = AtomicBool::new(false);
+/// How FP state follows threads across switches (`fpu=` boot option).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Mode {
+    /// Lazy, except eager for threads that used FP in their last slices (the default).
+    Adaptive = 0,
+    /// Always lazy: every thread traps at its first FP use after a switch to another FP user.
+    Lazy = 1,
+    /// Save and restore at every switch (the baseline).
+    Eager = 2,
+}
 
-/// Chooses lazy (default) or eager switching.
-pub fn set_eager(eager: bool) {
-    EAGER.store(eager, Ordering::Relaxed);
+impl Mode {
+    /// The name the boot option and the banner use.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Adaptive => "adaptive",
+            Mode::Lazy => "lazy",
+            Mode::Eager => "eager",
+        }
+    }
+}
+
+/// Slices in a row with FP use after which a thread's registers are loaded at the switch.
+pub const HOT: u8 = 3;
+
+static MODE: AtomicU8 = AtomicU8::new(Mode::Adaptive as u8);
+
+/// Chooses the switching mode (boot).
+pub fn set_mode(mode: Mode) {
+    MODE.store(mode as u8, Ordering::Relaxed);
+}
+
+/// The switching mode.
+pub fn mode() -> Mode {
+    match MODE.load(Ordering::Relaxed) {
+        1 => Mode::Lazy,
+        2 => Mode::Eager,
+        _ => Mode::Adaptive,
+    }
 }
 
 /// Whether the eager baseline is on.
 pub fn eager() -> bool {
-    EAGER.load(Ordering::Relaxed)
+    mode() == Mode::Eager
 }
 
 fn counters() -> &'static crate::stats::Counters {
@@ -218,6 +274,10 @@ pub fn on_trap() {
     }
     save_owner(cpu);
     take_ownership(&me);
+    if !me.fp.trapped.swap(true, Ordering::Relaxed) {
+        let s = me.fp.streak.load(Ordering::Relaxed);
+        me.fp.streak.store(s.saturating_add(1).min(HOT), Ordering::Relaxed);
+    }
     if !me.fp.reported.swap(true, Ordering::Relaxed) {
         crate::notify::note_fp_use(&me);
     }
@@ -232,8 +292,25 @@ pub fn switch_to(next: &Arc<Thread>) {
         arch::fpu::enable();
         return;
     }
-    if eager() {
-        if next.fp.area.lock().is_some() || next.fp.live_on.load(Ordering::Acquire) != NOWHERE {
+    // The default mode is tested first; the baselines pay the extra compare.
+    let mode = mode();
+    if mode == Mode::Adaptive {
+        // A thread that never used FP needs nothing but the lazy trap.
+        if next.fp.used.load(Ordering::Relaxed) {
+            // A steady FP user: load its registers now rather than at a trap.
+            let streak = next.fp.streak.load(Ordering::Relaxed);
+            if streak >= HOT {
+                save_owner(cpu);
+                take_ownership(next);
+                return;
+            }
+            // Its last slice did not touch FP: the streak is broken.
+            if !next.fp.trapped.swap(false, Ordering::Relaxed) {
+                next.fp.streak.store(0, Ordering::Relaxed);
+            }
+        }
+    } else if mode == Mode::Eager {
+        if next.fp.used.load(Ordering::Acquire) {
             save_owner(cpu);
             take_ownership(next);
             return;
@@ -241,6 +318,14 @@ pub fn switch_to(next: &Arc<Thread>) {
         save_owner(cpu);
     }
     arch::fpu::disable();
+}
+
+/// The timer tick, with `current` running (adaptive mode): a thread loaded eagerly is made to
+/// prove again that it uses FP (see the module comment).
+pub fn tick(current: &Thread) {
+    if current.fp.streak.load(Ordering::Relaxed) >= HOT {
+        current.fp.streak.store(0, Ordering::Relaxed);
+    }
 }
 
 /// A thread ended on this CPU: if it owns the registers here, forget it (nothing to save).

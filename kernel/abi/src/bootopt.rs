@@ -13,7 +13,7 @@
 //! | `quantum=N` | timer ticks a thread runs before it is preempted (default 2; a tick is 10 ms) |
 //! | `groupbound=N` | most consecutive turns one view group gets while others wait (default 8) |
 //! | `cpus=N` | bring up at most N CPUs (default: all the firmware lists) |
-//! | `fpu=lazy\|eager` | FP/SIMD state switched lazily on first use (default) or at every switch (baseline) |
+//! | `fpu=adaptive\|lazy\|eager` | FP/SIMD state switched lazily on first use, eagerly for threads that keep using it (default); always lazily; or at every switch (baseline) |
 //! | `tlbtag=off` | do not use PCIDs/ASIDs: every view switch flushes the TLB (the original Cubix setting) |
 //!
 //! In `run=`, programs joined with `+` start together: `run=a+b,c` runs `a` and `b` at the same
@@ -36,8 +36,8 @@ pub const QUANTUM: &str = "quantum";
 pub const GROUP_BOUND: &str = "groupbound";
 /// Name of the option limiting how many CPUs the kernel brings up (`cpus=N`).
 pub const CPUS: &str = "cpus";
-/// Name of the FP switching option: `fpu=lazy` (default) or `fpu=eager` (the baseline: save
-/// and restore at every switch).
+/// Name of the FP switching option: `fpu=adaptive` (default: lazy, eager for steady FP users),
+/// `fpu=lazy` or `fpu=eager` (the baselines: always lazy; save and restore at every switch).
 pub const FPU: &str = "fpu";
 /// Name of the TLB-tag switch.
 pub const TLBTAG: &str = "tlbtag";

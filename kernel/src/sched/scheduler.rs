@@ -562,7 +562,12 @@ pub fn tick(from_user: bool) -> bool {
         crate::notify::wake_sleepers();
         crate::console_input::poll();
     }
-    if !from_user || cpu.current.load(Ordering::Relaxed).is_null() {
+    let current = cpu.current.load(Ordering::Relaxed);
+    // SAFETY: the current thread lives while it runs here (this tick interrupted it).
+    if let Some(t) = unsafe { current.as_ref() } {
+        crate::fpu::tick(t);
+    }
+    if !from_user || current.is_null() {
         return false;
     }
     let now = TICKS.load(Ordering::Relaxed);

@@ -125,6 +125,7 @@ pub const BENCHES: &[Bench] = &[
     cubix::TLB_TAGOFF,
     fp_switch::FPU_LAZY,
     fp_switch::FPU_EAGER,
+    fp_switch::FPU_ADAPTIVE,
     multith::UTHREAD,
     kn_cost::KN,
     stackthreads::STACKTHREADS_BENCH,

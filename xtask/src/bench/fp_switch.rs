@@ -8,13 +8,15 @@ use super::catalog::{Arches, Bench, Runner, TableInfo, BOOT_TIMEOUT};
 pub const FP_SWITCH: TableInfo = TableInfo {
     table: "fp_switch",
     note: "plain columns: fpu=lazy (FP state saved when another thread first touches FP); \
-           _eager columns: fpu=eager (saved and restored at every kernel switch, the baseline)",
+           _eager columns: fpu=eager (saved and restored at every kernel switch, the baseline); \
+           _adaptive columns: fpu=adaptive, the default (lazy, eager for threads that used FP in \
+           their last 3 slices)",
     x_label: "case",
     y_label: "cycles per switch",
     chart: &["cycles_per_switch"],
 };
 
-/// Lazy FP switching (issue 6), the kernel default. fpbench keeps SIMD registers live with
+/// Always-lazy FP switching (issue 6; the kernel default until adaptive switching). fpbench keeps SIMD registers live with
 /// inline assembly (SSE on x86_64, NEON on aarch64); add an architecture here when its port
 /// has lazy FP and fpbench.
 pub const FPU_LAZY: Bench = Bench {
@@ -26,6 +28,20 @@ pub const FPU_LAZY: Bench = Bench {
         boot_words: "quiet cpus=1 fpu=lazy run=fpbench",
     },
     suffix: "",
+    timeout: BOOT_TIMEOUT,
+    tables: &[FP_SWITCH],
+};
+
+/// The kernel default: lazy, eager for steady FP users; columns `*_adaptive`.
+pub const FPU_ADAPTIVE: Bench = Bench {
+    name: "fpu-adaptive",
+    about: "kernel FP/SIMD switch, adaptive (fpbench with fpu=adaptive, the default)",
+    arches: Arches::Only(&[Arch::X86_64, Arch::Aarch64]),
+    runner: Runner::Qemu {
+        smp: 1,
+        boot_words: "quiet cpus=1 fpu=adaptive run=fpbench",
+    },
+    suffix: "_adaptive",
     timeout: BOOT_TIMEOUT,
     tables: &[FP_SWITCH],
 };
