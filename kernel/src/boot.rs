@@ -78,6 +78,22 @@ pub fn kernel_main(info: &'static BootInfo) -> ! {
         Some(other) => println!("ignoring fpu={other}: valid values are adaptive, lazy, eager"),
     }
     println!("fpu: {fp_kind:?}, {fp_size}-byte save area, {} switching", crate::fpu::mode().name());
+    match bootopt::get(cmdline, bootopt::KN) {
+        Some("sa") => {
+            crate::notify::sa_copy::enable();
+            println!("kn: Scheduler-Activations copy baseline (kn=sa): contexts saved in kernel memory, copied out by kn_fetch");
+        }
+        Some("zerocopy") | None => {}
+        Some(other) => println!("ignoring kn={other}: valid values are zerocopy, sa"),
+    }
+    match bootopt::get(cmdline, bootopt::PREEMPT) {
+        Some("signal") => {
+            crate::notify::signal::enable();
+            println!("kn: signal-style preemption baseline (preempt=signal): signal frames on the thread's stack, kn_sigreturn");
+        }
+        Some("upcall") | None => {}
+        Some(other) => println!("ignoring preempt={other}: valid values are upcall, signal"),
+    }
     println!("timer: {} Hz tick, cycle counter {} MHz, tick timer {} kHz", TICK_HZ, cal.cycles_hz / 1_000_000, cal.timer_hz / 1000);
 
     let initrd = info.initrd.map(|(start, end)| {

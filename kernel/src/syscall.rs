@@ -66,6 +66,8 @@ pub fn dispatch(frame: &mut TrapFrame) {
             Syscall::PerfRead => crate::perf::read(&me(), a[0]),
             Syscall::PerfClose => crate::perf::close(&me(), a[0]),
             Syscall::ThreadPin => thread_pin(a[0]),
+            Syscall::KnFetch => crate::notify::sa_copy::fetch(&me(), a[0], a[1] as u64),
+            Syscall::KnSigreturn => crate::notify::signal::sigreturn(&me(), frame, a[0] as u64),
         },
     };
     frame.set_syscall_result(encode_result(result));

@@ -192,6 +192,22 @@ impl TrapFrame {
         tsumugi_abi::kn::aarch64::FullFrame { x: self.x, sp: self.sp, pc: self.elr, pstate: self.spsr }
     }
 
+    /// Makes the frame resume `full` (a user context the kernel saved earlier and user memory
+    /// handed back, e.g. a signal frame): `x0`..`x30`, `sp`, `pc`, and only the condition flags
+    /// (NZCV) of its `pstate` (EL0, interrupts on). Refused (`false`, frame unchanged) if `pc`
+    /// or `sp` is outside the user half.
+    pub fn restore_full_frame(&mut self, full: &tsumugi_abi::kn::aarch64::FullFrame) -> bool {
+        const NZCV: u64 = 0xf000_0000;
+        if full.pc >= super::layout::USER_END || full.sp >= super::layout::USER_END {
+            return false;
+        }
+        self.x = full.x;
+        self.sp = full.sp;
+        self.elr = full.pc;
+        self.spsr = SPSR_EL0T | (full.pstate & NZCV);
+        true
+    }
+
     /// Turns the frame into an upcall: on return to user mode the CPU enters `handler` with
     /// stack pointer `stack_top` (16-byte aligned, as at a function's entry) and `args` in the
     /// first four argument registers (`x0..x3`), interrupts on. The link register is 0, so a

@@ -169,6 +169,21 @@ impl TrapFrame {
         tsumugi_abi::kn::riscv64::FullFrame { x }
     }
 
+    /// Makes the frame resume `full` (a user context the kernel saved earlier and user memory
+    /// handed back, e.g. a signal frame): `x1`..`x31` and `pc`; `sstatus` stays the kernel's.
+    /// Refused (`false`, frame unchanged) if `pc` or `sp` is outside the user half.
+    pub fn restore_full_frame(&mut self, full: &tsumugi_abi::kn::riscv64::FullFrame) -> bool {
+        if full.x[0] >= super::layout::USER_END || full.x[2] >= super::layout::USER_END {
+            return false;
+        }
+        // SAFETY: the first 32 fields are `x0`..`x31`, plain u64s at offsets 8 * N (checked by
+        // the layout asserts above), so the frame's prefix is that array.
+        let regs = unsafe { &mut *(self as *mut TrapFrame as *mut [u64; 32]) };
+        regs[1..].copy_from_slice(&full.x[1..]);
+        self.sepc = full.x[0];
+        true
+    }
+
     /// Turns the frame into an upcall: on return to user mode the hart enters `handler` with
     /// stack pointer `stack_top` (16-byte aligned, as at a call) and `args` in `a0`..`a3`.
     /// Interrupts are on in the handler.

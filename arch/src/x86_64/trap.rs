@@ -178,6 +178,44 @@ impl TrapFrame {
         }
     }
 
+    /// Makes the frame resume `full` (a user context the kernel saved earlier and user memory
+    /// handed back, e.g. a signal frame): every register, `rip`, `rsp`, and the flags user
+    /// code may set (interrupts on, I/O privilege 0). Refused (`false`, frame unchanged) if
+    /// `rip` or `rsp` is outside the user half.
+    pub fn restore_full_frame(&mut self, full: &tsumugi_abi::kn::FullFrame) -> bool {
+        /// CF, PF, AF, ZF, SF, DF, OF, AC: the flags a user context may carry.
+        const USER_FLAGS: u64 = 0x4_0cd5;
+        if full.rip >= USER_END || full.rsp >= USER_END {
+            return false;
+        }
+        let (cs, ss, vector, error_code) = (self.cs, self.ss, self.vector, self.error_code);
+        *self = TrapFrame {
+            rax: full.rax,
+            rbx: full.rbx,
+            rcx: full.rcx,
+            rdx: full.rdx,
+            rsi: full.rsi,
+            rdi: full.rdi,
+            rbp: full.rbp,
+            r8: full.r8,
+            r9: full.r9,
+            r10: full.r10,
+            r11: full.r11,
+            r12: full.r12,
+            r13: full.r13,
+            r14: full.r14,
+            r15: full.r15,
+            rip: full.rip,
+            rsp: full.rsp,
+            rflags: (full.rflags & USER_FLAGS) | RFlags::INTERRUPT_FLAG.bits() | 0x2,
+            cs,
+            ss,
+            vector,
+            error_code,
+        };
+        true
+    }
+
     /// Turns the frame into an upcall: on return to user mode the CPU enters `handler` with
     /// stack pointer `stack_top` (aligned as after a call) and `args` in the first four
     /// argument registers (`rdi, rsi, rdx, rcx`). Interrupts are on in the handler.

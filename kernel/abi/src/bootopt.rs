@@ -13,6 +13,8 @@
 //! | `quantum=N` | timer ticks a thread runs before it is preempted (default 2; a tick is 10 ms) |
 //! | `groupbound=N` | most consecutive turns one view group gets while others wait (default 8) |
 //! | `cpus=N` | bring up at most N CPUs (default: all the firmware lists) |
+//! | `kn=zerocopy\|sa` | Kernel Notification saves into ThMBs (default) or the Scheduler-Activations copy baseline |
+//! | `preempt=upcall\|signal` | KN preemption as a `PREEMPTED` upcall (default) or the signal-style baseline |
 //! | `fpu=adaptive\|lazy\|eager` | FP/SIMD state switched lazily on first use, eagerly for threads that keep using it (default); always lazily; or at every switch (baseline) |
 //! | `tlbtag=off` | do not use PCIDs/ASIDs: every view switch flushes the TLB (the original Cubix setting) |
 //!
@@ -39,6 +41,14 @@ pub const CPUS: &str = "cpus";
 /// Name of the FP switching option: `fpu=adaptive` (default: lazy, eager for steady FP users),
 /// `fpu=lazy` or `fpu=eager` (the baselines: always lazy; save and restore at every switch).
 pub const FPU: &str = "fpu";
+/// Name of the notification-baseline option: `kn=sa` makes Kernel Notification save stopped
+/// contexts in a kernel-owned area that the library copies out with `kn_fetch` (Scheduler
+/// Activations / C-area style), for comparison with the zero-copy default (`kn=zerocopy`).
+pub const KN: &str = "kn";
+/// Name of the preemption-baseline option: `preempt=signal` delivers a KN program's
+/// preemptions signal-style (the context pushed on the thread's stack, the handler run there,
+/// `kn_sigreturn` resumes), for comparison with the `PREEMPTED` upcall (`preempt=upcall`).
+pub const PREEMPT: &str = "preempt";
 /// Name of the TLB-tag switch.
 pub const TLBTAG: &str = "tlbtag";
 

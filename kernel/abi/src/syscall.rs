@@ -87,6 +87,17 @@ pub enum Syscall {
     /// there before the call returns); `usize::MAX` lets it run anywhere again. `EINVAL` if
     /// `cpu` is not online. A run queue holding a pinned thread is not stolen from.
     ThreadPin = 28,
+    /// `kn_fetch(vcpu, thmb) -> 0`: the Scheduler-Activations baseline (`kn=sa` boot option):
+    /// copies the context the kernel saved in its own area when it last stopped a thread of
+    /// vCPU `vcpu` into the ThMB at `thmb` (full frame, FP area if it has one, then the mask).
+    /// `EAGAIN` if nothing is saved; `EINVAL` without `kn=sa` (the kernel then saves into ThMBs
+    /// itself, the zero-copy save this baseline is measured against).
+    KnFetch = 29,
+    /// `kn_sigreturn(frame) -> (the resumed context's result register)`: the signal-style
+    /// preemption baseline (`preempt=signal` boot option): resumes the context a preemption
+    /// pushed on the thread's stack as a signal frame (a `kn::FullFrame` at `frame`). `EINVAL`
+    /// without `preempt=signal`.
+    KnSigreturn = 30,
 }
 
 /// Rights bits of region syscalls.
@@ -127,7 +138,7 @@ pub struct ViewEntry {
 
 impl Syscall {
     /// Every syscall, in number order.
-    pub const ALL: [Syscall; 29] = [
+    pub const ALL: [Syscall; 31] = [
         Syscall::Exit,
         Syscall::ConsoleWrite,
         Syscall::Clock,
@@ -157,6 +168,8 @@ impl Syscall {
         Syscall::PerfRead,
         Syscall::PerfClose,
         Syscall::ThreadPin,
+        Syscall::KnFetch,
+        Syscall::KnSigreturn,
     ];
 
     /// Decodes a syscall number.

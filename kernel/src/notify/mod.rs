@@ -18,7 +18,10 @@
 //! - `save`: the ThMB save, fast (plain stores through the loaded table, fault fix-up) and
 //!   checked (through the view space; a bad LTN ends the program).
 //! - `ring`: the event ring, fast and checked.
-//! - `vcpu`: registration, activations, park and unpark.
+//! - `vcpu`: registration, activations, spare activations, park and unpark.
+//! - [`sa_copy`] and [`signal`]: the conventional baselines the benchmarks compare with
+//!   (`kn=sa`: Scheduler-Activations-style save in kernel memory and copy-out;
+//!   `preempt=signal`: preemption delivered as a signal frame on the thread's stack).
 //! - this file: the stop paths (preemption, fault, blocking syscall, sleep) and the upcall.
 //!
 //! The hot paths (a `sleep` turned into a `BLOCKED` upcall, a preemption into `PREEMPTED`) take
@@ -33,7 +36,11 @@ pub mod sleepers;
 #[cfg(target_os = "none")]
 mod ring;
 #[cfg(target_os = "none")]
+pub mod sa_copy;
+#[cfg(target_os = "none")]
 mod save;
+#[cfg(target_os = "none")]
+pub mod signal;
 #[cfg(target_os = "none")]
 mod state;
 #[cfg(target_os = "none")]
@@ -155,6 +162,17 @@ mod machine {
             scheduler::preempt();
             return;
         };
+        if super::signal::enabled() {
+            let ltn = arch::cpu::user_ltn();
+            if ltn != 0 {
+                if let Err(report) = super::signal::deliver(&me, frame, vcpu, ltn) {
+                    kill(&me, report);
+                }
+                drop(me);
+                scheduler::preempt();
+                return;
+            }
+        }
         match save::save(&me, frame) {
             Err(Refused::NoThmb) => {
                 drop(me);

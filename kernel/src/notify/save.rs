@@ -56,6 +56,10 @@ pub fn save(me: &Thread, frame: &TrapFrame) -> Result<u64, Refused> {
     }
     let full = frame.to_full_frame();
     let uses_fp = crate::fpu::has_used_fp(me);
+    if super::sa_copy::enabled() {
+        super::sa_copy::save(me, &full, uses_fp);
+        return Ok(ltn);
+    }
     if save_fast(ltn, &full, uses_fp).is_ok() {
         return Ok(ltn);
     }
@@ -111,20 +115,35 @@ fn save_fp_fast(ltn: u64) -> Result<u64, ()> {
 /// The checked save: the ThMB and FP area looked up in `view`, written through the view space.
 /// Returns the report if the thread may not write them.
 pub fn save_checked(view: ViewId, ltn: u64, full: &FullFrame, uses_fp: bool) -> Result<(), String> {
+    if uses_fp {
+        if let Some(r) = crate::fpu::with_current_state(|state| write_checked(view, ltn, full, Some(state))) {
+            return r;
+        }
+    }
+    write_checked(view, ltn, full, None)
+}
+
+/// Writes a stopped context — the full frame and, if given, the FP state (into the FP area the
+/// ThMB names, if any) — into the ThMB at `ltn` through the view space, checked against
+/// `view`; the mask last. Returns the report if the thread may not write them.
+pub fn write_checked(view: ViewId, ltn: u64, full: &FullFrame, fp: Option<&[u8]>) -> Result<(), String> {
     // Check the whole header before writing any of it.
     let writable = views::with(|s, _| s.check(view, ltn, THMB_HEADER, MapFlags::WRITE).is_ok());
     if !writable {
         return Err(format!("bad LTN {ltn:#x}: the thread's view may not write a ThMB there"));
     }
     views::write_as(view, ltn + FULL_OFFSET as u64, frame_bytes(full)).map_err(|_| format!("bad LTN {ltn:#x}: write refused"))?;
-    let saved = mask::FULL | if uses_fp { save_fp_checked(view, ltn)? } else { 0 };
+    let saved = mask::FULL | match fp {
+        Some(state) => write_fp_checked(view, ltn, state)?,
+        None => 0,
+    };
     views::write_as(view, ltn + MASK_OFFSET as u64, &saved.to_le_bytes()).map_err(|_| format!("bad LTN {ltn:#x}: write refused"))
 }
 
-/// With a FULL save: puts the running thread's FP/SIMD state into the FP area its ThMB names,
-/// so that the library can switch the vCPU to another thread without losing it. Returns
-/// [`mask::FP`] if saved, 0 if the thread has no FP state or no FP area.
-fn save_fp_checked(view: ViewId, ltn: u64) -> Result<u64, String> {
+/// With a FULL save: puts `state` (FP/SIMD registers in the port's save format) into the FP
+/// area the ThMB names, so that the library can switch the vCPU to another thread without
+/// losing it. Returns [`mask::FP`] if written, 0 if the ThMB names no FP area.
+fn write_fp_checked(view: ViewId, ltn: u64, state: &[u8]) -> Result<u64, String> {
     let mut word = [0u8; 8];
     views::read_as(view, ltn + FP_AREA_PTR_OFFSET as u64, &mut word).map_err(|_| format!("bad LTN {ltn:#x}: read refused"))?;
     let area = u64::from_le_bytes(word);
@@ -134,19 +153,11 @@ fn save_fp_checked(view: ViewId, ltn: u64) -> Result<u64, String> {
     if area % FP_AREA_ALIGN != 0 || area >= arch::layout::KERNEL_HALF {
         return Err(format!("bad FP area {area:#x} in ThMB {ltn:#x}: not a {FP_AREA_ALIGN}-byte-aligned user address"));
     }
-    let wrote = crate::fpu::with_current_state(|state| {
-        if state.len() > FP_AREA_SIZE {
-            return Err(format!("FP state of {} bytes does not fit the ABI's {FP_AREA_SIZE}-byte area", state.len()));
-        }
-        views::write_as(view, area, state).map_err(|_| format!("bad FP area {area:#x} in ThMB {ltn:#x}: the thread's view may not write it"))
-    });
-    match wrote {
-        None => Ok(0),
-        Some(r) => {
-            r?;
-            let format = arch::fpu::thmb_format().to_le_bytes();
-            views::write_as(view, ltn + FP_FORMAT_OFFSET as u64, &format).map_err(|_| format!("bad LTN {ltn:#x}: write refused"))?;
-            Ok(mask::FP)
-        }
+    if state.len() > FP_AREA_SIZE {
+        return Err(format!("FP state of {} bytes does not fit the ABI's {FP_AREA_SIZE}-byte area", state.len()));
     }
+    views::write_as(view, area, state).map_err(|_| format!("bad FP area {area:#x} in ThMB {ltn:#x}: the thread's view may not write it"))?;
+    let format = arch::fpu::thmb_format().to_le_bytes();
+    views::write_as(view, ltn + FP_FORMAT_OFFSET as u64, &format).map_err(|_| format!("bad LTN {ltn:#x}: write refused"))?;
+    Ok(mask::FP)
 }

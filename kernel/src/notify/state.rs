@@ -54,6 +54,8 @@ pub struct State {
     pub spares: Vec<Arc<Thread>>,
     /// Spares woken with work: (thread id, vCPU, upcall arguments).
     pub assigned: Vec<(u64, usize, [u64; 4])>,
+    /// Contexts saved in the kernel's own memory, by vCPU (the `kn=sa` baseline only).
+    pub c_area: Vec<Option<super::sa_copy::Saved>>,
     /// The program has finished: nothing is posted any more.
     pub released: bool,
 }
@@ -73,7 +75,7 @@ impl DomainKn {
     pub const fn new() -> Self {
         DomainKn {
             config: Once::new(),
-            state: Mutex::new(State { tail: 0, held: VecDeque::new(), vcpus: Vec::new(), parked: 0, spares: Vec::new(), assigned: Vec::new(), released: false }),
+            state: Mutex::new(State { tail: 0, held: VecDeque::new(), vcpus: Vec::new(), parked: 0, spares: Vec::new(), assigned: Vec::new(), c_area: Vec::new(), released: false }),
             upcalls: [const { AtomicU64::new(0) }; 8],
             sleeping: AtomicUsize::new(0),
         }

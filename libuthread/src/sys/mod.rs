@@ -223,6 +223,18 @@ pub fn kn_register(reg: &tsumugi_abi::kn::Registration) -> SysResult {
     call(Syscall::KnRegister as usize, [reg as *const _ as usize, 0, 0, 0, 0, 0])
 }
 
+/// Scheduler-Activations baseline (`kn=sa`): copies the context the kernel saved at vCPU
+/// `vcpu`'s last stop into the ThMB at `thmb`.
+pub fn kn_fetch(vcpu: usize, thmb: usize) -> SysResult {
+    call(Syscall::KnFetch as usize, [vcpu, thmb, 0, 0, 0, 0])
+}
+
+/// Signal-style preemption baseline (`preempt=signal`): resumes the context saved in the
+/// signal frame at `frame`. Returns only on error.
+pub fn kn_sigreturn(frame: usize) -> SysResult {
+    call(Syscall::KnSigreturn as usize, [frame, 0, 0, 0, 0, 0])
+}
+
 /// Parks the calling vCPU until it is unparked or an event arrives.
 pub fn vcpu_park() -> SysResult {
     call(Syscall::VcpuPark as usize, [0; 6])

@@ -9,11 +9,18 @@
 //! activation), preemption, and then `sleep` and preemption of a thread that uses FP (its FP state
 //! goes into its ThMB's FP area too). The FP phases come last: once the vCPU has used FP, every
 //! later stop saves it.
+//!
+//! Booted with a baseline (`kn=sa`, `preempt=signal`), it measures that instead, on the same
+//! kernel paths otherwise: `notification_sa_copy` (a `sleep` to the point where the library has
+//! fetched the context the kernel kept in its own memory into the ThMB: upcall plus
+//! `kn_fetch`), `preemption_signal_style` (a preemption to the handler's entry on the thread's
+//! stack, each run resumed with `kn_sigreturn`).
 #![no_std]
 #![no_main]
 
 use core::sync::atomic::{AtomicU64, Ordering};
 use libuthread::{println, sys};
+use tsumugi_abi::syscall::Errno;
 use tsumugi_abi::kn::EventKind;
 use tsumugi_userland::kn::{self, Ring, Stack, Thmb};
 
@@ -54,7 +61,8 @@ struct Phase {
     paper: u64,
 }
 
-const PHASES: [Phase; 6] = [
+/// Phases of the default (zero-copy, upcall) kernel.
+const ZERO_COPY: [Phase; 6] = [
     Phase { row: "blocking_syscall_to_upcall", stop: Stop::Sleep, thmb: Block::Static, runs: 200, paper: 256 },
     Phase { row: "blocking_heap_thmb_to_upcall", stop: Stop::Sleep, thmb: Block::Heap, runs: 50, paper: 256 },
     Phase { row: "blocking_general_to_upcall", stop: Stop::ConsoleRead, thmb: Block::Static, runs: 4, paper: 256 },
@@ -63,10 +71,27 @@ const PHASES: [Phase; 6] = [
     Phase { row: "preemption_fp_thread_to_upcall", stop: Stop::Spin, thmb: Block::Fp, runs: 8, paper: 341 },
 ];
 
+/// The `kn=sa` baseline: the context is copied out of kernel memory with `kn_fetch`.
+const SA_COPY: [Phase; 1] = [Phase { row: "notification_sa_copy", stop: Stop::Sleep, thmb: Block::Static, runs: 200, paper: 418 }];
+
+/// The `preempt=signal` baseline: a signal frame on the thread's stack, `kn_sigreturn`.
+const SIGNAL: [Phase; 1] = [Phase { row: "preemption_signal_style", stop: Stop::Spin, thmb: Block::Static, runs: 8, paper: 718 }];
+
+/// Which kernel configuration runs (detected at start): 0 default, 1 `kn=sa`, 2 `preempt=signal`.
+static MODE: AtomicU64 = AtomicU64::new(0);
+
+fn phases() -> &'static [Phase] {
+    match MODE.load(Ordering::SeqCst) {
+        1 => &SA_COPY,
+        2 => &SIGNAL,
+        _ => &ZERO_COPY,
+    }
+}
+
 static T0: AtomicU64 = AtomicU64::new(0);
 static N: AtomicU64 = AtomicU64::new(0);
 static PHASE: AtomicU64 = AtomicU64::new(0);
-static BEST: [AtomicU64; PHASES.len()] = [const { AtomicU64::new(u64::MAX) }; PHASES.len()];
+static BEST: [AtomicU64; ZERO_COPY.len()] = [const { AtomicU64::new(u64::MAX) }; ZERO_COPY.len()];
 /// The buffer of the `console_read` phase.
 static mut READ_BUF: [u8; 1] = [0];
 /// The ThMB in a region created at run time (phase `Block::Heap`).
@@ -180,12 +205,30 @@ fn drain_ring() {
     }
 }
 
-extern "C" fn handler(kind: u64, _: u64, _: u64, _: u64) -> ! {
-    let t1 = cycles();
+extern "C" fn handler(kind: u64, thread: u64, vcpu: u64, _: u64) -> ! {
+    let mut t1 = cycles();
+    let mode = MODE.load(Ordering::SeqCst);
+    if mode == 1 {
+        // The SA baseline: the library has the context only once it fetched it.
+        if sys::kn_fetch(vcpu as usize, thread as usize).is_err() {
+            println!("kn_cost: FAILED: kn_fetch of vCPU {vcpu} into {thread:#x}");
+            sys::exit(1);
+        }
+        t1 = cycles();
+        // SAFETY: the kernel wrote the header in kn_fetch; read it once.
+        let saved = unsafe { core::ptr::read_volatile(core::ptr::addr_of!(THMB.header.mask)) };
+        if saved & tsumugi_abi::kn::mask::FULL == 0 {
+            println!("kn_cost: FAILED: kn_fetch left no full frame (mask {saved:#x})");
+            sys::exit(1);
+        }
+        // SAFETY: as above; marks it consumed for the next run's check.
+        unsafe { core::ptr::write_volatile(core::ptr::addr_of_mut!(THMB.header.mask), 0) };
+    }
     let cost = t1.wrapping_sub(T0.load(Ordering::SeqCst));
     drain_ring();
+    let phases = phases();
     let p = PHASE.load(Ordering::SeqCst) as usize;
-    let phase = &PHASES[p];
+    let phase = &phases[p];
     let expected = match phase.stop {
         Stop::Sleep | Stop::ConsoleRead => EventKind::Blocked,
         Stop::Spin => EventKind::Preempted,
@@ -203,14 +246,20 @@ extern "C" fn handler(kind: u64, _: u64, _: u64, _: u64) -> ! {
     }
     let n = N.fetch_add(1, Ordering::SeqCst) + 1;
     if n < phase.runs {
+        if mode == 2 {
+            // The signal baseline resumes the interrupted spin from its signal frame.
+            let _ = sys::kn_sigreturn(thread as usize);
+            println!("kn_cost: FAILED: kn_sigreturn({thread:#x}) returned");
+            sys::exit(1);
+        }
         start(phase);
     }
     N.store(0, Ordering::SeqCst);
-    if p + 1 < PHASES.len() {
+    if p + 1 < phases.len() {
         PHASE.store(p as u64 + 1, Ordering::SeqCst);
-        start(&PHASES[p + 1]);
+        start(&phases[p + 1]);
     }
-    for (phase, best) in PHASES.iter().zip(BEST.iter()) {
+    for (phase, best) in phases.iter().zip(BEST.iter()) {
         println!("BENCH table=kn_cost row={} instructions={} paper_instructions={}", phase.row, best.load(Ordering::SeqCst), phase.paper);
     }
     sys::exit(0)
@@ -227,7 +276,14 @@ fn main() -> i32 {
     if kn::register(handler, core::ptr::addr_of_mut!(RING), core::ptr::addr_of_mut!(STACK)).is_err() {
         return 1;
     }
-    start(&PHASES[0])
+    // Which kernel: `kn_fetch` with nothing saved says "try again" only under `kn=sa`;
+    // `kn_sigreturn` of address 0 faults only under `preempt=signal` (else: "invalid").
+    if sys::kn_fetch(0, core::ptr::addr_of_mut!(THMB) as usize) == Err(Some(Errno::Again)) {
+        MODE.store(1, Ordering::SeqCst);
+    } else if sys::kn_sigreturn(0) == Err(Some(Errno::Fault)) {
+        MODE.store(2, Ordering::SeqCst);
+    }
+    start(&phases()[0])
 }
 
 libuthread::entry!(main);

@@ -128,6 +128,8 @@ pub const BENCHES: &[Bench] = &[
     fp_switch::FPU_ADAPTIVE,
     multith::UTHREAD,
     kn_cost::KN,
+    kn_cost::KN_SA,
+    kn_cost::KN_SIGNAL,
     stackthreads::STACKTHREADS_BENCH,
     host_switch::HOST_CRITERION,
     stackthreads::HOST_STACKTHREADS_BENCH,

@@ -17,7 +17,7 @@ use super::chart::to_svg;
 use super::check;
 use super::runner::{run_boot, run_host, Settings, Verdict};
 use super::table::{render_text, to_csv, Table, Tables};
-use super::{host_comparison, host_switch};
+use super::{host_comparison, host_switch, kn_cost};
 
 /// Extra help of `cargo xtask bench --help`.
 pub const HELP: &str = "\
@@ -262,6 +262,7 @@ pub fn run(args: &BenchArgs) -> Result<u8> {
             verdicts.push((item.label(), verdict));
         }
     }
+    kn_cost::derive_ratios(&mut tables);
     if let Some(comparison) = host_comparison::derive(&tables, host_switch::TABLE) {
         tables.tables.push(comparison);
     }
