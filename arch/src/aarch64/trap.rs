@@ -58,6 +58,10 @@ const _: () = assert!(FRAME_SIZE == 0x140);
 // Kernel stacks reserve the frame at their 16-byte-aligned top; keep that alignment below it.
 const _: () = assert!(FRAME_SIZE % 16 == 0);
 const _: () = assert!(offset_of!(TrapFrame, sp) == 0xf8);
+// The prefix is the KN full frame (`store_full_frame`).
+const _: () = assert!(offset_of!(TrapFrame, sp) == offset_of!(tsumugi_abi::kn::aarch64::FullFrame, sp));
+const _: () = assert!(offset_of!(TrapFrame, elr) == offset_of!(tsumugi_abi::kn::aarch64::FullFrame, pc));
+const _: () = assert!(offset_of!(TrapFrame, spsr) == offset_of!(tsumugi_abi::kn::aarch64::FullFrame, pstate));
 const _: () = assert!(offset_of!(TrapFrame, elr) == 0x100);
 const _: () = assert!(offset_of!(TrapFrame, esr) == 0x110);
 const _: () = assert!(offset_of!(TrapFrame, kind) == 0x120);
@@ -206,6 +210,17 @@ impl TrapFrame {
         self.elr = full.pc;
         self.spsr = SPSR_EL0T | (full.pstate & NZCV);
         true
+    }
+
+    /// Writes the user registers as a Kernel Notification full frame to user address `dst`
+    /// through an open user-access window (the fast ThMB save): the frame begins with `x`, `sp`,
+    /// `elr`, `spsr`, exactly the full frame's `x`, `sp`, `pc`, `pstate`, so it is copied as it
+    /// lies.
+    #[inline]
+    pub fn store_full_frame(&self, user: &crate::usercopy::Access, dst: u64) -> Result<(), crate::usercopy::UserFault> {
+        // SAFETY: the first 34 fields are plain u64s laid out as the full frame (asserts below).
+        let bytes = unsafe { core::slice::from_raw_parts(self as *const TrapFrame as *const u8, size_of::<tsumugi_abi::kn::aarch64::FullFrame>()) };
+        user.copy_to(dst, bytes)
     }
 
     /// Turns the frame into an upcall: on return to user mode the CPU enters `handler` with

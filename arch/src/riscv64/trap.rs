@@ -184,6 +184,17 @@ impl TrapFrame {
         true
     }
 
+    /// Writes the user registers as a Kernel Notification full frame to user address `dst`
+    /// through an open user-access window (the fast ThMB save): the frame's prefix is `x0`..`x31`
+    /// in the full frame's order, so it is copied as it lies, then `pc` into slot 0.
+    #[inline]
+    pub fn store_full_frame(&self, user: &crate::usercopy::Access, dst: u64) -> Result<(), crate::usercopy::UserFault> {
+        // SAFETY: the first 32 fields are plain u64s at offsets 8 * N (layout asserts above).
+        let bytes = unsafe { core::slice::from_raw_parts(self as *const TrapFrame as *const u8, 32 * 8) };
+        user.copy_to(dst, bytes)?;
+        user.put_u64(dst, self.sepc)
+    }
+
     /// Turns the frame into an upcall: on return to user mode the hart enters `handler` with
     /// stack pointer `stack_top` (16-byte aligned, as at a call) and `args` in `a0`..`a3`.
     /// Interrupts are on in the handler.

@@ -216,6 +216,16 @@ impl TrapFrame {
         true
     }
 
+    /// Writes the user registers as a Kernel Notification full frame to user address `dst`
+    /// through an open user-access window (the fast ThMB save).
+    #[inline]
+    pub fn store_full_frame(&self, user: &crate::usercopy::Access, dst: u64) -> Result<(), crate::usercopy::UserFault> {
+        let full = self.to_full_frame();
+        // SAFETY: FullFrame is #[repr(C)] plain u64 fields: its bytes are initialised.
+        let bytes = unsafe { core::slice::from_raw_parts(&full as *const _ as *const u8, size_of::<tsumugi_abi::kn::FullFrame>()) };
+        user.copy_to(dst, bytes)
+    }
+
     /// Turns the frame into an upcall: on return to user mode the CPU enters `handler` with
     /// stack pointer `stack_top` (aligned as after a call) and `args` in the first four
     /// argument registers (`rdi, rsi, rdx, rcx`). Interrupts are on in the handler.

@@ -324,10 +324,10 @@ mod machine {
         }
     }
 
-    /// Ends the timed waits whose deadline has passed (timer tick): the result (0) goes into
-    /// the thread's ThMB and `UNBLOCKED` into its program's ring, in deadline order.
-    pub fn wake_sleepers() {
-        let now = arch::timer::nanos();
+    /// Ends the timed waits whose deadline has passed at `now` (timer tick; nanoseconds): the
+    /// result (0) goes into the thread's ThMB and `UNBLOCKED` into its program's ring, in
+    /// deadline order.
+    pub fn wake_sleepers(now: u64) {
         if now < EARLIEST.load(Ordering::Acquire) {
             return;
         }

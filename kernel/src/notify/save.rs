@@ -54,23 +54,22 @@ pub fn save(me: &Thread, frame: &TrapFrame) -> Result<u64, Refused> {
     if ltn % THMB_ALIGN != 0 || ltn >= arch::layout::KERNEL_HALF {
         return Err(Refused::Bad(format!("bad LTN {ltn:#x}: not a {THMB_ALIGN}-byte-aligned ThMB address in the user half")));
     }
-    let full = frame.to_full_frame();
     let uses_fp = crate::fpu::has_used_fp(me);
     if super::sa_copy::enabled() {
-        super::sa_copy::save(me, &full, uses_fp);
+        super::sa_copy::save(me, &frame.to_full_frame(), uses_fp);
         return Ok(ltn);
     }
-    if save_fast(ltn, &full, uses_fp).is_ok() {
+    if save_fast(ltn, frame, uses_fp).is_ok() {
         return Ok(ltn);
     }
     let view = me.view().ok_or_else(|| Refused::Bad(format!("bad LTN {ltn:#x}: the thread has no view")))?;
-    save_checked(view, ltn, &full, uses_fp).map_err(Refused::Bad)?;
+    save_checked(view, ltn, &frame.to_full_frame(), uses_fp).map_err(Refused::Bad)?;
     Ok(ltn)
 }
 
 /// The fast save through the loaded table. Any failure (a fault, an FP area that needs the
 /// checked path's report) leaves the rest to [`save_checked`].
-fn save_fast(ltn: u64, full: &FullFrame, uses_fp: bool) -> Result<(), ()> {
+fn save_fast(ltn: u64, frame: &TrapFrame, uses_fp: bool) -> Result<(), ()> {
     let mut saved = mask::FULL;
     if uses_fp {
         saved |= save_fp_fast(ltn)?;
@@ -78,7 +77,7 @@ fn save_fast(ltn: u64, full: &FullFrame, uses_fp: bool) -> Result<(), ()> {
     // SAFETY: called from the running thread's kernel side, so its view's table — whose user
     // half holds only that view's user mappings — is loaded.
     let user = unsafe { arch::usercopy::Access::open() };
-    user.copy_to(ltn + FULL_OFFSET as u64, frame_bytes(full)).map_err(|_| ())?;
+    frame.store_full_frame(&user, ltn + FULL_OFFSET as u64).map_err(|_| ())?;
     // The mask last: it says what the rest holds.
     user.put_u64(ltn + MASK_OFFSET as u64, saved).map_err(|_| ())
 }

@@ -253,7 +253,19 @@ fn send_reschedule(cpu: usize) {
 /// goes back to its own CPU's queue. Waiting for it here could deadlock — two CPUs each holding
 /// the other's thread — so the wait happens nowhere; `self_ptr` (the caller's own thread) is
 /// always taken.
+#[inline(always)]
 fn pick_next(cpu_index: usize, self_ptr: *const Thread) -> Option<Arc<Thread>> {
+    // Nothing queued here and no other CPU to steal from (a preemption or yield of the only
+    // runnable thread): answer before setting up the loop below.
+    if CPUS[cpu_index].len.load(Ordering::Relaxed) == 0 && ONLINE.load(Ordering::Relaxed) <= 1 {
+        return None;
+    }
+    pick_queued(cpu_index, self_ptr)
+}
+
+/// [`pick_next`] when there may be something to take.
+#[inline(never)]
+fn pick_queued(cpu_index: usize, self_ptr: *const Thread) -> Option<Arc<Thread>> {
     for _ in 0..MAX_REQUEUES {
         let cpu = &CPUS[cpu_index];
         let local = if cpu.len.load(Ordering::Relaxed) > 0 { cpu.pop() } else { None };
@@ -559,7 +571,8 @@ pub fn tick(from_user: bool) -> bool {
             crate::notify::dump();
         }
         crate::thread::wake_sleepers();
-        crate::notify::wake_sleepers();
+        // Most ticks have no timed KN wait due: the earliest deadline is checked first.
+        crate::notify::wake_sleepers(arch::timer::nanos());
         crate::console_input::poll();
     }
     let current = cpu.current.load(Ordering::Relaxed);
