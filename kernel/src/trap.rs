@@ -29,8 +29,20 @@ pub fn spurious() -> u64 {
     SPURIOUS.load(Ordering::Relaxed)
 }
 
-/// The entry point `arch` calls for every trap.
+/// The entry point `arch` calls for every trap. Syscalls, the hot case, are told apart first,
+/// with nothing else on their way.
 pub fn handle(frame: &mut TrapFrame) {
+    if frame.is_syscall() {
+        crate::syscall::dispatch(frame);
+        thread::exit_if_killed();
+        return;
+    }
+    handle_other(frame);
+}
+
+/// Every trap but a syscall.
+#[inline(never)]
+fn handle_other(frame: &mut TrapFrame) {
     match frame.trap() {
         Trap::Syscall => crate::syscall::dispatch(frame),
         Trap::Timer => {

@@ -136,16 +136,19 @@ pub use crate::event::{Access, IpiKind, Trap};
 
 impl TrapFrame {
     /// Whether the trap came from user mode (EL0).
+    #[inline]
     pub fn from_user(&self) -> bool {
         self.spsr & SPSR_MODE_MASK == 0
     }
 
     /// The interrupted instruction pointer.
+    #[inline]
     pub fn ip(&self) -> u64 {
         self.elr
     }
 
     /// The interrupted stack pointer.
+    #[inline]
     pub fn sp(&self) -> u64 {
         self.sp
     }
@@ -167,16 +170,19 @@ impl TrapFrame {
     }
 
     /// The syscall number (`x8`).
+    #[inline]
     pub fn syscall_number(&self) -> usize {
         self.x[8] as usize
     }
 
     /// The six syscall arguments (`x0..x5`).
+    #[inline]
     pub fn syscall_args(&self) -> [usize; 6] {
         [self.x[0], self.x[1], self.x[2], self.x[3], self.x[4], self.x[5]].map(|r| r as usize)
     }
 
     /// Sets the syscall result (`x0`).
+    #[inline]
     pub fn set_syscall_result(&mut self, value: usize) {
         self.x[0] = value as u64;
     }
@@ -236,6 +242,12 @@ impl TrapFrame {
         self.x[..4].copy_from_slice(&args);
         self.x[30] = 0;
         self.intid = u64::from(super::interrupts::NO_INTERRUPT);
+    }
+
+    /// Whether the trap is a syscall (the hot case, tested before [`TrapFrame::trap`]).
+    #[inline]
+    pub fn is_syscall(&self) -> bool {
+        self.vector == ec::SVC64 && self.from_user()
     }
 
     /// Classifies the trap.

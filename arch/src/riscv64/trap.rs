@@ -111,16 +111,19 @@ pub use crate::event::{Access, IpiKind, Trap};
 
 impl TrapFrame {
     /// Whether the trap came from user mode (`sstatus.SPP` clear).
+    #[inline]
     pub fn from_user(&self) -> bool {
         self.sstatus & SSTATUS_SPP == 0
     }
 
     /// The interrupted instruction pointer.
+    #[inline]
     pub fn ip(&self) -> u64 {
         self.sepc
     }
 
     /// The interrupted stack pointer.
+    #[inline]
     pub fn sp(&self) -> u64 {
         self.sp
     }
@@ -136,16 +139,19 @@ impl TrapFrame {
     }
 
     /// The syscall number (`a7`).
+    #[inline]
     pub fn syscall_number(&self) -> usize {
         self.a7 as usize
     }
 
     /// The six syscall arguments (`a0`..`a5`).
+    #[inline]
     pub fn syscall_args(&self) -> [usize; 6] {
         [self.a0, self.a1, self.a2, self.a3, self.a4, self.a5].map(|r| r as usize)
     }
 
     /// Sets the syscall result (`a0`).
+    #[inline]
     pub fn set_syscall_result(&mut self, value: usize) {
         self.a0 = value as u64;
     }
@@ -209,6 +215,12 @@ impl TrapFrame {
         self.a1 = args[1];
         self.a2 = args[2];
         self.a3 = args[3];
+    }
+
+    /// Whether the trap is a syscall (the hot case, tested before [`TrapFrame::trap`]).
+    #[inline]
+    pub fn is_syscall(&self) -> bool {
+        self.scause == Exception::UserEnvCall as u64
     }
 
     /// Classifies the trap.

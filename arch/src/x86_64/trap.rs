@@ -95,16 +95,19 @@ pub use crate::event::{Access, IpiKind, Trap};
 
 impl TrapFrame {
     /// Whether the trap came from user mode.
+    #[inline]
     pub fn from_user(&self) -> bool {
         self.cs & 3 == 3
     }
 
     /// The interrupted instruction pointer.
+    #[inline]
     pub fn ip(&self) -> u64 {
         self.rip
     }
 
     /// The interrupted stack pointer.
+    #[inline]
     pub fn sp(&self) -> u64 {
         self.rsp
     }
@@ -125,16 +128,19 @@ impl TrapFrame {
     }
 
     /// The syscall number (`rax`).
+    #[inline]
     pub fn syscall_number(&self) -> usize {
         self.rax as usize
     }
 
     /// The six syscall arguments (`rdi, rsi, rdx, r10, r8, r9`).
+    #[inline]
     pub fn syscall_args(&self) -> [usize; 6] {
         [self.rdi, self.rsi, self.rdx, self.r10, self.r8, self.r9].map(|r| r as usize)
     }
 
     /// Sets the syscall result (`rax`).
+    #[inline]
     pub fn set_syscall_result(&mut self, value: usize) {
         self.rax = value as u64;
     }
@@ -239,6 +245,12 @@ impl TrapFrame {
         self.rsi = args[1];
         self.rdx = args[2];
         self.rcx = args[3];
+    }
+
+    /// Whether the trap is a syscall (the hot case, tested before [`TrapFrame::trap`]).
+    #[inline]
+    pub fn is_syscall(&self) -> bool {
+        self.vector == SYSCALL_VECTOR
     }
 
     /// Classifies the trap.
