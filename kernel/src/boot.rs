@@ -80,7 +80,7 @@ pub fn kernel_main(info: &'static BootInfo) -> ! {
     println!("fpu: {fp_kind:?}, {fp_size}-byte save area, {} switching", crate::fpu::mode().name());
     match bootopt::get(cmdline, bootopt::KN) {
         Some("sa") => {
-            crate::notify::sa_copy::enable();
+            crate::notify::sa_copy::SWITCH.turn_on();
             println!("kn: Scheduler-Activations copy baseline (kn=sa): contexts saved in kernel memory, copied out by kn_fetch");
         }
         Some("zerocopy") | None => {}
@@ -88,7 +88,7 @@ pub fn kernel_main(info: &'static BootInfo) -> ! {
     }
     match bootopt::get(cmdline, bootopt::PREEMPT) {
         Some("signal") => {
-            crate::notify::signal::enable();
+            crate::notify::signal::SWITCH.turn_on();
             println!("kn: signal-style preemption baseline (preempt=signal): signal frames on the thread's stack, kn_sigreturn");
         }
         Some("upcall") | None => {}

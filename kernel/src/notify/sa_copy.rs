@@ -11,23 +11,19 @@
 //! `kn_cost` is the price of the copy (MULiTh Table 2: 418 vs 256 instructions).
 
 use alloc::vec::Vec;
-use core::sync::atomic::{AtomicBool, Ordering};
+use core::sync::atomic::Ordering;
 use tsumugi_abi::kn::FullFrame;
 use tsumugi_abi::syscall::Errno;
 
 use crate::thread::{Thread, NOT_A_VCPU};
 
-static ENABLED: AtomicBool = AtomicBool::new(false);
-
-/// Turns the baseline on (`kn=sa` boot option).
-pub fn enable() {
-    ENABLED.store(true, Ordering::Relaxed);
-}
+/// Whether the baseline is on (`kn=sa` boot option).
+pub static SWITCH: super::state::BootSwitch = super::state::BootSwitch::off();
 
 /// Whether the baseline is on.
 #[inline]
 pub fn enabled() -> bool {
-    ENABLED.load(Ordering::Relaxed)
+    SWITCH.is_on()
 }
 
 /// A context saved in the kernel's own memory.

@@ -12,7 +12,6 @@
 //! preemption via KN 341 instructions vs a signal-style copy 718.
 
 use core::mem::size_of;
-use core::sync::atomic::{AtomicBool, Ordering};
 use arch::mapping::MapFlags;
 use arch::trap::TrapFrame;
 use tsumugi_abi::kn::{EventKind, FullFrame};
@@ -21,17 +20,13 @@ use tsumugi_abi::syscall::Errno;
 use crate::mm::views;
 use crate::thread::Thread;
 
-static ENABLED: AtomicBool = AtomicBool::new(false);
-
-/// Turns the baseline on (`preempt=signal` boot option).
-pub fn enable() {
-    ENABLED.store(true, Ordering::Relaxed);
-}
+/// Whether the baseline is on (`preempt=signal` boot option).
+pub static SWITCH: super::state::BootSwitch = super::state::BootSwitch::off();
 
 /// Whether the baseline is on.
 #[inline]
 pub fn enabled() -> bool {
-    ENABLED.load(Ordering::Relaxed)
+    SWITCH.is_on()
 }
 
 /// Bytes below the interrupted stack pointer left alone (the x86_64 System V red zone; the

@@ -5,7 +5,7 @@
 use alloc::collections::VecDeque;
 use alloc::sync::Arc;
 use alloc::vec::Vec;
-use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use spin::{Mutex, MutexGuard, Once};
 use tsumugi_abi::kn::Event;
 
@@ -132,5 +132,26 @@ impl DomainKn {
 impl Default for DomainKn {
     fn default() -> Self {
         Self::new()
+    }
+}
+
+/// A mechanism switch set once at boot (the baselines' `kn=sa`, `preempt=signal`).
+pub struct BootSwitch(AtomicBool);
+
+impl BootSwitch {
+    /// Off until turned on.
+    pub const fn off() -> Self {
+        BootSwitch(AtomicBool::new(false))
+    }
+
+    /// Turns it on (boot).
+    pub fn turn_on(&self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether it is on.
+    #[inline]
+    pub fn is_on(&self) -> bool {
+        self.0.load(Ordering::Relaxed)
     }
 }
