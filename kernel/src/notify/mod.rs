@@ -324,6 +324,15 @@ mod machine {
         }
     }
 
+    /// Drops the timed waits of `domain`, which has finished (its entries would otherwise keep
+    /// it allocated until their deadlines).
+    pub(super) fn forget_sleepers(domain: &Domain) {
+        let mut q = SLEEPERS.lock();
+        q.retain(|s| !core::ptr::eq(Arc::as_ptr(&s.domain), domain));
+        EARLIEST.store(q.earliest(), Ordering::Release);
+        domain.kn.sleeping.store(0, Ordering::Relaxed);
+    }
+
     /// Ends the timed waits whose deadline has passed at `now` (timer tick; nanoseconds): the
     /// result (0) goes into the thread's ThMB and `UNBLOCKED` into its program's ring, in
     /// deadline order.

@@ -291,6 +291,7 @@ pub fn release(domain: &Domain) {
         st.vcpus.iter_mut().filter_map(|v| v.parked.take()).collect()
     };
     drop(parked);
+    super::forget_sleepers(domain);
     if let Some(cfg) = domain.kn.config() {
         let _ = views::with(|s, m| s.detach(m, cfg.ring_view));
     }
