@@ -44,7 +44,7 @@ pub fn dispatch(frame: &mut TrapFrame) {
             Syscall::Sleep => sleep(frame, a[0] as u64),
             Syscall::ThreadCreate => thread_create(a[0] as u64, a[1] as u64, a[2] as u64, a[3]),
             Syscall::ThreadExit => thread::exit_current(Some(a[0])),
-            Syscall::ThreadJoin => thread_join(a[0] as u64),
+            Syscall::ThreadJoin => thread_join(frame, a[0] as u64),
             Syscall::ThreadSelf => Ok(me().id as usize),
             Syscall::RegionCreate => region_create(a[0] as u64, a[1], a[2]),
             Syscall::RegionGrant => region_grant(a[0] as u64, a[1], a[2] as u64),
@@ -198,7 +198,7 @@ fn thread_pin(cpu: usize) -> SysResult {
     Ok(0)
 }
 
-fn thread_join(tid: u64) -> SysResult {
+fn thread_join(frame: &mut TrapFrame, tid: u64) -> SysResult {
     let me = me();
     let target = thread::find(tid).ok_or(Errno::Srch)?;
     let same = match (&me.domain, &target.domain) {
@@ -209,9 +209,10 @@ fn thread_join(tid: u64) -> SysResult {
         return Err(Errno::Srch);
     }
     drop(me);
-    let value = thread::join(&target);
+    // A vCPU running a user thread goes back to the library while its kernel side waits.
+    let value = crate::notify::blocking(frame, || encode_result(thread::join(&target).ok_or(Errno::Srch)));
     thread::exit_if_killed();
-    value.ok_or(Errno::Srch)
+    tsumugi_abi::syscall::decode_result(value).map_err(|e| e.unwrap_or(Errno::Srch))
 }
 
 fn rights_from(bits: usize) -> Result<MapFlags, Errno> {

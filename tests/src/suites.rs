@@ -225,7 +225,7 @@ pub fn kn_suite(name: &'static str, smp: u8) -> Suite {
     Suite {
         name,
         smp,
-        boot_words: format!("{}=kn_forge,kn_forge_kernel,kn_ltn0,kn_knh_fault,kn_block,kn_ring", bootopt::RUN),
+        boot_words: format!("{}=kn_forge,kn_forge_kernel,kn_ltn0,kn_knh_fault,kn_block,kn_ring,kn_join", bootopt::RUN),
         timeout: KERNEL_SUITE_TIMEOUT,
         expected: Expected::Status(0),
         checks: vec![
@@ -237,6 +237,8 @@ pub fn kn_suite(name: &'static str, smp: u8) -> Suite {
             Check::DomainExited { program: "kn_block".to_string(), status: 0 },
             Check::LogContains("kn_block: ring for".to_string()),
             Check::DomainExited { program: "kn_ring".to_string(), status: 0 },
+            Check::DomainExited { program: "kn_join".to_string(), status: 0 },
+            Check::LogContains("kn_join: 16 joins, upcalls on".to_string()),
             Check::Halting(0),
         ],
     }
@@ -255,8 +257,9 @@ pub fn x86_64() -> Vec<Suite> {
         kn_suite("kn-smp4", SMP_SUITE_CPUS),
         uthread_suite("uthread", 1),
         uthread_suite("uthread-smp4", SMP_SUITE_CPUS),
-        fpu_suite("fpu", 1, "lazy"),
-        fpu_suite("fpu-smp4", SMP_SUITE_CPUS, "lazy"),
+        fpu_suite("fpu", 1, "adaptive"),
+        fpu_suite("fpu-smp4", SMP_SUITE_CPUS, "adaptive"),
+        fpu_suite("fpu-lazy-smp4", SMP_SUITE_CPUS, "lazy"),
         fpu_suite("fpu-eager-smp4", SMP_SUITE_CPUS, "eager"),
         lazy_save_suite(),
         Suite {
