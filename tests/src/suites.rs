@@ -242,6 +242,26 @@ pub fn kn_suite(name: &'static str, smp: u8) -> Suite {
     }
 }
 
+/// The in-guest syscall fuzzer on `smp` CPUs (issue 15, item 6): at least 100,000 random
+/// syscalls with edge-value arguments from four threads, then an `exit` that must end helper
+/// threads blocked in every way; no panic, no hang, every frame back.
+pub fn fuzz_suite(name: &'static str, smp: u8) -> Suite {
+    Suite {
+        name,
+        smp,
+        boot_words: format!("{}=fuzz", bootopt::RUN),
+        timeout: KERNEL_SUITE_TIMEOUT,
+        expected: Expected::Status(0),
+        checks: vec![
+            Check::DomainExited { program: "fuzz".to_string(), status: 0 },
+            Check::LogContains("fuzz: 100000 calls,".to_string()),
+            Check::LogContains("fuzz: done;".to_string()),
+            Check::GroupFramesBalanced("fuzz".to_string()),
+            Check::Halting(0),
+        ],
+    }
+}
+
 /// The x86_64 suites.
 pub fn x86_64() -> Vec<Suite> {
     vec![
@@ -259,6 +279,7 @@ pub fn x86_64() -> Vec<Suite> {
         fpu_suite("fpu-smp4", SMP_SUITE_CPUS, "lazy"),
         fpu_suite("fpu-eager-smp4", SMP_SUITE_CPUS, "eager"),
         lazy_save_suite(),
+        fuzz_suite("fuzz-smp4", SMP_SUITE_CPUS),
         Suite {
             name: "panic-report",
             smp: 1,
@@ -498,6 +519,7 @@ mod tests {
                 "fpu-smp4",
                 "fpu-eager-smp4",
                 "lazysave",
+                "fuzz-smp4",
                 "panic-report",
                 "exception-report",
                 "hang-timeout"
