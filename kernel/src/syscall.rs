@@ -150,7 +150,9 @@ fn console_read(frame: &mut TrapFrame, buf: u64, len: u64) -> SysResult {
 }
 
 fn set_ltn(value: u64) -> SysResult {
-    if value >= arch::layout::KERNEL_HALF {
+    // 0 or a user-half address (a ThMB): anything else is refused rather than sign-extended
+    // into some other address by the register write.
+    if value >= arch::layout::USER_END {
         return Err(Errno::Inval);
     }
     arch::cpu::set_user_ltn(value);
@@ -158,7 +160,10 @@ fn set_ltn(value: u64) -> SysResult {
 }
 
 fn thread_create(entry: u64, stack_top: u64, arg: u64, flags: usize) -> SysResult {
-    if flags & !thread_flags::AFFINE != 0 || entry >= arch::layout::KERNEL_HALF || stack_top >= arch::layout::KERNEL_HALF {
+    // Both must lie in the user half: a non-canonical entry would fault only on the way back
+    // to user mode (on x86_64 `sysret` would take that fault in the kernel).
+    let user = arch::layout::USER_START..arch::layout::USER_END;
+    if flags & !thread_flags::AFFINE != 0 || !user.contains(&entry) || !(user.start..=user.end).contains(&stack_top) {
         return Err(Errno::Inval);
     }
     let me = me();
