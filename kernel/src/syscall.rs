@@ -10,7 +10,7 @@ use core::sync::atomic::Ordering;
 use tsumugi_abi::stats::{scope, Counter};
 use tsumugi_abi::syscall::{encode_result, region_flags, rights, thread_flags, Clock, Errno, Syscall, ViewEntry};
 
-use crate::domain::Outcome;
+use crate::domain::{Outcome, SpawnError};
 use crate::mm::region::RegionKind;
 use crate::mm::view::{Backing, ViewError, ViewId};
 use crate::mm::views;
@@ -171,7 +171,10 @@ fn thread_create(entry: u64, stack_top: u64, arg: u64, flags: usize) -> SysResul
     let set = views::with(|s, _| s.set(me.view().expect("user thread")).map(|x| x.to_vec())).ok_or(Errno::Fault)?;
     let view = views::with(|s, m| s.attach(m, &set)).map_err(view_errno)?;
     let body = Body::User { ip: entry, sp: stack_top, arg };
-    let t = domain.spawn(view, body, flags & thread_flags::AFFINE != 0, None).map_err(|_| Errno::NoMem)?;
+    let t = domain.spawn(view, body, flags & thread_flags::AFFINE != 0, None).map_err(|e| match e {
+        SpawnError::Quota => Errno::Again,
+        SpawnError::NoMemory => Errno::NoMem,
+    })?;
     Ok(t.id as usize)
 }
 
@@ -270,6 +273,19 @@ fn region_create(len: u64, rights_bits: usize, flags: usize) -> SysResult {
     let me = me();
     let domain = me.domain.clone().ok_or(Errno::Inval)?;
     let pages = len.div_ceil(PAGE_SIZE);
+    // The program's region quota: out of it is out of memory for this program alone.
+    if !domain.charge_region(pages) {
+        return Err(Errno::NoMem);
+    }
+    let made = region_create_charged(&me, &domain, pages, rights, flags);
+    if made.is_err() {
+        domain.refund_region(pages);
+    }
+    made
+}
+
+/// `region_create` once the region is charged to the program (the caller refunds on error).
+fn region_create_charged(me: &Arc<Thread>, domain: &Arc<crate::domain::Domain>, pages: u64, rights: MapFlags, flags: usize) -> SysResult {
     let backing = if flags & region_flags::LAZY != 0 { Backing::ZeroOnTouch } else { Backing::Eager };
     let (id, start) = views::with_space(|space, m| {
         let start = space.allocate_range(pages * PAGE_SIZE, PAGE_SIZE).ok_or(Errno::NoMem)?;
@@ -298,7 +314,7 @@ fn region_create(len: u64, rights_bits: usize, flags: usize) -> SysResult {
         .filter_map(thread::find)
         .filter(|t| t.id != me.id && t.state() != crate::thread::State::Dead && (whole_program || t.view() == Some(my_view)))
         .collect();
-    if let Err(e) = change_rights(&me, id, rights) {
+    if let Err(e) = change_rights(me, id, rights) {
         // Nobody holds it: drop it at once.
         views::with(|s, m| s.release_region(m, id)).ok();
         return Err(e);
