@@ -442,8 +442,16 @@ pub fn sleep_nanos(nanos: u64) {
     // The deadline is a time, not a tick count: a tick already under way must not shorten
     // the sleep. Sleepers wake at the first tick at or after it.
     let deadline = arch::timer::nanos().saturating_add(nanos.max(1));
-    me.set_state(State::Blocked);
-    SLEEPERS.lock().insert((deadline, me.id), me);
+    let key = (deadline, me.id);
+    // In the list before it blocks, so a kill that finds it `Blocked` also finds it there
+    // (`Domain::end` → `interrupt_sleep`); a kill before it blocks is seen here, and then
+    // it takes itself off the list and does not sleep (its way out ends it).
+    SLEEPERS.lock().insert(key, me.clone());
+    if !me.block_unless_killed() {
+        SLEEPERS.lock().remove(&key);
+        return;
+    }
+    drop(me);
     scheduler::schedule(Then::Block);
 }
 
