@@ -8,7 +8,7 @@ use core::sync::atomic::{AtomicUsize, Ordering};
 use arch::bootinfo::BootInfo;
 use tsumugi_abi::bootopt::{self, Crash};
 use tsumugi_abi::exit::{guest_status_for_program, STATUS_KERNEL_PANIC, STATUS_PROGRAM_KILLED};
-use tsumugi_abi::log::{DOMAIN, GROUP, HALTING};
+use tsumugi_abi::log::{DOMAIN, GROUP, HALTING, HEAP_IN_USE};
 use tsumugi_abi::stats::Counter;
 
 use crate::domain::{Domain, Outcome};
@@ -163,6 +163,7 @@ fn kmain() -> ! {
     let mut status = 0;
     for group in programs.split(',').filter(|g| !g.is_empty()) {
         let before = kernel_space::with_frames(|f| f.free_frames());
+        let heap_before = crate::mm::heap::usage().0;
         // Every program of a `+` group is loaded before any starts, so they are all alive at
         // the same time by construction (not by how fast the first one happens to run).
         let mut loaded = alloc::vec::Vec::new();
@@ -184,6 +185,8 @@ fn kmain() -> ! {
         }
         let after = kernel_space::with_frames(|f| f.free_frames());
         println!("{GROUP}{group}: frames free before {before}, after {after}");
+        let heap_after = crate::mm::heap::usage().0;
+        println!("{GROUP}{group}:{HEAP_IN_USE}{heap_before}, after {heap_after}");
     }
     if FAILED_SELFTESTS.load(Ordering::Relaxed) > 0 && status == 0 {
         status = 1;
