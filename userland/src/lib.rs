@@ -37,3 +37,13 @@ pub mod names {
     /// First of the keys the thief fills its quota with.
     pub const FILL_BASE: usize = 0x4e41_1000;
 }
+
+/// The exhaustion test (`exhaust+exhaust_victim`, issue 15 item 3).
+pub mod exhaust {
+    /// Where the attacker says it holds every resource it could get (value: its live threads).
+    pub const PEAK_KEY: usize = 0x4558_0001;
+    /// Where the victim says it did its work meanwhile.
+    pub const VICTIM_DONE_KEY: usize = 0x4558_0002;
+    /// Where the attacker says it saw the victim's name (the victim's names go when it ends).
+    pub const ACK_KEY: usize = 0x4558_0003;
+}
