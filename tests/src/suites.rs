@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use tsumugi_abi::bootopt::{self, Crash};
-use tsumugi_abi::exit::STATUS_KERNEL_PANIC;
+use tsumugi_abi::exit::{STATUS_KERNEL_PANIC, STATUS_PROGRAM_KILLED};
 use tsumugi_abi::log::{self, fault};
 
 /// The guest status of a clean run.
@@ -276,6 +276,25 @@ pub fn fuzz_suite(name: &'static str, smp: u8) -> Suite {
     }
 }
 
+/// Teardown (issue 15, item 4): `teardown` faults while its other threads enter every
+/// blocking state and create threads; the kill must end them all (five runs, each must end
+/// within the time limit) and give everything back.
+pub fn teardown_suite(name: &'static str, smp: u8) -> Suite {
+    Suite {
+        name,
+        smp,
+        boot_words: format!("{}=teardown,teardown,teardown,teardown,teardown", bootopt::RUN),
+        timeout: KERNEL_SUITE_TIMEOUT,
+        expected: Expected::Status(STATUS_PROGRAM_KILLED),
+        checks: vec![
+            Check::DomainKilled { program: "teardown".to_string(), reason: fault_reason(ACCESS_WRITE, fault::UNMAPPED) },
+            Check::GroupFramesBalanced("teardown".to_string()),
+            Check::GroupHeapBalanced { group: "teardown".to_string(), slack: HEAP_CACHE_SLACK },
+            Check::Halting(u64::from(STATUS_PROGRAM_KILLED)),
+        ],
+    }
+}
+
 /// Exhaustion (issue 15, item 3): `exhaust` takes every kernel resource its quotas allow and
 /// must be refused at each quota with `EAGAIN`/`ENOMEM` (no kernel panic), while
 /// `exhaust_victim` beside it makes threads and regions and checks its memory; afterwards
@@ -321,6 +340,8 @@ pub fn x86_64() -> Vec<Suite> {
         lazy_save_suite(),
         fuzz_suite("fuzz-smp4", SMP_SUITE_CPUS),
         exhaust_suite("exhaust-smp4", SMP_SUITE_CPUS),
+        teardown_suite("teardown", 1),
+        teardown_suite("teardown-smp4", SMP_SUITE_CPUS),
         Suite {
             name: "panic-report",
             smp: 1,
@@ -562,6 +583,8 @@ mod tests {
                 "lazysave",
                 "fuzz-smp4",
                 "exhaust-smp4",
+                "teardown",
+                "teardown-smp4",
                 "panic-report",
                 "exception-report",
                 "hang-timeout"
