@@ -365,27 +365,87 @@ fn my_region(addr: u64) -> Result<(crate::mm::view::RegionId, MapFlags), Errno> 
     })
 }
 
+/// The thread `tid` a grant or revoke acts on, with whether it belongs to another program
+/// than the caller's.
+fn rights_target(me: &Thread, tid: u64) -> Result<(Arc<Thread>, bool), Errno> {
+    let target = thread::find(tid).ok_or(Errno::Srch)?;
+    if target.domain.is_none() || target.state() == crate::thread::State::Dead {
+        return Err(Errno::Srch);
+    }
+    let foreign = match (&me.domain, &target.domain) {
+        (Some(a), Some(b)) => !Arc::ptr_eq(a, b),
+        _ => true,
+    };
+    Ok((target, foreign))
+}
+
+/// Whether the caller's program owns region `region` (made it, or it is of its image).
+fn caller_owns(me: &Thread, region: crate::mm::view::RegionId) -> bool {
+    me.domain.as_ref().is_some_and(|d| d.owns(region))
+}
+
+/// The threads a rights change on `target` from another program applies to: `target` and its
+/// view-mates (every thread of a Kernel-Notification program), so a program is never split
+/// from its view-mates by someone else — its later `region_create` reaches them all.
+fn mates_of(target: &Arc<Thread>) -> alloc::vec::Vec<Arc<Thread>> {
+    let Some(domain) = target.domain.clone() else { return alloc::vec![target.clone()] };
+    let view = target.view();
+    let whole_program = domain.kn.lock().is_some();
+    let mut all: alloc::vec::Vec<Arc<Thread>> = domain
+        .thread_ids()
+        .into_iter()
+        .filter_map(thread::find)
+        .filter(|t| t.id != target.id && t.state() != crate::thread::State::Dead && (whole_program || t.view() == view))
+        .collect();
+    all.push(target.clone());
+    all
+}
+
+/// `region_grant`. Within a program any holder may pass on at most its own rights. To a thread
+/// of another program only the region's owner may grant, and the grant reaches the target's
+/// view-mates with it (authority rules, ARCHITECTURE.md).
 fn region_grant(addr: u64, rights_bits: usize, tid: u64) -> SysResult {
     let rights = rights_from(rights_bits)?;
     let (region, mine) = my_region(addr)?;
     if !mine.contains(rights) {
         return Err(Errno::Perm);
     }
-    let target = thread::find(tid).ok_or(Errno::Srch)?;
-    if target.domain.is_none() || target.state() == crate::thread::State::Dead {
-        return Err(Errno::Srch);
+    let me = me();
+    let (target, foreign) = rights_target(&me, tid)?;
+    if !foreign {
+        change_rights(&target, region, rights)?;
+        return Ok(0);
     }
-    change_rights(&target, region, rights)?;
+    if !caller_owns(&me, region) {
+        return Err(Errno::Perm);
+    }
+    let domain = target.domain.clone().expect("a user thread");
+    // One change of the target program's views at a time, as its own `region_create` does.
+    let _changing = domain.region_lock.lock();
+    for t in mates_of(&target) {
+        change_rights(&t, region, rights)?;
+    }
     Ok(0)
 }
 
+/// `region_revoke`. A program may take any region out of its own threads' views; out of another
+/// program's threads only the region's owner may, and then out of the target's view-mates too.
 fn region_revoke(addr: u64, tid: u64) -> SysResult {
     let (region, _) = my_region(addr)?;
-    let target = thread::find(tid).ok_or(Errno::Srch)?;
-    if target.domain.is_none() || target.state() == crate::thread::State::Dead {
-        return Err(Errno::Srch);
+    let me = me();
+    let (target, foreign) = rights_target(&me, tid)?;
+    if !foreign {
+        change_rights(&target, region, MapFlags::empty())?;
+        return Ok(0);
     }
-    change_rights(&target, region, MapFlags::empty())?;
+    if !caller_owns(&me, region) {
+        return Err(Errno::Perm);
+    }
+    let domain = target.domain.clone().expect("a user thread");
+    let _changing = domain.region_lock.lock();
+    for t in mates_of(&target) {
+        change_rights(&t, region, MapFlags::empty())?;
+    }
     Ok(0)
 }
 
