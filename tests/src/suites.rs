@@ -441,7 +441,7 @@ pub fn views_suite(name: &'static str, smp: u8) -> Suite {
         name,
         smp,
         boot_words: format!(
-            "{}=share_writer+share_reader,readonly_view+twin,revoke_faults,twin+twin,oom_regions,name_owner+name_thief,schedstat,copy_race",
+            "{}=share_writer+share_reader,readonly_view+twin,revoke_faults,twin+twin,oom_regions,name_owner+name_thief,schedstat,copy_race,grabber+grab_victim",
             bootopt::RUN
         ),
         timeout: KERNEL_SUITE_TIMEOUT,
@@ -466,6 +466,11 @@ pub fn views_suite(name: &'static str, smp: u8) -> Suite {
             exited("schedstat"),
             exited("copy_race"),
             Check::LogContains("no kernel fault".to_string()),
+            exited("grabber"),
+            exited("grab_victim"),
+            Check::LogContains("grabber: revoking the owner's region from the owner: Err(Some(Perm))".to_string()),
+            Check::LogContains("grab_victim: its region stayed its own and its threads stayed view-mates".to_string()),
+            Check::GroupFramesBalanced("grabber+grab_victim".to_string()),
             Check::Halting(0),
         ],
     }
