@@ -340,7 +340,11 @@ fn change_rights(t: &Arc<Thread>, id: crate::mm::view::RegionId, rights: MapFlag
         Ok::<_, ViewError>((new, s.root(new).expect("attached").number()))
     })
     .map_err(view_errno)?;
-    t.set_view(new, root);
+    if !t.set_view(new, root) {
+        // `t` ended meanwhile: nobody else will detach the view made for it.
+        views::with(|s, m| s.detach(m, new)).map_err(view_errno)?;
+        return Err(Errno::Srch);
+    }
     let me_id = scheduler::with_current(|c| c.map(|c| c.id));
     if Some(t.id) == me_id {
         scheduler::reload_current_root();

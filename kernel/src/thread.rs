@@ -263,13 +263,21 @@ impl Thread {
 
     /// Moves the thread to `view` (already attached for it) with root `root`. The old view is
     /// kept as stale until a CPU that loads the new root detaches it ([`Thread::drop_stale_views`]).
-    pub fn set_view(&self, view: ViewId, root: u64) {
+    /// Returns `false`, changing nothing, if the thread has left its views (it is ending): the
+    /// caller still holds `view` and must detach it — else nobody would (attack-surface
+    /// finding 8: a grant racing the target's exit left a view, its tables and frames, behind).
+    #[must_use]
+    pub fn set_view(&self, view: ViewId, root: u64) -> bool {
         let mut slot = self.view.lock();
+        if slot.current.is_none() {
+            return false;
+        }
         self.root.store(root, Ordering::Release);
         if let Some(old) = slot.current.replace(view) {
             slot.stale.push(old);
             self.has_stale.store(true, Ordering::Release);
         }
+        true
     }
 
     /// Detaches the views this thread left, except those whose table some CPU still has loaded:
@@ -309,8 +317,8 @@ impl Thread {
 
     /// Takes the view away (at exit), with the stale ones.
     fn take_views(&self) -> Vec<ViewId> {
-        self.root.store(0, Ordering::Release);
         let mut slot = self.view.lock();
+        self.root.store(0, Ordering::Release);
         self.has_stale.store(false, Ordering::Relaxed);
         let mut all = core::mem::take(&mut slot.stale);
         all.extend(slot.current.take());
