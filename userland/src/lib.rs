@@ -63,3 +63,9 @@ pub mod grab {
     /// The word the victim's region starts with.
     pub const PATTERN: usize = 0x5eed_f00d;
 }
+
+/// The fuzzer and the victim beside it (`fuzz_victim+fuzz`).
+pub mod fuzz {
+    /// Published by the fuzzer before it starts; gone when it ends (names go with their program).
+    pub const RUNNING_KEY: usize = 0x465a_0001;
+}
