@@ -451,16 +451,18 @@ pub fn sleep_nanos(nanos: u64) {
     // the sleep. Sleepers wake at the first tick at or after it.
     let deadline = arch::timer::nanos().saturating_add(nanos.max(1));
     let key = (deadline, me.id);
-    // In the list before it blocks, so a kill that finds it `Blocked` also finds it there
-    // (`Domain::end` → `interrupt_sleep`); a kill before it blocks is seen here, and then
-    // it takes itself off the list and does not sleep (its way out ends it).
-    SLEEPERS.lock().insert(key, me.clone());
+    // A kill that came first found it running and only kicked its CPU: it must not block
+    // (its way out of the syscall ends it).
     if !me.block_unless_killed() {
-        SLEEPERS.lock().remove(&key);
         return;
     }
-    drop(me);
+    // `Blocked` before it is in the list, so a timer tick that takes it off the list wakes it
+    // (a wake before the switch below is one the scheduler keeps).
+    SLEEPERS.lock().insert(key, me);
     scheduler::schedule(Then::Block);
+    // A kill that woke it before it was in the list left the entry there (holding the thread
+    // until its deadline, which may be never): take it out.
+    SLEEPERS.lock().remove(&key);
 }
 
 /// Wakes sleepers whose deadline has passed (timer tick, CPU 0).
