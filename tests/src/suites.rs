@@ -73,10 +73,11 @@ pub const KERNEL_SUITE_TIMEOUT: Duration = Duration::from_secs(120);
 pub const CRASH_SUITE_TIMEOUT: Duration = Duration::from_secs(60);
 /// Time limit of the suite that hangs on purpose: short, since it always runs out.
 pub const HANG_SUITE_TIMEOUT: Duration = Duration::from_secs(8);
-/// Kernel-heap bytes a group of programs may leave behind in the kernel's caches (measured:
-/// the fuzzer's 600 threads leave about 17 KiB); a leaked record per thread or region of a
-/// group that makes hundreds of them exceeds it.
-pub const HEAP_CACHE_SLACK: u64 = 64 * 1024;
+/// Kernel-heap bytes a group of programs may leave behind in the kernel's caches (free
+/// kernel-stack slots, 72 bytes each, grow with stack churn; run-queue slabs; measured up to
+/// about 90 KiB in a second run of `exhaust`); a leaked thread record per thread of the
+/// exhaustion test's 4,096 exceeds it.
+pub const HEAP_CACHE_SLACK: u64 = 256 * 1024;
 /// Number of CPUs of the SMP variant of the kernel suite.
 pub const SMP_SUITE_CPUS: u8 = 4;
 
