@@ -71,6 +71,9 @@ pub fn run(args: &FuzzArgs) -> Result<u8> {
     let timeout = Duration::from_secs(args.timeout.unwrap_or(BASE_SECS + args.calls / CALLS_PER_SEC));
     let mut suite = suites::fuzz_suite("fuzz-long", args.smp);
     suite.timeout = timeout;
+    // One run of the group (the suite runs it twice to warm the kernel's caches; a long run
+    // does not need that, since the frame count accounts for the one that grows).
+    suite.boot_words = format!("{}={}", tsumugi_abi::bootopt::RUN, suites::FUZZ_GROUP);
     for check in &mut suite.checks {
         if let Check::LogContains(text) = check {
             if text.starts_with("fuzz: ") && text.ends_with(" calls,") {
