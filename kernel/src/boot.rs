@@ -8,12 +8,13 @@ use core::sync::atomic::{AtomicUsize, Ordering};
 use arch::bootinfo::BootInfo;
 use tsumugi_abi::bootopt::{self, Crash};
 use tsumugi_abi::exit::{guest_status_for_program, STATUS_KERNEL_PANIC, STATUS_PROGRAM_KILLED};
-use tsumugi_abi::log::{DOMAIN, GROUP, HALTING};
+use tsumugi_abi::log::{DOMAIN, GROUP, HALTING, HEAP_IN_USE};
 use tsumugi_abi::stats::Counter;
 
 use crate::domain::{Domain, Outcome};
 use crate::initrd::Archive;
 use crate::mm::kernel_space::{self, phys_to_virt};
+use crate::mm::kernel_stack;
 use crate::sched::scheduler;
 use crate::thread;
 
@@ -179,7 +180,11 @@ fn kmain() -> ! {
     let programs = bootopt::get(boot.cmdline, bootopt::RUN).unwrap_or(bootopt::DEFAULT_PROGRAM);
     let mut status = 0;
     for group in programs.split(',').filter(|g| !g.is_empty()) {
-        let before = kernel_space::with_frames(|f| f.free_frames());
+        // Frames free, counting those of the kernel-stack area's page tables as free: that
+        // area grows with stack churn and is never given back (`kernel_stack::table_frames`).
+        let stack_tables_before = kernel_stack::table_frames(kernel_stack::slots_made());
+        let before = kernel_space::with_frames(|f| f.free_frames()) + stack_tables_before;
+        let heap_before = crate::mm::heap::usage().0;
         // Every program of a `+` group is loaded before any starts, so they are all alive at
         // the same time by construction (not by how fast the first one happens to run).
         let mut loaded = alloc::vec::Vec::new();
@@ -199,8 +204,13 @@ fn kmain() -> ! {
         for d in running {
             status = report(&d, d.wait());
         }
-        let after = kernel_space::with_frames(|f| f.free_frames());
-        println!("{GROUP}{group}: frames free before {before}, after {after}");
+        let stack_tables_after = kernel_stack::table_frames(kernel_stack::slots_made());
+        let after = kernel_space::with_frames(|f| f.free_frames()) + stack_tables_after;
+        println!(
+            "{GROUP}{group}: frames free before {before}, after {after} (with the kernel-stack area's table frames, {stack_tables_before} then {stack_tables_after})"
+        );
+        let heap_after = crate::mm::heap::usage().0;
+        println!("{GROUP}{group}:{HEAP_IN_USE}{heap_before}, after {heap_after}");
     }
     if FAILED_SELFTESTS.load(Ordering::Relaxed) > 0 && status == 0 {
         status = 1;

@@ -9,7 +9,8 @@ use alloc::vec::Vec;
 use spin::Mutex;
 
 use crate::sched::scheduler::{self, Then};
-use crate::thread::{self, State, Thread};
+use crate::thread::{self, Thread};
+use core::sync::atomic::Ordering;
 
 /// Bytes kept until read.
 const CAPACITY: usize = 256;
@@ -60,10 +61,22 @@ pub fn read_blocking(buf: &mut [u8]) -> usize {
                 return n;
             }
             let me = scheduler::current().expect("a reader thread");
-            me.set_state(State::Blocked);
-            input.waiters.push(me);
+            // A kill that came before this point found the thread running and only kicked
+            // its CPU: it must not block now, or nobody would wake it.
+            if me.block_unless_killed() {
+                input.waiters.push(me);
+            } else {
+                drop(me);
+                drop(input);
+                thread::exit_if_killed();
+            }
         }
         scheduler::schedule(Then::Block);
-        thread::exit_if_killed();
+        if scheduler::with_current(|t| t.is_some_and(|t| t.killed.load(Ordering::Acquire))) {
+            // Woken by the kill: leave the waiters (not to be kept until input arrives).
+            let id = scheduler::with_current(|t| t.map(|t| t.id));
+            INPUT.lock().waiters.retain(|w| Some(w.id) != id);
+            thread::exit_if_killed();
+        }
     }
 }

@@ -29,6 +29,40 @@ const IMAGE_ALIGN: u64 = 2 << 20;
 
 static NEXT_DOMAIN_ID: AtomicU64 = AtomicU64::new(1);
 
+// Per-program limits (issue 15, item 3): every kernel allocation a syscall can cause is either
+// fallible or charged here, so a program that exhausts one gets `EAGAIN`/`ENOMEM` and nobody
+// else notices. Kernel Notification activations are threads and count as such; the KN
+// sleepers and held-back events are limited in `kn.rs`.
+
+/// Threads a program may have made: ended ones are kept (their record, for `thread_join`)
+/// until the program ends, so this bounds the heap a program's threads take.
+pub const MAX_THREADS: usize = 4096;
+/// Threads a program may have alive at once: each holds a kernel stack
+/// (`kernel_stack::STACK_PAGES` frames).
+pub const MAX_LIVE_THREADS: usize = 1024;
+/// Regions a program may own (the image's and stack's included).
+pub const MAX_REGIONS: usize = 4096;
+/// Pages all of a program's regions may span (1 GiB): each page has a record on the kernel
+/// heap whether or not it is backed (`view::Region::frames`).
+pub const MAX_REGION_PAGES: u64 = 1 << 18;
+
+/// Why a program may not have another thread.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SpawnError {
+    /// Memory (a kernel stack, frames) ran out.
+    NoMemory,
+    /// The program reached [`MAX_THREADS`] or [`MAX_LIVE_THREADS`].
+    Quota,
+}
+
+impl From<SpawnError> for StartError {
+    fn from(e: SpawnError) -> Self {
+        match e {
+            SpawnError::NoMemory | SpawnError::Quota => StartError::NoMemory,
+        }
+    }
+}
+
 /// Domains started and not yet finished (for diagnostics).
 static LIVE: Mutex<Vec<alloc::sync::Weak<Domain>>> = Mutex::new(Vec::new());
 
@@ -83,6 +117,10 @@ struct Inner {
     live: usize,
     /// Regions the domain owns.
     regions: Vec<RegionId>,
+    /// Pages those regions span, with the ones being made (charged before they exist).
+    region_pages: u64,
+    /// Regions being made (charged before they exist).
+    regions_pending: usize,
     /// Set by the first `exit` or kill.
     outcome: Option<Outcome>,
     /// The last thread has ended and the regions were released.
@@ -185,6 +223,8 @@ impl Domain {
                 made: 0,
                 live: 0,
                 regions: regions.iter().map(|(id, _)| *id).collect(),
+                region_pages: 0,
+                regions_pending: 0,
                 outcome: None,
                 finished: false,
                 waiters: Vec::new(),
@@ -204,18 +244,43 @@ impl Domain {
         }
         let view = views::with(|s, m| s.attach(m, &self.initial_view))?;
         let body = Body::User { ip: self.entry.as_u64(), sp: self.stack_top.as_u64(), arg: 0 };
-        self.spawn(view, body, true, None)
+        Ok(self.spawn(view, body, true, None)?)
     }
 
-    /// Makes a thread of this domain attached to `view` (whose reference the caller passes in),
-    /// as vCPU `vcpu` if given, and makes it runnable.
-    pub fn spawn(self: &Arc<Self>, view: ViewId, body: Body, affine: bool, vcpu: Option<usize>) -> Result<Arc<Thread>, StartError> {
-        let root = views::with(|s, _| s.root(view)).expect("an attached view").number();
-        let t = match Thread::new(Some(self.clone()), body, Some((view, root)), affine) {
+    /// Makes a thread of this domain attached to `view` (whose reference the caller passes in,
+    /// and which is detached if this fails), as vCPU `vcpu` if given, and makes it runnable.
+    /// A thread made while the program is ending is flagged killed, so it ends before it
+    /// reaches user mode.
+    pub fn spawn(self: &Arc<Self>, view: ViewId, body: Body, affine: bool, vcpu: Option<usize>) -> Result<Arc<Thread>, SpawnError> {
+        // Charge the quota first (so racing creators cannot both pass it), refund on failure.
+        let charged = {
+            let mut inner = self.inner.lock();
+            if inner.made >= MAX_THREADS || inner.live >= MAX_LIVE_THREADS {
+                false
+            } else {
+                inner.made += 1;
+                inner.live += 1;
+                true
+            }
+        };
+        let made = if charged {
+            let root = views::with(|s, _| s.root(view)).expect("an attached view").number();
+            Thread::new(Some(self.clone()), body, Some((view, root)), affine).map_err(|_| SpawnError::NoMemory)
+        } else {
+            Err(SpawnError::Quota)
+        };
+        let t = match made {
             Ok(t) => t,
-            Err(_) => {
+            Err(e) => {
+                if charged {
+                    // A creator is a live thread of this program (or the loader before the
+                    // first start), so this never ends the program.
+                    let mut inner = self.inner.lock();
+                    inner.made -= 1;
+                    inner.live -= 1;
+                }
                 views::with(|s, m| s.detach(m, view)).expect("attached");
-                return Err(StartError::NoMemory);
+                return Err(e);
             }
         };
         if let Some(v) = vcpu {
@@ -224,16 +289,45 @@ impl Domain {
         {
             let mut inner = self.inner.lock();
             inner.threads.push(t.id);
-            inner.made += 1;
-            inner.live += 1;
+            // `end` records the outcome before it copies the list of threads to flag, under
+            // this lock: a thread added after that copy sees the outcome here.
+            if inner.outcome.is_some() {
+                t.killed.store(true, Ordering::Release);
+            }
         }
         thread::start(t.clone());
         Ok(t)
     }
 
-    /// Records a region the program created (released with the program).
+    /// Charges a region of `pages` pages about to be made to this program's quota
+    /// ([`MAX_REGIONS`], [`MAX_REGION_PAGES`]); `false` if it would exceed it. Follow with
+    /// [`Domain::own_region`] once made or [`Domain::refund_region`] if not.
+    pub fn charge_region(&self, pages: u64) -> bool {
+        let mut inner = self.inner.lock();
+        let count = inner.regions.len() + inner.regions_pending;
+        match inner.region_pages.checked_add(pages) {
+            Some(total) if total <= MAX_REGION_PAGES && count < MAX_REGIONS => {
+                inner.region_pages = total;
+                inner.regions_pending += 1;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Gives back a charge for a region that was not made.
+    pub fn refund_region(&self, pages: u64) {
+        let mut inner = self.inner.lock();
+        inner.region_pages -= pages;
+        inner.regions_pending -= 1;
+    }
+
+    /// Records a region the program created (released with the program), charged before
+    /// with [`Domain::charge_region`].
     pub fn own_region(&self, id: RegionId) {
-        self.inner.lock().regions.push(id);
+        let mut inner = self.inner.lock();
+        inner.regions_pending -= 1;
+        inner.regions.push(id);
     }
 
     /// Whether the domain owns region `id`.

@@ -10,7 +10,7 @@ use core::sync::atomic::Ordering;
 use tsumugi_abi::stats::{scope, Counter};
 use tsumugi_abi::syscall::{encode_result, region_flags, rights, thread_flags, Clock, Errno, Syscall, ViewEntry};
 
-use crate::domain::Outcome;
+use crate::domain::{Outcome, SpawnError};
 use crate::mm::region::RegionKind;
 use crate::mm::view::{Backing, ViewError, ViewId};
 use crate::mm::views;
@@ -152,7 +152,9 @@ fn console_read(frame: &mut TrapFrame, buf: u64, len: u64) -> SysResult {
 }
 
 fn set_ltn(value: u64) -> SysResult {
-    if value >= arch::layout::KERNEL_HALF {
+    // 0 or a user-half address (a ThMB): anything else is refused rather than sign-extended
+    // into some other address by the register write.
+    if value >= arch::layout::USER_END {
         return Err(Errno::Inval);
     }
     arch::cpu::set_user_ltn(value);
@@ -160,7 +162,10 @@ fn set_ltn(value: u64) -> SysResult {
 }
 
 fn thread_create(entry: u64, stack_top: u64, arg: u64, flags: usize) -> SysResult {
-    if flags & !thread_flags::AFFINE != 0 || entry >= arch::layout::KERNEL_HALF || stack_top >= arch::layout::KERNEL_HALF {
+    // Both must lie in the user half: a non-canonical entry would fault only on the way back
+    // to user mode (on x86_64 `sysret` would take that fault in the kernel).
+    let user = arch::layout::USER_START..arch::layout::USER_END;
+    if flags & !thread_flags::AFFINE != 0 || !user.contains(&entry) || !(user.start..=user.end).contains(&stack_top) {
         return Err(Errno::Inval);
     }
     let me = me();
@@ -168,7 +173,10 @@ fn thread_create(entry: u64, stack_top: u64, arg: u64, flags: usize) -> SysResul
     let set = views::with(|s, _| s.set(me.view().expect("user thread")).map(|x| x.to_vec())).ok_or(Errno::Fault)?;
     let view = views::with(|s, m| s.attach(m, &set)).map_err(view_errno)?;
     let body = Body::User { ip: entry, sp: stack_top, arg };
-    let t = domain.spawn(view, body, flags & thread_flags::AFFINE != 0, None).map_err(|_| Errno::NoMem)?;
+    let t = domain.spawn(view, body, flags & thread_flags::AFFINE != 0, None).map_err(|e| match e {
+        SpawnError::Quota => Errno::Again,
+        SpawnError::NoMemory => Errno::NoMem,
+    })?;
     Ok(t.id as usize)
 }
 
@@ -268,6 +276,19 @@ fn region_create(len: u64, rights_bits: usize, flags: usize) -> SysResult {
     let me = me();
     let domain = me.domain.clone().ok_or(Errno::Inval)?;
     let pages = len.div_ceil(PAGE_SIZE);
+    // The program's region quota: out of it is out of memory for this program alone.
+    if !domain.charge_region(pages) {
+        return Err(Errno::NoMem);
+    }
+    let made = region_create_charged(&me, &domain, pages, rights, flags);
+    if made.is_err() {
+        domain.refund_region(pages);
+    }
+    made
+}
+
+/// `region_create` once the region is charged to the program (the caller refunds on error).
+fn region_create_charged(me: &Arc<Thread>, domain: &Arc<crate::domain::Domain>, pages: u64, rights: MapFlags, flags: usize) -> SysResult {
     let backing = if flags & region_flags::LAZY != 0 { Backing::ZeroOnTouch } else { Backing::Eager };
     let (id, start) = views::with_space(|space, m| {
         let start = space.allocate_range(pages * PAGE_SIZE, PAGE_SIZE).ok_or(Errno::NoMem)?;
@@ -296,7 +317,7 @@ fn region_create(len: u64, rights_bits: usize, flags: usize) -> SysResult {
         .filter_map(thread::find)
         .filter(|t| t.id != me.id && t.state() != crate::thread::State::Dead && (whole_program || t.view() == Some(my_view)))
         .collect();
-    if let Err(e) = change_rights(&me, id, rights) {
+    if let Err(e) = change_rights(me, id, rights) {
         // Nobody holds it: drop it at once.
         views::with(|s, m| s.release_region(m, id)).ok();
         return Err(e);
@@ -322,7 +343,11 @@ fn change_rights(t: &Arc<Thread>, id: crate::mm::view::RegionId, rights: MapFlag
         Ok::<_, ViewError>((new, s.root(new).expect("attached").number()))
     })
     .map_err(view_errno)?;
-    t.set_view(new, root);
+    if !t.set_view(new, root) {
+        // `t` ended meanwhile: nobody else will detach the view made for it.
+        views::with(|s, m| s.detach(m, new)).map_err(view_errno)?;
+        return Err(Errno::Srch);
+    }
     let me_id = scheduler::with_current(|c| c.map(|c| c.id));
     if Some(t.id) == me_id {
         scheduler::reload_current_root();
@@ -347,27 +372,87 @@ fn my_region(addr: u64) -> Result<(crate::mm::view::RegionId, MapFlags), Errno> 
     })
 }
 
+/// The thread `tid` a grant or revoke acts on, with whether it belongs to another program
+/// than the caller's.
+fn rights_target(me: &Thread, tid: u64) -> Result<(Arc<Thread>, bool), Errno> {
+    let target = thread::find(tid).ok_or(Errno::Srch)?;
+    if target.domain.is_none() || target.state() == crate::thread::State::Dead {
+        return Err(Errno::Srch);
+    }
+    let foreign = match (&me.domain, &target.domain) {
+        (Some(a), Some(b)) => !Arc::ptr_eq(a, b),
+        _ => true,
+    };
+    Ok((target, foreign))
+}
+
+/// Whether the caller's program owns region `region` (made it, or it is of its image).
+fn caller_owns(me: &Thread, region: crate::mm::view::RegionId) -> bool {
+    me.domain.as_ref().is_some_and(|d| d.owns(region))
+}
+
+/// The threads a rights change on `target` from another program applies to: `target` and its
+/// view-mates (every thread of a Kernel-Notification program), so a program is never split
+/// from its view-mates by someone else — its later `region_create` reaches them all.
+fn mates_of(target: &Arc<Thread>) -> alloc::vec::Vec<Arc<Thread>> {
+    let Some(domain) = target.domain.clone() else { return alloc::vec![target.clone()] };
+    let view = target.view();
+    let whole_program = domain.kn.registered();
+    let mut all: alloc::vec::Vec<Arc<Thread>> = domain
+        .thread_ids()
+        .into_iter()
+        .filter_map(thread::find)
+        .filter(|t| t.id != target.id && t.state() != crate::thread::State::Dead && (whole_program || t.view() == view))
+        .collect();
+    all.push(target.clone());
+    all
+}
+
+/// `region_grant`. Within a program any holder may pass on at most its own rights. To a thread
+/// of another program only the region's owner may grant, and the grant reaches the target's
+/// view-mates with it (authority rules, ARCHITECTURE.md).
 fn region_grant(addr: u64, rights_bits: usize, tid: u64) -> SysResult {
     let rights = rights_from(rights_bits)?;
     let (region, mine) = my_region(addr)?;
     if !mine.contains(rights) {
         return Err(Errno::Perm);
     }
-    let target = thread::find(tid).ok_or(Errno::Srch)?;
-    if target.domain.is_none() || target.state() == crate::thread::State::Dead {
-        return Err(Errno::Srch);
+    let me = me();
+    let (target, foreign) = rights_target(&me, tid)?;
+    if !foreign {
+        change_rights(&target, region, rights)?;
+        return Ok(0);
     }
-    change_rights(&target, region, rights)?;
+    if !caller_owns(&me, region) {
+        return Err(Errno::Perm);
+    }
+    let domain = target.domain.clone().expect("a user thread");
+    // One change of the target program's views at a time, as its own `region_create` does.
+    let _changing = domain.region_lock.lock();
+    for t in mates_of(&target) {
+        change_rights(&t, region, rights)?;
+    }
     Ok(0)
 }
 
+/// `region_revoke`. A program may take any region out of its own threads' views; out of another
+/// program's threads only the region's owner may, and then out of the target's view-mates too.
 fn region_revoke(addr: u64, tid: u64) -> SysResult {
     let (region, _) = my_region(addr)?;
-    let target = thread::find(tid).ok_or(Errno::Srch)?;
-    if target.domain.is_none() || target.state() == crate::thread::State::Dead {
-        return Err(Errno::Srch);
+    let me = me();
+    let (target, foreign) = rights_target(&me, tid)?;
+    if !foreign {
+        change_rights(&target, region, MapFlags::empty())?;
+        return Ok(0);
     }
-    change_rights(&target, region, MapFlags::empty())?;
+    if !caller_owns(&me, region) {
+        return Err(Errno::Perm);
+    }
+    let domain = target.domain.clone().expect("a user thread");
+    let _changing = domain.region_lock.lock();
+    for t in mates_of(&target) {
+        change_rights(&t, region, MapFlags::empty())?;
+    }
     Ok(0)
 }
 

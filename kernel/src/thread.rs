@@ -263,13 +263,21 @@ impl Thread {
 
     /// Moves the thread to `view` (already attached for it) with root `root`. The old view is
     /// kept as stale until a CPU that loads the new root detaches it ([`Thread::drop_stale_views`]).
-    pub fn set_view(&self, view: ViewId, root: u64) {
+    /// Returns `false`, changing nothing, if the thread has left its views (it is ending): the
+    /// caller still holds `view` and must detach it — else nobody would (attack-surface
+    /// finding 8: a grant racing the target's exit left a view, its tables and frames, behind).
+    #[must_use]
+    pub fn set_view(&self, view: ViewId, root: u64) -> bool {
         let mut slot = self.view.lock();
+        if slot.current.is_none() {
+            return false;
+        }
         self.root.store(root, Ordering::Release);
         if let Some(old) = slot.current.replace(view) {
             slot.stale.push(old);
             self.has_stale.store(true, Ordering::Release);
         }
+        true
     }
 
     /// Detaches the views this thread left, except those whose table some CPU still has loaded:
@@ -309,8 +317,8 @@ impl Thread {
 
     /// Takes the view away (at exit), with the stale ones.
     fn take_views(&self) -> Vec<ViewId> {
-        self.root.store(0, Ordering::Release);
         let mut slot = self.view.lock();
+        self.root.store(0, Ordering::Release);
         self.has_stale.store(false, Ordering::Relaxed);
         let mut all = core::mem::take(&mut slot.stale);
         all.extend(slot.current.take());
@@ -457,9 +465,19 @@ pub fn sleep_nanos(nanos: u64) {
     // The deadline is a time, not a tick count: a tick already under way must not shorten
     // the sleep. Sleepers wake at the first tick at or after it.
     let deadline = arch::timer::nanos().saturating_add(nanos.max(1));
-    me.set_state(State::Blocked);
-    SLEEPERS.lock().insert((deadline, me.id), me);
+    let key = (deadline, me.id);
+    // A kill that came first found it running and only kicked its CPU: it must not block
+    // (its way out of the syscall ends it).
+    if !me.block_unless_killed() {
+        return;
+    }
+    // `Blocked` before it is in the list, so a timer tick that takes it off the list wakes it
+    // (a wake before the switch below is one the scheduler keeps).
+    SLEEPERS.lock().insert(key, me);
     scheduler::schedule(Then::Block);
+    // A kill that woke it before it was in the list left the entry there (holding the thread
+    // until its deadline, which may be never): take it out.
+    SLEEPERS.lock().remove(&key);
 }
 
 /// Wakes sleepers whose deadline has passed (timer tick, CPU 0).

@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use tsumugi_abi::bootopt::{self, Crash};
-use tsumugi_abi::exit::STATUS_KERNEL_PANIC;
+use tsumugi_abi::exit::{STATUS_KERNEL_PANIC, STATUS_PROGRAM_KILLED};
 use tsumugi_abi::log::{self, fault};
 
 /// The guest status of a clean run.
@@ -73,6 +73,11 @@ pub const KERNEL_SUITE_TIMEOUT: Duration = Duration::from_secs(120);
 pub const CRASH_SUITE_TIMEOUT: Duration = Duration::from_secs(60);
 /// Time limit of the suite that hangs on purpose: short, since it always runs out.
 pub const HANG_SUITE_TIMEOUT: Duration = Duration::from_secs(8);
+/// Kernel-heap bytes a group of programs may leave behind in the kernel's caches (free
+/// kernel-stack slots, 72 bytes each, grow with stack churn; run-queue slabs; measured up to
+/// about 90 KiB in a second run of `exhaust`); a leaked thread record per thread of the
+/// exhaustion test's 4,096 exceeds it.
+pub const HEAP_CACHE_SLACK: u64 = 256 * 1024;
 /// Number of CPUs of the SMP variant of the kernel suite.
 pub const SMP_SUITE_CPUS: u8 = 4;
 
@@ -115,6 +120,15 @@ pub enum Check {
     /// The `group <group>: frames free before A, after B` line shows A == B: everything the
     /// programs of that group took was given back.
     GroupFramesBalanced(String),
+    /// The `group <group>: heap bytes in use before A, after B` line shows B ≤ A + `slack`:
+    /// the kernel heap the programs of that group took came back, up to what the kernel's
+    /// caches keep (free kernel-stack slots, run-queue slabs, the live-program list).
+    GroupHeapBalanced {
+        /// The group, as in `run=`.
+        group: String,
+        /// Bytes the heap may have grown by.
+        slack: u64,
+    },
     /// Runs of `program` that were alive at the same time started at different addresses, and
     /// at least two did overlap.
     ConcurrentDistinct(String),
@@ -244,6 +258,84 @@ pub fn kn_suite(name: &'static str, smp: u8) -> Suite {
     }
 }
 
+/// Calls the fuzzer makes in the suite (its build's default).
+pub const FUZZ_SUITE_CALLS: u64 = 100_000;
+
+/// The fuzzer and the program beside it whose threads and regions are its foreign targets
+/// (loaded first: its thread ids are below the fuzzer's).
+pub const FUZZ_GROUP: &str = "fuzz_victim+fuzz";
+
+/// The in-guest syscall fuzzer on `smp` CPUs (issue 15, item 6): at least 100,000 random
+/// syscalls with edge-value arguments from four threads, then an `exit` that must end helper
+/// threads blocked in every way; no panic, no hang, every frame back; the victim beside it
+/// unaffected.
+pub fn fuzz_suite(name: &'static str, smp: u8) -> Suite {
+    Suite {
+        name,
+        smp,
+        // Twice: the second run must give back exactly what it took, once the first has grown
+        // the kernel's caches (page tables of the kernel-stack area, slabs).
+        boot_words: format!("{}={FUZZ_GROUP},{FUZZ_GROUP}", bootopt::RUN),
+        timeout: KERNEL_SUITE_TIMEOUT,
+        expected: Expected::Status(0),
+        checks: vec![
+            Check::DomainExited { program: "fuzz".to_string(), status: 0 },
+            Check::DomainExited { program: "fuzz_victim".to_string(), status: 0 },
+            Check::LogContains(format!("fuzz: {FUZZ_SUITE_CALLS} calls,")),
+            Check::LogContains("fuzz: done;".to_string()),
+            Check::LogContains(" words changed under it".to_string()),
+            Check::GroupFramesBalanced(FUZZ_GROUP.to_string()),
+            Check::GroupHeapBalanced { group: FUZZ_GROUP.to_string(), slack: HEAP_CACHE_SLACK },
+            Check::Halting(0),
+        ],
+    }
+}
+
+/// Teardown (issue 15, item 4): `teardown` faults while its other threads enter every
+/// blocking state and create threads; the kill must end them all (five runs, each must end
+/// within the time limit) and give everything back.
+pub fn teardown_suite(name: &'static str, smp: u8) -> Suite {
+    Suite {
+        name,
+        smp,
+        boot_words: format!("{}=teardown,teardown,teardown,teardown,teardown", bootopt::RUN),
+        timeout: KERNEL_SUITE_TIMEOUT,
+        expected: Expected::Status(STATUS_PROGRAM_KILLED),
+        checks: vec![
+            Check::DomainKilled { program: "teardown".to_string(), reason: fault_reason(ACCESS_WRITE, fault::UNMAPPED) },
+            Check::GroupFramesBalanced("teardown".to_string()),
+            Check::GroupHeapBalanced { group: "teardown".to_string(), slack: HEAP_CACHE_SLACK },
+            Check::Halting(u64::from(STATUS_PROGRAM_KILLED)),
+        ],
+    }
+}
+
+/// Exhaustion (issue 15, item 3): `exhaust` takes every kernel resource its quotas allow and
+/// must be refused at each quota with `EAGAIN`/`ENOMEM` (no kernel panic), while
+/// `exhaust_victim` beside it makes threads and regions and checks its memory; afterwards
+/// every frame and the kernel heap are back. The group runs twice: the first run grows the
+/// kernel's caches once (page tables of the kernel-stack area for 1,024 stacks, run-queue
+/// slabs, free stack slots), the second must give back exactly what it took.
+pub fn exhaust_suite(name: &'static str, smp: u8) -> Suite {
+    let group = "exhaust+exhaust_victim";
+    Suite {
+        name,
+        smp,
+        boot_words: format!("{}={group},{group}", bootopt::RUN),
+        timeout: KERNEL_SUITE_TIMEOUT,
+        expected: Expected::Status(0),
+        checks: vec![
+            Check::DomainExited { program: "exhaust".to_string(), status: 0 },
+            Check::DomainExited { program: "exhaust_victim".to_string(), status: 0 },
+            Check::LogContains("exhaust: every refusal at the quota, no kernel panic".to_string()),
+            Check::LogContains("exhaust_victim: 8 threads with 1 MiB regions each worked beside the attacker".to_string()),
+            Check::GroupFramesBalanced(group.to_string()),
+            Check::GroupHeapBalanced { group: group.to_string(), slack: HEAP_CACHE_SLACK },
+            Check::Halting(0),
+        ],
+    }
+}
+
 /// The x86_64 suites.
 pub fn x86_64() -> Vec<Suite> {
     vec![
@@ -262,6 +354,10 @@ pub fn x86_64() -> Vec<Suite> {
         fpu_suite("fpu-lazy-smp4", SMP_SUITE_CPUS, "lazy"),
         fpu_suite("fpu-eager-smp4", SMP_SUITE_CPUS, "eager"),
         lazy_save_suite(),
+        fuzz_suite("fuzz-smp4", SMP_SUITE_CPUS),
+        exhaust_suite("exhaust-smp4", SMP_SUITE_CPUS),
+        teardown_suite("teardown", 1),
+        teardown_suite("teardown-smp4", SMP_SUITE_CPUS),
         Suite {
             name: "panic-report",
             smp: 1,
@@ -361,7 +457,7 @@ pub fn views_suite(name: &'static str, smp: u8) -> Suite {
         name,
         smp,
         boot_words: format!(
-            "{}=share_writer+share_reader,readonly_view+twin,revoke_faults,twin+twin,oom_regions,name_owner+name_thief,schedstat,copy_race",
+            "{}=share_writer+share_reader,readonly_view+twin,revoke_faults,twin+twin,oom_regions,name_owner+name_thief,schedstat,copy_race,grabber+grab_victim",
             bootopt::RUN
         ),
         timeout: KERNEL_SUITE_TIMEOUT,
@@ -386,6 +482,11 @@ pub fn views_suite(name: &'static str, smp: u8) -> Suite {
             exited("schedstat"),
             exited("copy_race"),
             Check::LogContains("no kernel fault".to_string()),
+            exited("grabber"),
+            exited("grab_victim"),
+            Check::LogContains("grabber: revoking the owner's region from the owner: Err(Some(Perm))".to_string()),
+            Check::LogContains("grab_victim: its region stayed its own and its threads stayed view-mates".to_string()),
+            Check::GroupFramesBalanced("grabber+grab_victim".to_string()),
             Check::Halting(0),
         ],
     }
@@ -501,6 +602,10 @@ mod tests {
                 "fpu-smp4",
                 "fpu-eager-smp4",
                 "lazysave",
+                "fuzz-smp4",
+                "exhaust-smp4",
+                "teardown",
+                "teardown-smp4",
                 "panic-report",
                 "exception-report",
                 "hang-timeout"

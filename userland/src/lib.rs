@@ -37,3 +37,35 @@ pub mod names {
     /// First of the keys the thief fills its quota with.
     pub const FILL_BASE: usize = 0x4e41_1000;
 }
+
+/// The exhaustion test (`exhaust+exhaust_victim`, issue 15 item 3).
+pub mod exhaust {
+    /// Where the attacker says it holds every resource it could get (value: its live threads).
+    pub const PEAK_KEY: usize = 0x4558_0001;
+    /// Where the victim says it did its work meanwhile.
+    pub const VICTIM_DONE_KEY: usize = 0x4558_0002;
+    /// Where the attacker says it saw the victim's name (the victim's names go when it ends).
+    pub const ACK_KEY: usize = 0x4558_0003;
+}
+
+/// The grant/revoke authority test (`grabber+grab_victim`, issue 15 items 1 and 8).
+pub mod grab {
+    /// The attacker's thread id.
+    pub const ATTACKER_TID_KEY: usize = 0x4752_0001;
+    /// The victim's main thread id (set once it granted the attacker read rights on its region).
+    pub const VICTIM_TID_KEY: usize = 0x4752_0002;
+    /// The victim's region the attacker may read.
+    pub const VICTIM_REGION_KEY: usize = 0x4752_0003;
+    /// The victim's other thread (a view-mate of its main thread).
+    pub const VICTIM_MATE_KEY: usize = 0x4752_0004;
+    /// The attacker is done.
+    pub const ATTACKER_DONE_KEY: usize = 0x4752_0005;
+    /// The word the victim's region starts with.
+    pub const PATTERN: usize = 0x5eed_f00d;
+}
+
+/// The fuzzer and the victim beside it (`fuzz_victim+fuzz`).
+pub mod fuzz {
+    /// Published by the fuzzer before it starts; gone when it ends (names go with their program).
+    pub const RUNNING_KEY: usize = 0x465a_0001;
+}

@@ -5,6 +5,7 @@ mod arch;
 mod bench;
 mod build;
 mod cmd;
+mod fuzz;
 mod gdb;
 mod image;
 mod qemu;
@@ -42,6 +43,8 @@ enum Command {
     /// tables and write CSV and SVG charts under target/bench.
     #[command(after_long_help = bench::HELP)]
     Bench(bench::BenchArgs),
+    /// Long runs of the in-guest syscall fuzzer: `--arch A --calls N --seed S`.
+    Fuzz(fuzz::FuzzArgs),
     /// Like run, but QEMU waits for gdb on :1234 before the first instruction.
     Gdb(gdb::GdbArgs),
 }
@@ -54,6 +57,7 @@ fn main() -> ExitCode {
         Command::Run(args) => run::run(args),
         Command::Test(args) => test::run(args),
         Command::Bench(args) => bench::run(args),
+        Command::Fuzz(args) => fuzz::run(args),
         Command::Gdb(args) => gdb::run(args),
     };
     match result {

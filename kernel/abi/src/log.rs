@@ -33,6 +33,9 @@ pub const KILLED: &str = ": killed: ";
 /// Prefix of the line that ends a group of programs started together:
 /// `group <names>: frames free before <n>, after <m>`.
 pub const GROUP: &str = "group ";
+/// What follows `group <names>:` on the group's second line:
+/// `group <names>: heap bytes in use before <n>, after <m>`.
+pub const HEAP_IN_USE: &str = " heap bytes in use before ";
 /// Prefix of a kernel panic report.
 pub const PANIC: &str = "KERNEL PANIC";
 /// Prefix of the last line the kernel prints.

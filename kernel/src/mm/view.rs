@@ -455,12 +455,16 @@ impl<F: PageTableFormat> ViewSpace<F> {
     /// Makes sure every page of `[addr, addr+len)` that view `v` may touch is backed and mapped
     /// (so the kernel can copy there without faulting). Call after [`check`](Self::check).
     pub fn populate<M: Machine>(&mut self, m: &mut M, v: ViewId, addr: u64, len: u64) -> Result<(), ViewError> {
+        // An empty range passes `check` anywhere, even in the last page of the address space,
+        // where stepping past the page would overflow (found by the syscall fuzzer).
+        let end = addr.saturating_add(len);
         let mut page = addr / PAGE_SIZE * PAGE_SIZE;
-        while page < addr.saturating_add(len) {
+        while page < end {
             match self.fault(m, v, page, MapFlags::READ)? {
                 Fault::Filled | Fault::Mapped | Fault::Denied { .. } | Fault::Unmapped => {}
             }
-            page += PAGE_SIZE;
+            let Some(next) = page.checked_add(PAGE_SIZE) else { break };
+            page = next;
         }
         Ok(())
     }
@@ -597,6 +601,22 @@ mod tests {
         assert_eq!(s.translate(&m, v1, VirtAddr::new(0x40_1000)).unwrap().0, s.translate(&m, v2, VirtAddr::new(0x40_1000)).unwrap().0);
         assert_eq!(s.fault(&mut m, v1, 0x90_0000, R).unwrap(), Fault::Unmapped);
         assert_eq!(s.region_info(a).unwrap().resident_pages, 1);
+    }
+
+    #[test]
+    fn populate_at_the_top_of_the_address_space_ends() {
+        // An empty or a wrapping range in the last page passes or fails `check` without the
+        // page walk overflowing (a syscall fuzzer's find: `console_write(u64::MAX - 7, 0)`).
+        let mut m = FakeMachine::new(1000);
+        let mut s = space();
+        let a = s.create_region(&mut m, VirtAddr::new(0x40_0000), 1, RegionKind::Heap, Backing::ZeroOnTouch).unwrap();
+        let v = s.attach(&mut m, &[(a, RW)]).unwrap();
+        for addr in [u64::MAX, u64::MAX - 7, u64::MAX - PAGE_SIZE + 1, 0xffff_ffff_ffff_f000] {
+            for len in [0, 1, 8, PAGE_SIZE, u64::MAX] {
+                s.populate(&mut m, v, addr, len).unwrap();
+            }
+        }
+        assert_eq!(s.region_info(a).unwrap().resident_pages, 0);
     }
 
     #[test]
