@@ -600,6 +600,7 @@ mod tests {
                 "uthread-smp4",
                 "fpu",
                 "fpu-smp4",
+                "fpu-lazy-smp4",
                 "fpu-eager-smp4",
                 "lazysave",
                 "fuzz-smp4",
