@@ -7,6 +7,8 @@ mod build;
 mod cmd;
 mod gdb;
 mod image;
+mod new;
+mod program;
 mod qemu;
 mod run;
 mod setup;
@@ -44,6 +46,8 @@ enum Command {
     Bench(bench::BenchArgs),
     /// Like run, but QEMU waits for gdb on :1234 before the first instruction.
     Gdb(gdb::GdbArgs),
+    /// Make a program crate outside the tree (boot it with `run --program <dir> -- run=<name>`).
+    New(new::NewArgs),
 }
 
 fn main() -> ExitCode {
@@ -55,6 +59,7 @@ fn main() -> ExitCode {
         Command::Test(args) => test::run(args),
         Command::Bench(args) => bench::run(args),
         Command::Gdb(args) => gdb::run(args),
+        Command::New(args) => new::run(args),
     };
     match result {
         Ok(status) => ExitCode::from(status),
