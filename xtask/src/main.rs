@@ -5,6 +5,7 @@ mod arch;
 mod bench;
 mod build;
 mod cmd;
+mod doc;
 mod gdb;
 mod image;
 mod new;
@@ -46,6 +47,8 @@ enum Command {
     Bench(bench::BenchArgs),
     /// Like run, but QEMU waits for gdb on :1234 before the first instruction.
     Gdb(gdb::GdbArgs),
+    /// Document libuthread as built for the target (sys, entry!, println!, io), warnings denied.
+    Doc(doc::DocArgs),
     /// Make a program crate outside the tree (boot it with `run --program <dir> -- run=<name>`).
     New(new::NewArgs),
 }
@@ -59,6 +62,7 @@ fn main() -> ExitCode {
         Command::Test(args) => test::run(args),
         Command::Bench(args) => bench::run(args),
         Command::Gdb(args) => gdb::run(args),
+        Command::Doc(args) => doc::run(args),
         Command::New(args) => new::run(args),
     };
     match result {

@@ -37,6 +37,8 @@ pub const PROGRAMS_SUITE: &str = "programs";
 pub const NEW_PROGRAM: &str = "fresh_program";
 /// Name of the crate that does not compile, which the `new-program` suite must see refused.
 pub const BROKEN_PROGRAM: &str = "broken_program";
+/// Name of the crate holding the documentation's program examples.
+pub const EXAMPLES_CRATE: &str = "doc_examples";
 /// What the broken crate's `main.rs` holds.
 const BROKEN_MAIN: &str = "#![no_std]\n#![no_main]\nfn main() -> i32 { this does not compile }\n";
 /// How cargo's test harness starts its per-binary result line.
@@ -73,6 +75,8 @@ struct Fixtures {
     fresh: PathBuf,
     /// The same with a `main.rs` that does not compile.
     broken: PathBuf,
+    /// The program examples of the documentation, one binary each, and how many.
+    examples: (PathBuf, usize),
 }
 
 impl Fixtures {
@@ -87,7 +91,9 @@ impl Fixtures {
         crate::new::create(&broken)?;
         std::fs::write(broken.join("src").join("main.rs"), BROKEN_MAIN)
             .with_context(|| format!("writing {}", broken.display()))?;
-        Ok(Fixtures { root, fresh, broken })
+        let examples = root.join(EXAMPLES_CRATE);
+        let count = crate::doc::examples_crate(&examples)?;
+        Ok(Fixtures { root, fresh, broken, examples: (examples, count) })
     }
 }
 
@@ -275,6 +281,7 @@ pub fn run(args: &TestArgs) -> Result<u8> {
                 run_arch(tools, *arch, suites, args.release, &programs, &mut tally);
                 if let Some(fixtures) = fixtures {
                     refuses_broken_crate(tools, *arch, args.release, &fixtures.broken, &mut tally);
+                    docs_build(tools, *arch, args.release, &fixtures.examples, &mut tally);
                 }
             }
         }
@@ -362,6 +369,28 @@ fn refuses_broken_crate(tools: &Tools, arch: Arch, release: bool, broken: &Path,
             (text.contains("does not build") && text.contains(BROKEN_PROGRAM), text)
         }
     };
+    tally.record(&group, &CheckResult { description, passed, detail });
+}
+
+/// Builds libuthread's documentation for `arch` (warnings denied) and the documentation's
+/// program examples, and records both.
+fn docs_build(tools: &Tools, arch: Arch, release: bool, examples: &(PathBuf, usize), tally: &mut Tally) {
+    let group = format!("{arch}/{NEW_PROGRAM_SUITE}");
+    let verdict = |result: Result<()>| match result {
+        Ok(()) => (true, "ok".to_string()),
+        Err(error) => (false, format!("{error:#}")),
+    };
+    let (passed, detail) = verdict(crate::doc::build_docs(tools, arch).map(|_| ()));
+    let description = format!("libuthread documents for {} with rustdoc warnings denied", arch.triple());
+    tally.record(&group, &CheckResult { description, passed, detail });
+    let (dir, count) = examples;
+    let built = Source::from_arg(dir).and_then(|source| program::build(tools, arch, release, &source));
+    let (passed, detail) = verdict(built.map(|_| ()));
+    let description = format!(
+        "the {count} program examples of {} build for {}",
+        crate::doc::EXAMPLE_FILES.join(" and "),
+        arch.triple()
+    );
     tally.record(&group, &CheckResult { description, passed, detail });
 }
 
