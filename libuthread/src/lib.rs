@@ -34,10 +34,11 @@
 //! - [`sys::clock`]`(`[`Clock`]`::Cycles)` reads the cycle counter *of the CPU the caller runs
 //!   on* — a user thread that moves to another vCPU, or a kernel thread that moves to another
 //!   CPU, reads another counter. What it counts differs by port: x86_64 the TSC; riscv64 the
-//!   `cycle` CSR; aarch64 the PMUv3 cycle counter `PMCCNTR_EL0`, which QEMU's TCG advances at
-//!   1 GHz of virtual time — so its values track nanoseconds, while the 62.5 MHz the kernel's
-//!   banner prints is the generic timer's `CNTFRQ_EL0` ([`Clock::MonotonicNanos`] and the
-//!   tick are based on that timer). Under `cargo xtask run --icount` (`-icount shift=0`) every
+//!   `cycle` CSR; aarch64 the PMUv3 cycle counter `PMCCNTR_EL0` (the generic timer's
+//!   `CNTVCT_EL0` on a CPU without PMUv3), which QEMU's TCG advances at 1 GHz of virtual
+//!   time — so its values track nanoseconds, while the 62.5 MHz the kernel's banner prints is
+//!   the generic timer's `CNTFRQ_EL0` ([`Clock::MonotonicNanos`] and the tick come from that
+//!   timer). The kernel starts each CPU's counter in step with the boot CPU's where it can. Under `cargo xtask run --icount` (`-icount shift=0`) every
 //!   port's counter advances by one per guest instruction, so two runs print the same numbers.
 //!   [`Clock::MonotonicNanos`] is time since boot, [`Clock::Ticks`] the CPU's timer ticks.
 //! - [`sys::perf_open`]`(`[`Event`]`::…)`, then [`sys::perf_start`] / [`sys::perf_read`]:
