@@ -1,24 +1,87 @@
 //! `libuthread`: Tsumugi's user-level M:N thread library, and the runtime every user program
 //! starts in.
 //!
-//! # On Tsumugi today
-//! - [`entry!`] names the program's `main`; the runtime's `_start` calls it and exits with its
-//!   status;
-//! - [`sys`] wraps the raw syscalls (console write, exit, clocks) with typed results;
-//! - [`print!`]/[`println!`] write to the console;
-//! - a panic handler that prints the message and exits with status 101.
+//! These pages describe the library as a program sees it when built for Tsumugi's target
+//! (`cargo xtask doc` in the tree builds them). A host `cargo doc` documents the hosted build
+//! (Linux, for tests), which has the M:N threads but not [`sys`], [`entry!`], [`println!`] or
+//! [`io`]; its links to them lead nowhere.
 //!
-//! ```text
+//! # A program
+//! - [`entry!`] names the program's `main` (a `fn() -> i32`); the runtime's `_start` calls it
+//!   and ends the program with its result as the exit status;
+//! - [`sys`] wraps the raw syscalls with typed results (`Result<usize, Option<Errno>>`);
+//! - [`print!`]/[`println!`] write to the console, a line per syscall ([`io`]);
+//! - `cargo xtask new <dir>` makes a program crate; `cargo xtask run --program <dir> --
+//!   run=<name>` builds and boots it.
+//!
+//! ```rust,ignore
+//! // Built for the target by `cargo xtask test` (every port), not hosted: a Tsumugi program.
 //! #![no_std]
 //! #![no_main]
-//! use libuthread::println;
+//! use libuthread::{println, sys, Clock};
 //!
 //! fn main() -> i32 {
-//!     println!("hello from ring 3");
+//!     let start = sys::clock(Clock::MonotonicNanos).unwrap_or(0);
+//!     println!("hello from ring 3 on CPU {}", sys::cpu_id());
+//!     let elapsed = sys::clock(Clock::MonotonicNanos).unwrap_or(0) - start;
+//!     println!("that line took {elapsed} ns");
+//!     0 // the exit status
+//! }
+//! libuthread::entry!(main);
+//! ```
+//!
+//! # Measuring
+//! - [`sys::clock`]`(`[`Clock`]`::Cycles)` reads the cycle counter *of the CPU the caller runs
+//!   on* — a user thread that moves to another vCPU, or a kernel thread that moves to another
+//!   CPU, reads another counter. What it counts differs by port: x86_64 the TSC; riscv64 the
+//!   `cycle` CSR; aarch64 the PMUv3 cycle counter `PMCCNTR_EL0` (the generic timer's
+//!   `CNTVCT_EL0` on a CPU without PMUv3), which QEMU's TCG advances at 1 GHz of virtual
+//!   time — so its values track nanoseconds, while the 62.5 MHz the kernel's banner prints is
+//!   the generic timer's `CNTFRQ_EL0` ([`Clock::MonotonicNanos`] and the tick come from that
+//!   timer). The kernel starts each CPU's counter in step with the boot CPU's where it can. Under `cargo xtask run --icount` (`-icount shift=0`) every
+//!   port's counter advances by one per guest instruction, so two runs print the same numbers.
+//!   [`Clock::MonotonicNanos`] is time since boot, [`Clock::Ticks`] the CPU's timer ticks.
+//! - [`sys::perf_open`]`(`[`Event`]`::…)`, then [`sys::perf_start`] / [`sys::perf_read`]:
+//!   per-kernel-thread counters; an event the machine cannot count answers
+//!   `Err(Some(Errno::NotSup))`.
+//! - [`sys::counters`]`(`[`scope`]`::ALL_CPUS)`: the kernel's event counters ([`Counter`]) for
+//!   one CPU ([`scope::cpu`]), all CPUs, or the calling program ([`scope::DOMAIN`]).
+//!
+//! ```rust,ignore
+//! // Built for the target by `cargo xtask test`: how many view switches a yield costs.
+//! #![no_std]
+//! #![no_main]
+//! use libuthread::{println, scope, sys, Counter};
+//!
+//! fn main() -> i32 {
+//!     let before = sys::counters(scope::DOMAIN).map(|(c, _)| c).unwrap_or_default();
+//!     for _ in 0..100 {
+//!         sys::yield_now();
+//!     }
+//!     let after = sys::counters(scope::DOMAIN).map(|(c, _)| c).unwrap_or_default();
+//!     let views = Counter::ViewSwitches as usize;
+//!     println!("100 yields: {} view switches", after[views] - before[views]);
 //!     0
 //! }
 //! libuthread::entry!(main);
 //! ```
+//!
+//! # One runtime per program
+//! [`run`] starts the M:N runtime: it registers the program with the kernel's Kernel
+//! Notification (its vCPUs, event ring and upcall handler) and returns when `main` returns.
+//! On Tsumugi a program registers once: a second `run` in the same program — after the
+//! first returned, or from another kernel thread — finds the registration taken and ends the
+//! program with status 101 (`libuthread: kn_register failed: Some(Inval)`). Hosted, `run` may
+//! be called again after the previous one returned (a second caller waits for the first).
+//! Calling `run` from inside a user thread panics everywhere.
+//!
+//! # Panics
+//! On Tsumugi a panic in any thread — a user thread, `main`, or outside `run` — prints
+//! `panicked: <message>` and where, and ends the whole program with status 101
+//! (`tsumugi_abi::exit::STATUS_USER_PANIC`); the panic does not unwind, so
+//! [`JoinHandle::join`] never returns `Err` there. Hosted (`cargo test`), a panicking user
+//! thread unwinds: `join` returns `Err(payload)`, and a panic in `main` continues in the caller
+//! of `run`.
 //!
 //! # M:N threads
 //! [`run`] starts a runtime of N *vCPUs* (hosted: OS threads; on Tsumugi: kernel threads handed
@@ -63,6 +126,10 @@
 //!   of the lock-free protocols (park token, idle set, run-state handshake, spinlock) and of
 //!   the sync primitives' hand-off over a loom-backed blocking layer.
 #![cfg_attr(target_os = "none", no_std)]
+// The crate documentation names the program runtime (`sys`, `entry!`, `println!`, `io`), which
+// exists only on Tsumugi; hosted, those links cannot resolve (`cargo xtask doc` denies every
+// rustdoc warning for the target build).
+#![cfg_attr(not(target_os = "none"), allow(rustdoc::broken_intra_doc_links))]
 
 // Items loom does not model (the scheduler, the platform, the public thread API) carry
 // `cfg(not(loom))`. The M:N core (`cfg(mn_core)`) is built for the bare-metal ports whose
@@ -134,4 +201,6 @@ pub mod rt;
 #[cfg(target_os = "none")]
 pub mod sys;
 
+pub use tsumugi_abi::perf::Event;
+pub use tsumugi_abi::stats::{scope, Counter};
 pub use tsumugi_abi::syscall::{Clock, Errno};

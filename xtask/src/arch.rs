@@ -192,6 +192,16 @@ impl Arch {
         }
     }
 
+    /// The ELF `e_machine` of code for this architecture (what a program file must say).
+    pub fn elf_machine(self) -> u16 {
+        match self {
+            // EM_X86_64, EM_RISCV, EM_AARCH64 (System V ABI, processor supplements).
+            Arch::X86_64 => 62,
+            Arch::Riscv64 => 243,
+            Arch::Aarch64 => 183,
+        }
+    }
+
     /// The QEMU system emulator.
     pub fn qemu_binary(self) -> &'static str {
         match self {

@@ -1,5 +1,8 @@
 //! `cargo xtask build`: cross-compile the user programs and the kernel, then pack the boot archive.
 //!
+//! The user programs are the binaries of the in-tree crate `userland/` plus the crates and ELF
+//! files given with `--program` ([`crate::program`]); their names must all differ.
+//!
 //! Target crates build into `target/cross` with the kernel toolchain chosen by [`crate::setup`], in
 //! an environment cleaned of what the outer (host) cargo set, so the two cargos never share a
 //! target folder or flags.
@@ -12,13 +15,10 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 
 use crate::arch::Arch;
-use crate::cmd::{host_cargo, workspace_root, Cmd};
+use crate::cmd::{workspace_root, Cmd};
+use crate::program::{self, Source};
 use crate::setup::{self, Tools};
 
-/// Package holding the user programs (one binary each).
-pub const USERLAND_PACKAGE: &str = "tsumugi-userland";
-/// Feature that enables the user programs (they only build for a bare-metal target).
-pub const USERLAND_FEATURE: &str = "target";
 /// Package holding the kernel.
 pub const KERNEL_PACKAGE: &str = "tsumugi-kernel";
 /// The kernel's bootable binary.
@@ -54,6 +54,10 @@ pub struct BuildArgs {
     /// Build with the release profile.
     #[arg(long)]
     pub release: bool,
+    /// Also build this program crate (its folder) or take this ELF file into the boot archive;
+    /// repeatable.
+    #[arg(long = "program", value_name = "DIR|ELF")]
+    pub programs: Vec<PathBuf>,
 }
 
 /// What a build produces.
@@ -71,7 +75,7 @@ pub struct Artifacts {
 pub fn run(args: &BuildArgs) -> Result<u8> {
     args.arch.require_supported()?;
     let tools = setup::ensure(&[args.arch])?;
-    let artifacts = build(&tools, args.arch, args.release)?;
+    let artifacts = build_with(&tools, args.arch, args.release, &args.programs)?;
     eprintln!("build: kernel {}", artifacts.kernel.display());
     eprintln!(
         "build: boot archive {} ({} programs)",
@@ -98,8 +102,20 @@ pub fn kernel_output_dir(arch: Arch, release: bool) -> PathBuf {
     cross_target_dir().join(arch.kernel_triple()).join(profile)
 }
 
-/// Builds the user programs and the kernel for `arch` and packs the boot archive.
-pub fn build(tools: &Tools, arch: Arch, release: bool) -> Result<Artifacts> {
+/// The sources of the programs of a build: `userland/`, then each `--program` argument;
+/// fails (naming what is valid) on an argument that is no program or a name used twice.
+pub fn program_sources(extra: &[PathBuf]) -> Result<Vec<Source>> {
+    let mut sources = vec![Source::userland()?];
+    for path in extra {
+        sources.push(Source::from_arg(path)?);
+    }
+    program::check_unique(&sources)?;
+    Ok(sources)
+}
+
+/// Builds the in-tree user programs, the programs `extra` names (crate folders or ELF files)
+/// and the kernel for `arch`, and packs the boot archive.
+pub fn build_with(tools: &Tools, arch: Arch, release: bool, extra: &[PathBuf]) -> Result<Artifacts> {
     if tools.linker.to_string_lossy().contains(char::is_whitespace) {
         // RUSTFLAGS is split at whitespace, so such a path cannot be passed as `-C linker=`.
         bail!(
@@ -107,14 +123,14 @@ pub fn build(tools: &Tools, arch: Arch, release: bool) -> Result<Artifacts> {
             tools.linker.display()
         );
     }
-    let programs = userland_programs()?;
-    userland_command(tools, arch, release)
-        .run()
-        .context("building the user programs")?;
+    let sources = program_sources(extra)?;
+    let mut programs = Vec::new();
+    for source in &sources {
+        programs.extend(program::build(tools, arch, release, source)?);
+    }
     kernel_command(tools, arch, release)
         .run()
         .context("building the kernel")?;
-    let dir = output_dir(arch, release);
     let kernel = kernel_output_dir(arch, release).join(KERNEL_BIN);
     if !kernel.is_file() {
         bail!(
@@ -125,14 +141,8 @@ pub fn build(tools: &Tools, arch: Arch, release: bool) -> Result<Artifacts> {
     if let Some(image) = arch.flat_kernel_image(&kernel) {
         crate::image::write_flat(&kernel, &image)?;
     }
-    let programs: Vec<(String, PathBuf)> = programs
-        .into_iter()
-        .map(|name| {
-            let path = dir.join(&name);
-            (name, path)
-        })
-        .collect();
-    let initrd = dir.join(INITRD);
+    programs.sort();
+    let initrd = output_dir(arch, release).join(INITRD);
     pack_initrd(&programs, &initrd)?;
     Ok(Artifacts {
         kernel,
@@ -143,7 +153,7 @@ pub fn build(tools: &Tools, arch: Arch, release: bool) -> Result<Artifacts> {
 
 /// The cargo invocation shared by both builds: toolchain, flags (plus `extra_rustflags`),
 /// cleaned environment, `-Z` flags, target `triple` and target folder, after the subcommand.
-fn cross_cargo(tools: &Tools, triple: &str, subcommand: &str, extra_rustflags: &[&str]) -> Cmd {
+pub fn cross_cargo(tools: &Tools, triple: &str, subcommand: &str, extra_rustflags: &[&str]) -> Cmd {
     let toolchain = &tools.toolchain;
     let mut rustflags = format!(
         "-C force-frame-pointers=yes -C linker={}",
@@ -191,24 +201,6 @@ fn outer_cargo_variables() -> Vec<String> {
     keys
 }
 
-/// `cargo build ... -p tsumugi-userland --features target --bins`.
-pub fn userland_command(tools: &Tools, arch: Arch, release: bool) -> Cmd {
-    let mut rustflags = arch.user_rustflags().to_vec();
-    rustflags.extend(arch.user_reserved_register_flags(tools.toolchain.build_std()));
-    let cmd = cross_cargo(tools, arch.triple(), "build", &rustflags).args([
-        "-p",
-        USERLAND_PACKAGE,
-        "--features",
-        USERLAND_FEATURE,
-        "--bins",
-    ]);
-    if release {
-        cmd.arg("--release")
-    } else {
-        cmd
-    }
-}
-
 /// `cargo rustc ... -p tsumugi-kernel --bin tsumugi --features image -- <kernel rustc args>`.
 pub fn kernel_command(tools: &Tools, arch: Arch, release: bool) -> Cmd {
     let mut cmd = cross_cargo(tools, arch.kernel_triple(), "rustc", &[]).args([
@@ -223,53 +215,6 @@ pub fn kernel_command(tools: &Tools, arch: Arch, release: bool) -> Cmd {
         cmd = cmd.arg("--release");
     }
     cmd.arg("--").args(arch.kernel_rustc_args())
-}
-
-/// Names of the binaries of the user-program package, from `cargo metadata`, sorted.
-fn userland_programs() -> Result<Vec<String>> {
-    let manifest = workspace_root().join("Cargo.toml");
-    let json = Cmd::new(host_cargo())
-        .args([
-            "metadata",
-            "--no-deps",
-            "--format-version",
-            "1",
-            "--manifest-path",
-        ])
-        .arg(&manifest)
-        .read()
-        .context("reading the workspace metadata")?;
-    bin_names(&json, USERLAND_PACKAGE)
-}
-
-/// Binary target names of `package` in `cargo metadata` output, sorted.
-pub fn bin_names(metadata_json: &str, package: &str) -> Result<Vec<String>> {
-    let metadata: serde_json::Value =
-        serde_json::from_str(metadata_json).context("cargo metadata is not JSON")?;
-    let packages = metadata["packages"]
-        .as_array()
-        .context("cargo metadata has no package list")?;
-    let found = packages
-        .iter()
-        .find(|p| p["name"] == package)
-        .with_context(|| format!("no package `{package}` in the workspace"))?;
-    let targets = found["targets"]
-        .as_array()
-        .context("package without targets in cargo metadata")?;
-    let mut names: Vec<String> = targets
-        .iter()
-        .filter(|t| {
-            t["kind"]
-                .as_array()
-                .is_some_and(|kinds| kinds.iter().any(|k| k == "bin"))
-        })
-        .filter_map(|t| t["name"].as_str().map(str::to_string))
-        .collect();
-    names.sort();
-    if names.is_empty() {
-        bail!("package `{package}` has no binaries to put in the boot archive");
-    }
-    Ok(names)
 }
 
 /// Writes a deterministic ustar archive: one regular file per program, named by the program, no
@@ -320,6 +265,11 @@ mod tests {
     use super::*;
     use crate::setup::{Toolchain, ToolchainKind};
 
+    /// The command that builds the in-tree programs.
+    fn userland_command(tools: &Tools, arch: Arch, release: bool) -> Cmd {
+        program::build_command(tools, arch, release, &workspace_root().join(program::USERLAND_DIR))
+    }
+
     fn debian_tools() -> Tools {
         Tools {
             toolchain: Toolchain {
@@ -346,7 +296,10 @@ mod tests {
         );
         assert_eq!(
             userland_command(&debian_tools(), Arch::X86_64, false).display(),
-            format!("{env} build {common} -p tsumugi-userland --features target --bins")
+            format!(
+                "{env} build {common} --manifest-path {}/userland/Cargo.toml --bins",
+                workspace_root().display()
+            )
         );
         assert_eq!(
             kernel_command(&debian_tools(), Arch::X86_64, true).display(),
@@ -396,22 +349,6 @@ mod tests {
         assert!(userland_command(&debian_tools(), Arch::Aarch64, false)
             .display()
             .contains("--target aarch64-unknown-none "));
-    }
-
-    #[test]
-    fn finds_bin_names_in_metadata() {
-        let json = r#"{"packages":[
-            {"name":"other","targets":[{"name":"x","kind":["bin"]}]},
-            {"name":"tsumugi-userland","targets":[
-                {"name":"tsumugi_userland","kind":["lib"]},
-                {"name":"init","kind":["bin"]},
-                {"name":"fault_exec_data","kind":["bin"]}]}]}"#;
-        assert_eq!(
-            bin_names(json, USERLAND_PACKAGE).unwrap(),
-            ["fault_exec_data", "init"]
-        );
-        assert!(bin_names(json, "missing").is_err());
-        assert!(bin_names("not json", USERLAND_PACKAGE).is_err());
     }
 
     #[test]

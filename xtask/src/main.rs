@@ -5,9 +5,12 @@ mod arch;
 mod bench;
 mod build;
 mod cmd;
+mod doc;
 mod fuzz;
 mod gdb;
 mod image;
+mod new;
+mod program;
 mod qemu;
 mod run;
 mod setup;
@@ -47,6 +50,10 @@ enum Command {
     Fuzz(fuzz::FuzzArgs),
     /// Like run, but QEMU waits for gdb on :1234 before the first instruction.
     Gdb(gdb::GdbArgs),
+    /// Document libuthread as built for the target (sys, entry!, println!, io), warnings denied.
+    Doc(doc::DocArgs),
+    /// Make a program crate outside the tree (boot it with `run --program <dir> -- run=<name>`).
+    New(new::NewArgs),
 }
 
 fn main() -> ExitCode {
@@ -59,6 +66,8 @@ fn main() -> ExitCode {
         Command::Bench(args) => bench::run(args),
         Command::Fuzz(args) => fuzz::run(args),
         Command::Gdb(args) => gdb::run(args),
+        Command::Doc(args) => doc::run(args),
+        Command::New(args) => new::run(args),
     };
     match result {
         Ok(status) => ExitCode::from(status),

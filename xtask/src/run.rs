@@ -1,9 +1,11 @@
 //! `cargo xtask run`: build, then boot the kernel in QEMU with the console on this terminal.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Result;
 use clap::Args;
+use tsumugi_abi::bootopt;
 
 use crate::arch::Arch;
 use crate::build::{self, Artifacts};
@@ -33,6 +35,10 @@ pub struct BootArgs {
     /// Deterministic mode: one cycle-counter tick per guest instruction (`-icount shift=0`).
     #[arg(long)]
     pub icount: bool,
+    /// Also build this program crate (its folder) or take this ELF file into the boot archive;
+    /// repeatable. Boot it with `-- run=<name>`.
+    #[arg(long = "program", value_name = "DIR|ELF")]
+    pub programs: Vec<PathBuf>,
     /// Kernel boot words (e.g. `selftest run=init`); none means the kernel's defaults.
     #[arg(last = true)]
     pub boot_words: Vec<String>,
@@ -58,7 +64,21 @@ pub fn run(args: &RunArgs) -> Result<u8> {
 pub fn boot(args: &BootArgs, timeout: Duration, gdb: bool) -> Result<u8> {
     args.arch.require_supported()?;
     let tools = setup::ensure(&[args.arch])?;
-    let Artifacts { kernel, initrd, .. } = build::build(&tools, args.arch, args.release)?;
+    let Artifacts { kernel, initrd, .. } =
+        build::build_with(&tools, args.arch, args.release, &args.programs)?;
+    if !args.programs.is_empty() && !args.boot_words.iter().any(|w| w.split_once('=').is_some_and(|(key, _)| key == bootopt::RUN)) {
+        let names: Vec<String> = build::program_sources(&args.programs)?
+            .iter()
+            .skip(1)
+            .flat_map(|source| source.names().into_iter().map(str::to_string))
+            .collect();
+        eprintln!(
+            "note: the kernel runs `{}` unless told otherwise; boot yours with `-- {}={}`",
+            bootopt::DEFAULT_PROGRAM,
+            bootopt::RUN,
+            names.join(",")
+        );
+    }
     if args.accel == Accel::Kvm {
         eprintln!(
             "note: with --accel kvm, a /dev/kvm that cannot run ring 3 (a software hypervisor such as PVM) \

@@ -3,18 +3,25 @@
 //! Prints one `ok`/`FAIL` line per QEMU check, the tail of the serial log of a failed suite, and
 //! ends with exactly one `N passed, M failed` line counting host tests and QEMU checks together.
 //! This is what CI runs (`.ci/run`).
+//!
+//! Besides the suites of `tsumugi_tests`, each architecture gets the suite `new-program`: a
+//! crate made by `cargo xtask new` in a temporary folder, built with `--program` and booted
+//! (and a crate that does not compile, which the build must refuse); and, when `--program` is
+//! given, the suite `programs`, which boots those programs and expects each to exit with 0.
 
 use std::io::{BufRead, BufReader};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use tsumugi_tests::{evaluate, suites, CheckResult, Expected, Outcome, Suite};
+use tsumugi_abi::bootopt;
+use tsumugi_tests::{evaluate, suites, Check, CheckResult, Expected, Outcome, Suite};
 
 use crate::arch::Arch;
 use crate::build::{self, Artifacts};
 use crate::cmd::{host_cargo, workspace_root, Cmd};
+use crate::program::{self, Source};
 use crate::qemu::{self, Accel, Console, Machine};
 use crate::setup::{self, Tools};
 
@@ -22,6 +29,18 @@ use crate::setup::{self, Tools};
 pub const HOST_GROUP: &str = "host";
 /// Lines of a failed suite's log printed to the terminal.
 pub const LOG_TAIL_LINES: usize = 40;
+/// Suite booting a crate made by `cargo xtask new`.
+pub const NEW_PROGRAM_SUITE: &str = "new-program";
+/// Suite booting the programs given with `--program`.
+pub const PROGRAMS_SUITE: &str = "programs";
+/// Name of the crate (and program) the `new-program` suite makes.
+pub const NEW_PROGRAM: &str = "fresh_program";
+/// Name of the crate that does not compile, which the `new-program` suite must see refused.
+pub const BROKEN_PROGRAM: &str = "broken_program";
+/// Name of the crate holding the documentation's program examples.
+pub const EXAMPLES_CRATE: &str = "doc_examples";
+/// What the broken crate's `main.rs` holds.
+const BROKEN_MAIN: &str = "#![no_std]\n#![no_main]\nfn main() -> i32 { this does not compile }\n";
 /// How cargo's test harness starts its per-binary result line.
 const TEST_RESULT: &str = "test result:";
 
@@ -42,6 +61,81 @@ pub struct TestArgs {
     /// check failed, to show a check holds whatever the host's load and timing.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1000))]
     pub repeat: u32,
+    /// Also build this program crate (its folder) or ELF file into every boot archive, and boot
+    /// it in the suite `programs`, which expects it to exit with status 0; repeatable.
+    #[arg(long = "program", value_name = "DIR|ELF")]
+    pub programs: Vec<PathBuf>,
+}
+
+/// The crates the `new-program` suite makes in a temporary folder (removed on drop).
+struct Fixtures {
+    /// The temporary folder.
+    root: PathBuf,
+    /// A crate as `cargo xtask new` makes it.
+    fresh: PathBuf,
+    /// The same with a `main.rs` that does not compile.
+    broken: PathBuf,
+    /// The program examples of the documentation, one binary each, and how many.
+    examples: (PathBuf, usize),
+}
+
+impl Fixtures {
+    fn create() -> Result<Fixtures> {
+        let root = std::env::temp_dir().join(format!("tsumugi-xtask-test-{}", std::process::id()));
+        if root.exists() {
+            std::fs::remove_dir_all(&root).with_context(|| format!("removing {}", root.display()))?;
+        }
+        let fresh = root.join(NEW_PROGRAM);
+        crate::new::create(&fresh)?;
+        let broken = root.join(BROKEN_PROGRAM);
+        crate::new::create(&broken)?;
+        std::fs::write(broken.join("src").join("main.rs"), BROKEN_MAIN)
+            .with_context(|| format!("writing {}", broken.display()))?;
+        let examples = root.join(EXAMPLES_CRATE);
+        let count = crate::doc::examples_crate(&examples)?;
+        Ok(Fixtures { root, fresh, broken, examples: (examples, count) })
+    }
+}
+
+impl Drop for Fixtures {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.root);
+    }
+}
+
+/// The `new-program` suite: the fresh crate's program runs and exits with 0.
+fn new_program_suite() -> Suite {
+    let [greeting, sum] = crate::new::expected_lines(NEW_PROGRAM);
+    Suite {
+        name: NEW_PROGRAM_SUITE,
+        smp: 1,
+        boot_words: format!("{}={NEW_PROGRAM}", bootopt::RUN),
+        timeout: suites::KERNEL_SUITE_TIMEOUT,
+        expected: Expected::Status(suites::STATUS_SUCCESS),
+        checks: vec![
+            Check::DomainExited { program: NEW_PROGRAM.to_string(), status: 0 },
+            Check::LogLine(greeting),
+            Check::LogLine(sum),
+            Check::Halting(0),
+        ],
+    }
+}
+
+/// The `programs` suite: every program named runs and exits with 0.
+fn programs_suite(names: &[String]) -> Suite {
+    let mut checks: Vec<Check> = names
+        .iter()
+        .map(|name| Check::DomainExited { program: name.clone(), status: 0 })
+        .collect();
+    checks.push(Check::Halting(0));
+    Suite {
+        name: PROGRAMS_SUITE,
+        smp: 1,
+        boot_words: format!("{}={}", bootopt::RUN, names.join(",")),
+        timeout: suites::KERNEL_SUITE_TIMEOUT,
+        expected: Expected::Status(suites::STATUS_SUCCESS),
+        checks,
+    }
 }
 
 /// Running totals.
@@ -113,12 +207,22 @@ pub fn run(args: &TestArgs) -> Result<u8> {
             .is_none_or(|filter| group.contains(filter))
     };
     let run_host = selected(HOST_GROUP);
+    // The programs of --program, checked (and named) before anything is built.
+    let extra_names: Vec<String> = build::program_sources(&args.programs)?
+        .iter()
+        .skip(1)
+        .flat_map(|source| source.names().into_iter().map(str::to_string))
+        .collect();
     let mut plan = Vec::new();
     let mut known_groups = vec![HOST_GROUP.to_string()];
     for arch in arches {
-        let suites = suites::for_arch(arch.name()).with_context(|| {
+        let mut suites = suites::for_arch(arch.name()).with_context(|| {
             format!("{arch} is supported but the tests crate defines no suites for it")
         })?;
+        suites.push(new_program_suite());
+        if !extra_names.is_empty() {
+            suites.push(programs_suite(&extra_names));
+        }
         known_groups.extend(suites.iter().map(|suite| group_name(arch, suite)));
         let suites: Vec<Suite> = suites
             .into_iter()
@@ -136,6 +240,14 @@ pub fn run(args: &TestArgs) -> Result<u8> {
         );
     }
 
+    let fixtures = if plan
+        .iter()
+        .any(|(_, suites)| suites.iter().any(|s| s.name == NEW_PROGRAM_SUITE))
+    {
+        Some(Fixtures::create()?)
+    } else {
+        None
+    };
     let mut tally = Tally::default();
     let tools = if plan.is_empty() {
         None
@@ -159,7 +271,18 @@ pub fn run(args: &TestArgs) -> Result<u8> {
         }
         if let Some(tools) = &tools {
             for (arch, suites) in &plan {
-                run_arch(tools, *arch, suites, args.release, &mut tally);
+                let mut programs = args.programs.clone();
+                let fixtures = fixtures
+                    .as_ref()
+                    .filter(|_| suites.iter().any(|s| s.name == NEW_PROGRAM_SUITE));
+                if let Some(fixtures) = fixtures {
+                    programs.push(fixtures.fresh.clone());
+                }
+                run_arch(tools, *arch, suites, args.release, &programs, &mut tally);
+                if let Some(fixtures) = fixtures {
+                    refuses_broken_crate(tools, *arch, args.release, &fixtures.broken, &mut tally);
+                    docs_build(tools, *arch, args.release, &fixtures.examples, &mut tally);
+                }
             }
         }
     }
@@ -233,9 +356,48 @@ pub fn parse_test_result(line: &str) -> Option<(u64, u64)> {
     Some((count("passed")?, count("failed")?))
 }
 
-/// Builds for `arch` and runs its suites, one after another.
-fn run_arch(tools: &Tools, arch: Arch, suites: &[Suite], release: bool, tally: &mut Tally) {
-    let artifacts = match build::build(tools, arch, release) {
+/// Builds `broken` (a crate that does not compile) for `arch` and records whether the build
+/// refused it with an error naming the crate.
+fn refuses_broken_crate(tools: &Tools, arch: Arch, release: bool, broken: &Path, tally: &mut Tally) {
+    let group = format!("{arch}/{NEW_PROGRAM_SUITE}");
+    let description = format!("a crate that does not compile ({BROKEN_PROGRAM}) is refused");
+    let result = Source::from_arg(broken).and_then(|source| program::build(tools, arch, release, &source));
+    let (passed, detail) = match result {
+        Ok(_) => (false, "it built".to_string()),
+        Err(error) => {
+            let text = format!("{error:#}");
+            (text.contains("does not build") && text.contains(BROKEN_PROGRAM), text)
+        }
+    };
+    tally.record(&group, &CheckResult { description, passed, detail });
+}
+
+/// Builds libuthread's documentation for `arch` (warnings denied) and the documentation's
+/// program examples, and records both.
+fn docs_build(tools: &Tools, arch: Arch, release: bool, examples: &(PathBuf, usize), tally: &mut Tally) {
+    let group = format!("{arch}/{NEW_PROGRAM_SUITE}");
+    let verdict = |result: Result<()>| match result {
+        Ok(()) => (true, "ok".to_string()),
+        Err(error) => (false, format!("{error:#}")),
+    };
+    let (passed, detail) = verdict(crate::doc::build_docs(tools, arch).map(|_| ()));
+    let description = format!("libuthread documents for {} with rustdoc warnings denied", arch.triple());
+    tally.record(&group, &CheckResult { description, passed, detail });
+    let (dir, count) = examples;
+    let built = Source::from_arg(dir).and_then(|source| program::build(tools, arch, release, &source));
+    let (passed, detail) = verdict(built.map(|_| ()));
+    let description = format!(
+        "the {count} program examples of {} build for {}",
+        crate::doc::EXAMPLE_FILES.join(" and "),
+        arch.triple()
+    );
+    tally.record(&group, &CheckResult { description, passed, detail });
+}
+
+/// Builds for `arch` (with the programs of `programs` too) and runs its suites, one after
+/// another.
+fn run_arch(tools: &Tools, arch: Arch, suites: &[Suite], release: bool, programs: &[PathBuf], tally: &mut Tally) {
+    let artifacts = match build::build_with(tools, arch, release, programs) {
         Ok(artifacts) => artifacts,
         Err(error) => {
             tally.could_not_run(arch.name(), "build", &error);

@@ -48,7 +48,7 @@ pub fn default_vcpus() -> usize {
 }
 
 /// Registers for Kernel Notification with `n` vCPUs; the kernel starts vCPUs 1..n, each
-/// entering [`knh`] with `VcpuGranted`, which calls `vcpu_main(v)`. The caller is vCPU 0.
+/// entering the upcall handler (`knh`) with `VcpuGranted`, which calls `vcpu_main(v)`. The caller is vCPU 0.
 pub fn start_vcpus(n: usize, vcpu_main: fn(usize) -> !) {
     let n = n.clamp(1, MAX_VCPUS);
     VCPU_MAIN.store(vcpu_main as usize, Ordering::Release);

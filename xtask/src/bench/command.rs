@@ -74,6 +74,10 @@ pub struct BenchArgs {
     /// Print the benchmarks and exit.
     #[arg(long)]
     pub list: bool,
+    /// Also build this program crate (its folder) or take this ELF file into the boot archive,
+    /// for benchmarks that boot it; repeatable.
+    #[arg(long = "program", value_name = "DIR|ELF")]
+    pub programs: Vec<PathBuf>,
     /// Compare every deterministic figure with bench/expected-<arch>.csv; fail if one rose more
     /// than 3 %.
     #[arg(long, conflicts_with = "bless")]
@@ -212,6 +216,7 @@ pub fn run(args: &BenchArgs) -> Result<u8> {
         release: !args.debug,
         timeout: args.timeout.map(Duration::from_secs),
         out_dir: workspace_root().join("target").join("bench"),
+        programs: args.programs.clone(),
     };
     let mode = format!(
         "{}{}, {}",
@@ -420,7 +425,7 @@ fn run_arch(
             _ => None,
         })
         .collect();
-    let artifacts = match build::build(tools, arch, settings.release) {
+    let artifacts = match build::build_with(tools, arch, settings.release, &settings.programs) {
         Ok(artifacts) => artifacts,
         Err(error) => {
             // The error (the failed command) once; the boots just point at it.

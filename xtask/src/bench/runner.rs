@@ -126,6 +126,8 @@ pub struct Settings {
     pub timeout: Option<Duration>,
     /// `target/bench`.
     pub out_dir: PathBuf,
+    /// `--program`: more program crates or ELF files for the boot archive.
+    pub programs: Vec<PathBuf>,
 }
 
 /// Boots one QEMU benchmark on `arch`.
