@@ -67,7 +67,7 @@ pub fn run(args: &FuzzArgs) -> Result<u8> {
     // xtask is single-threaded here; the variables matter only to the cargo children.
     std::env::set_var(CALLS_VAR, args.calls.to_string());
     std::env::set_var(SEED_VAR, format!("{seed:#x}"));
-    let artifacts = build::build(&tools, args.arch, false)?;
+    let artifacts = build::build_with(&tools, args.arch, false, &[])?;
     let timeout = Duration::from_secs(args.timeout.unwrap_or(BASE_SECS + args.calls / CALLS_PER_SEC));
     let mut suite = suites::fuzz_suite("fuzz-long", args.smp);
     suite.timeout = timeout;
