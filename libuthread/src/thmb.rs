@@ -139,13 +139,21 @@ impl Thmb {
         }
     }
 
-    /// A new, never-run thread with `refs` references.
-    pub(crate) fn new_thread(body: Body, name: Option<String>, stack_size: usize, refs: usize) -> Box<Thmb> {
-        let mut t = Box::new(Thmb::blank());
-        *t.body.get_mut() = Some(body);
-        t.name = name;
-        t.stack_size = stack_size;
-        t.refs = AtomicUsize::new(refs);
+    /// A new, never-run thread with `refs` references, in memory from the pool of vCPU `v` (if
+    /// given) or the heap.
+    ///
+    /// # Safety
+    /// If `v` is given, the caller runs on vCPU `v` with LTN = 0.
+    pub(crate) unsafe fn new_thread(v: Option<usize>, body: Body, name: Option<String>, stack_size: usize, refs: usize) -> *mut Thmb {
+        // SAFETY: forwarded contract.
+        let t = unsafe { crate::sched::alloc_thmb(v) };
+        let mut thmb = Thmb::blank();
+        *thmb.body.get_mut() = Some(body);
+        thmb.name = name;
+        thmb.stack_size = stack_size;
+        thmb.refs = AtomicUsize::new(refs);
+        // SAFETY: `t` is memory for one ThMB that nobody else can reach.
+        unsafe { ptr::write(t, thmb) };
         t
     }
 
@@ -162,15 +170,38 @@ impl Thmb {
         unsafe { ptr::write_volatile(&raw mut (*this).header.mask, mask) }
     }
 
-    /// Drops one reference; frees the ThMB on the last.
+    /// Drops one reference; frees the ThMB on the last (into the pool of the caller's vCPU
+    /// when it runs in a user thread, else to the heap).
     ///
     /// # Safety
     /// `this` is live and the caller owns one of its references.
     pub(crate) unsafe fn release(this: *mut Thmb) {
         // SAFETY: caller's reference keeps it live until the decrement.
         if unsafe { (*this).refs.fetch_sub(1, Ordering::AcqRel) } == 1 {
-            // SAFETY: the last reference: nobody else can reach it; it came from `Box`.
-            drop(unsafe { Box::from_raw(this) });
+            // SAFETY: the last reference: nobody else can reach it.
+            unsafe { ptr::drop_in_place(this) };
+            let mut critical = crate::spin::Critical::enter();
+            let me = critical.thread();
+            // SAFETY: inside the critical section the caller's vCPU cannot change.
+            let v = (!me.is_null()).then(|| unsafe { (*me).vcpu.load(Ordering::Relaxed) });
+            // SAFETY: dropped and unreachable; `v` is the vCPU we run on with LTN = 0.
+            unsafe { crate::sched::free_thmb(this, v) };
+            critical.leave();
+        }
+    }
+
+    /// [`Thmb::release`] for scheduler code running on vCPU `v` with LTN = 0.
+    ///
+    /// # Safety
+    /// As for `release`, and the caller runs on vCPU `v` with LTN = 0.
+    pub(crate) unsafe fn release_on(this: *mut Thmb, v: usize) {
+        // SAFETY: caller's reference keeps it live until the decrement.
+        if unsafe { (*this).refs.fetch_sub(1, Ordering::AcqRel) } == 1 {
+            // SAFETY: the last reference: nobody else can reach it.
+            unsafe {
+                ptr::drop_in_place(this);
+                crate::sched::free_thmb(this, Some(v));
+            }
         }
     }
 }

@@ -212,7 +212,7 @@ impl Builder {
     {
         let body: crate::thmb::Body = Box::new(move || Box::new(f()) as Box<dyn Any + Send>);
         let size = self.stack_size.unwrap_or(sched::DEFAULT_STACK_SIZE).max(16 * 1024);
-        let t = sched::spawn(Thmb::new_thread(body, self.name, size, 2));
+        let t = sched::spawn(body, self.name, size);
         JoinHandle { thmb: t, _marker: PhantomData }
     }
 }

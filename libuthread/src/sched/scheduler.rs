@@ -44,7 +44,6 @@
 //! ≈ 0.26 µs; a yield round trip between two threads (two WINDOW switches through the
 //! scheduler loop) ≈ 115 ns. Current figures: `cargo bench -p libuthread --bench switch`.
 
-use alloc::boxed::Box;
 use alloc::string::String;
 use alloc::vec::Vec;
 use core::ptr;
@@ -55,6 +54,7 @@ use crate::context;
 use crate::sched::idle::IdleSet;
 use crate::platform;
 use crate::prim::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use crate::sched::pool::{Pool, Stack};
 use crate::sched::queue::Fifo;
 use crate::sched::runstate::{Wake, KERNEL_BLOCKED, READY, RUNNING};
 use crate::spin::SpinLock;
@@ -94,6 +94,8 @@ struct Vcpu {
     /// The thread a direct switch goes to (`switch_to`), read on the far side of the switch.
     /// Only this vCPU touches it, with LTN = 0.
     handoff: AtomicUsize,
+    /// Free ThMBs and stacks, touched only by this vCPU with LTN = 0 (`pool`).
+    pool: Pool,
 }
 
 impl Vcpu {
@@ -106,6 +108,7 @@ impl Vcpu {
             resumed_window: AtomicU64::new(0),
             resumed_full: AtomicU64::new(0),
             handoff: AtomicUsize::new(0),
+            pool: Pool::new(),
         }
     }
 
@@ -218,7 +221,16 @@ fn work_anywhere() -> bool {
 // ------------------------------------------------------------------------------------------
 // Stacks.
 
-fn take_stack(size: usize) -> Option<(usize, usize)> {
+/// A stack for a thread that asked for `size` bytes, starting on vCPU `v`: from `v`'s pool (no
+/// lock), else from the shared overflow list, else from the platform.
+///
+/// # Safety
+/// Runs on vCPU `v` with LTN = 0.
+unsafe fn take_stack(v: usize, size: usize) -> Option<(usize, usize)> {
+    // SAFETY: forwarded contract.
+    if let Stack::Ready(base, len) = unsafe { VCPUS[v].pool.take_stack(size) } {
+        return Some((base, len));
+    }
     {
         let mut pool = STACKS.lock();
         if let Some(i) = pool.iter().rposition(|&(s, _, _)| s == size) {
@@ -229,7 +241,15 @@ fn take_stack(size: usize) -> Option<(usize, usize)> {
     platform::alloc_stack(size)
 }
 
-fn give_stack(size: usize, base: usize, len: usize) {
+/// Gives back the stack of a thread that asked for `size` bytes, on vCPU `v`.
+///
+/// # Safety
+/// Runs on vCPU `v` with LTN = 0; nothing runs on the stack any more.
+unsafe fn give_stack(v: usize, size: usize, base: usize, len: usize) {
+    // SAFETY: forwarded contract.
+    if unsafe { VCPUS[v].pool.give_stack(size, base, len) } {
+        return;
+    }
     {
         let mut pool = STACKS.lock();
         if pool.len() < STACK_POOL_MAX {
@@ -238,6 +258,45 @@ fn give_stack(size: usize, base: usize, len: usize) {
         }
     }
     platform::free_stack(base, len);
+}
+
+/// Memory for a new ThMB: from the pool of the vCPU the caller runs on (`v`, if it knows it
+/// runs on one with LTN = 0), else from the heap.
+///
+/// # Safety
+/// If `v` is given, the caller runs on vCPU `v` with LTN = 0.
+pub(crate) unsafe fn alloc_thmb(v: Option<usize>) -> *mut Thmb {
+    if let Some(v) = v {
+        // SAFETY: forwarded contract.
+        let t = unsafe { VCPUS[v].pool.take_thmb() };
+        if !t.is_null() {
+            return t;
+        }
+    }
+    let layout = core::alloc::Layout::new::<Thmb>();
+    // SAFETY: a ThMB is not zero-sized.
+    let t = unsafe { alloc::alloc::alloc(layout) } as *mut Thmb;
+    if t.is_null() {
+        alloc::alloc::handle_alloc_error(layout);
+    }
+    t
+}
+
+/// Frees the memory of a ThMB whose fields were dropped: into the pool of vCPU `v` if given,
+/// else (or when that pool is full) to the heap.
+///
+/// # Safety
+/// `t` came from [`alloc_thmb`], its fields are dropped and nobody can reach it; if `v` is
+/// given, the caller runs on vCPU `v` with LTN = 0.
+pub(crate) unsafe fn free_thmb(t: *mut Thmb, v: Option<usize>) {
+    if let Some(v) = v {
+        // SAFETY: forwarded contract.
+        if unsafe { VCPUS[v].pool.give_thmb(t) } {
+            return;
+        }
+    }
+    // SAFETY: allocated by `alloc_thmb` with this layout.
+    unsafe { alloc::alloc::dealloc(t as *mut u8, core::alloc::Layout::new::<Thmb>()) }
 }
 
 // ------------------------------------------------------------------------------------------
@@ -263,8 +322,13 @@ fn make_ready(t: *mut Thmb, home: usize) {
 }
 
 /// How far into a ready queue `run_inline` looks for the child (a spawn joined at once is at
-/// the queue's tail, which a short queue's walk reaches; beyond that, joining blocks).
-const INLINE_LOOKUP: usize = 8;
+/// the queue's tail, which a short queue's walk reaches; beyond that, joining blocks). Divide
+/// and conquer keeps about (depth × fan-out) unjoined children queued — `fib(20)` about 10,
+/// `nqueens(8)` up to about 50 — and a child missed here is not a small loss: the joiner
+/// blocks, the front of the queue starts on a stack of its own and spawns in turn, so the
+/// queue goes breadth-first and thousands of threads end up with stacks (FK `fib(20)` cost
+/// 11,000 instructions per spawn with a lookup of 8). The walk is a few loads per node.
+const INLINE_LOOKUP: usize = 64;
 
 /// Work-first at join (lazy thread creation, StackThreads/Cilk): if `t` — a child the caller
 /// is about to join — has not started yet and is near the front of its ready queue, takes it
@@ -339,14 +403,16 @@ fn wake_helper(v: usize) {
 }
 
 /// Queues a new thread (lazy creation: no stack yet).
-pub(crate) fn spawn(t: Box<Thmb>) -> *mut Thmb {
+pub(crate) fn spawn(body: Body, name: Option<String>, stack_size: usize) -> *mut Thmb {
     assert!(vcpu_count() > 0, "libuthread: spawn outside libuthread::run");
-    let t = Box::into_raw(t);
     let mut critical = crate::spin::Critical::enter();
     let me = critical.thread();
     // Read the spawner's vCPU inside the critical section: it cannot change there.
     // SAFETY: `me` is the live calling thread.
-    let home = if me.is_null() { 0 } else { unsafe { (*me).vcpu.load(Ordering::Relaxed) } };
+    let home = if me.is_null() { None } else { Some(unsafe { (*me).vcpu.load(Ordering::Relaxed) }) };
+    // SAFETY: LTN = 0 on `home` (a spawn from outside a user thread uses the heap).
+    let t = unsafe { Thmb::new_thread(home, body, name, stack_size, 2) };
+    let home = home.unwrap_or(0);
     // SAFETY: `t` is new and ours.
     unsafe { (*t).state.set(READY) };
     make_ready(t, home);
@@ -514,7 +580,7 @@ unsafe fn prepare(v: usize, t: *mut Thmb) -> usize {
         // stack of its own either, but once it has left a vCPU it always has a saved mask.)
         if Thmb::mask(t) == mask::NONE && (*t).stack.get().0 == 0 {
             let size = (*t).stack_size;
-            let (base, len) = take_stack(size).unwrap_or_else(|| fatal("libuthread: no memory for a thread stack\n"));
+            let (base, len) = take_stack(v, size).unwrap_or_else(|| fatal("libuthread: no memory for a thread stack\n"));
             (*t).stack.set((base, len));
             // The FP area sits at the top of the stack allocation, the stack below it.
             let fp_area = (base + len - FP_AREA_SIZE) & !(FP_AREA_ALIGN as usize - 1);
@@ -582,8 +648,8 @@ unsafe extern "C" fn after_switch_to(v: usize, word: usize) -> ! {
             }
             _ => {
                 let (base, len) = (*t).stack.replace((0, 0));
-                give_stack((*t).stack_size, base, len);
-                Thmb::release(t);
+                give_stack(v, (*t).stack_size, base, len);
+                Thmb::release_on(t, v);
             }
         }
         if vcpu_count() > 1 {
@@ -655,9 +721,9 @@ unsafe extern "C" fn after_switch(v: usize, word: usize) -> ! {
             }
             _ => {
                 let (base, len) = (*t).stack.replace((0, 0));
-                give_stack((*t).stack_size, base, len);
+                give_stack(v, (*t).stack_size, base, len);
                 let is_main = (*t).is_main;
-                Thmb::release(t);
+                Thmb::release_on(t, v);
                 if is_main {
                     SHUTDOWN.store(true, Ordering::SeqCst);
                     for w in 0..vcpu_count() {
@@ -810,9 +876,10 @@ pub(crate) fn run(vcpus: usize, name: Option<String>, body: Body) -> crate::thmb
         vcpu.reset();
         vcpu.ensure_stack();
     }
-    let mut main = Thmb::new_thread(body, name, DEFAULT_STACK_SIZE, 2);
-    main.is_main = true;
-    let main = Box::into_raw(main);
+    // SAFETY: no vCPU given: heap memory.
+    let main = unsafe { Thmb::new_thread(None, body, name, DEFAULT_STACK_SIZE, 2) };
+    // SAFETY: new and ours.
+    unsafe { (*main).is_main = true };
     // SAFETY: new and ours.
     unsafe { (*main).state.set(READY) };
     VCPUS[0].push(main);
