@@ -28,10 +28,10 @@ mod program {
     use super::apps::{cky, fib, nqueens, ForkEverywhere, Sequential, Strategy, SuspendEverywhere};
     use libuthread::{println, sys, Clock};
 
-    /// `fib(FIB_N)`: 28,657 calls, 10,945 of them spawns under FK.
-    const FIB_N: u32 = 12;
+    /// `fib(FIB_N)`: 21,891 calls, 10,945 of them spawns under FK.
+    const FIB_N: u32 = 20;
     /// `nqueens(QUEENS_N)`: 92 solutions, 2,056 recursive calls.
-    const QUEENS_N: u32 = 6;
+    const QUEENS_N: u32 = 8;
     /// Repetitions of each run; the minimum is reported.
     const REPS: usize = 2;
 
