@@ -210,9 +210,8 @@ impl Builder {
         F: FnOnce() -> T + Send + 'static,
         T: Send + 'static,
     {
-        let body: crate::thmb::Body = Box::new(move || Box::new(f()) as Box<dyn Any + Send>);
         let size = self.stack_size.unwrap_or(sched::DEFAULT_STACK_SIZE).max(16 * 1024);
-        let t = sched::spawn(body, self.name, size);
+        let t = sched::spawn(f, self.name, size);
         JoinHandle { thmb: t, _marker: PhantomData }
     }
 }
@@ -256,11 +255,12 @@ impl<T: 'static> JoinHandle<T> {
         // Synchronise with the exiting thread's write of its outcome.
         let exited = join.load(Ordering::Acquire);
         debug_assert_eq!(exited, JOIN_EXITED);
-        // SAFETY: EXITED: the outcome is written and only we read it.
-        let outcome = unsafe { (*(*t).outcome.get()).take() }.expect("libuthread: joined thread left no result");
+        // SAFETY: EXITED: the outcome is written and only we read it; the handle's `T` is the
+        // spawned closure's result type.
+        let outcome = unsafe { (*t).task.take::<T>() };
         // SAFETY: our reference.
         unsafe { Thmb::release(t) };
-        outcome.map(|value| *value.downcast::<T>().expect("libuthread: result of another type"))
+        outcome
     }
 
     /// The thread's id.
@@ -282,7 +282,7 @@ impl<T> Drop for JoinHandle<T> {
         if unsafe { (*t).join.swap(JOIN_DETACHED, Ordering::AcqRel) } == JOIN_EXITED {
             // The result is ours to drop, here in user context.
             // SAFETY: EXITED: written, and nobody else reads it.
-            drop(unsafe { (*(*t).outcome.get()).take() });
+            unsafe { (*t).task.clear() };
         }
         // SAFETY: our reference.
         unsafe { Thmb::release(t) };

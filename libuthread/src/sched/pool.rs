@@ -55,7 +55,7 @@ struct Class {
 }
 
 struct Inner {
-    /// Free ThMBs, linked through `run_next` (dropped: only their memory is kept).
+    /// Free ThMBs, linked through `run_next` (retired: every field valid, nothing held).
     thmbs: *mut Thmb,
     thmb_count: usize,
     stacks: [Class; CLASSES],
@@ -100,7 +100,7 @@ impl Pool {
         unsafe { &mut *self.0.get() }
     }
 
-    /// Memory for one ThMB: a free one, or null (the caller allocates).
+    /// A retired ThMB (`Thmb::retire`: every field valid, nothing held), or null.
     ///
     /// # Safety
     /// As for [`Pool::inner`].
@@ -117,11 +117,10 @@ impl Pool {
         t
     }
 
-    /// Keeps the memory of a dropped ThMB; returns false when the pool is full (the caller
-    /// frees it).
+    /// Keeps a retired ThMB; returns false when the pool is full (the caller frees it).
     ///
     /// # Safety
-    /// As for [`Pool::inner`]; `t` is a ThMB whose fields were dropped, reachable by nobody.
+    /// As for [`Pool::inner`]; `t` is a retired ThMB reachable by nobody.
     #[inline]
     pub(crate) unsafe fn give_thmb(&self, t: *mut Thmb) -> bool {
         // SAFETY: forwarded contract.
@@ -129,8 +128,8 @@ impl Pool {
         if p.thmb_count == KEEP_THMBS {
             return false;
         }
-        // SAFETY: the memory is ours; `run_next` is a plain `Cell`, valid to write in place.
-        unsafe { ptr::write(&raw mut (*t).run_next, core::cell::Cell::new(p.thmbs)) };
+        // SAFETY: the ThMB is ours; a free one is in no queue, so its link is free.
+        unsafe { (*t).run_next.set(p.thmbs) };
         p.thmbs = t;
         p.thmb_count += 1;
         true

@@ -58,7 +58,7 @@ use crate::sched::pool::{Pool, Stack};
 use crate::sched::queue::Fifo;
 use crate::sched::runstate::{Wake, KERNEL_BLOCKED, READY, RUNNING};
 use crate::spin::SpinLock;
-use crate::thmb::{Body, Thmb, JOIN_DETACHED, JOIN_EXITED, JOIN_RUNNING};
+use crate::thmb::{Thmb, JOIN_DETACHED, JOIN_EXITED, JOIN_RUNNING};
 
 /// Default stack size of a user thread.
 pub(crate) const DEFAULT_STACK_SIZE: usize = 256 * 1024;
@@ -260,17 +260,18 @@ unsafe fn give_stack(v: usize, size: usize, base: usize, len: usize) {
     platform::free_stack(base, len);
 }
 
-/// Memory for a new ThMB: from the pool of the vCPU the caller runs on (`v`, if it knows it
-/// runs on one with LTN = 0), else from the heap.
+/// A ThMB for a new thread: a retired one from the pool of the vCPU the caller runs on (`v`,
+/// if it knows it runs on one with LTN = 0) — then `(t, true)` —, else uninitialised memory
+/// from the heap, `(t, false)`.
 ///
 /// # Safety
 /// If `v` is given, the caller runs on vCPU `v` with LTN = 0.
-pub(crate) unsafe fn alloc_thmb(v: Option<usize>) -> *mut Thmb {
+pub(crate) unsafe fn alloc_thmb(v: Option<usize>) -> (*mut Thmb, bool) {
     if let Some(v) = v {
         // SAFETY: forwarded contract.
         let t = unsafe { VCPUS[v].pool.take_thmb() };
         if !t.is_null() {
-            return t;
+            return (t, true);
         }
     }
     let layout = core::alloc::Layout::new::<Thmb>();
@@ -279,15 +280,15 @@ pub(crate) unsafe fn alloc_thmb(v: Option<usize>) -> *mut Thmb {
     if t.is_null() {
         alloc::alloc::handle_alloc_error(layout);
     }
-    t
+    (t, false)
 }
 
-/// Frees the memory of a ThMB whose fields were dropped: into the pool of vCPU `v` if given,
-/// else (or when that pool is full) to the heap.
+/// Frees a retired ThMB (`Thmb::retire`): into the pool of vCPU `v` if given, else (or when
+/// that pool is full) to the heap.
 ///
 /// # Safety
-/// `t` came from [`alloc_thmb`], its fields are dropped and nobody can reach it; if `v` is
-/// given, the caller runs on vCPU `v` with LTN = 0.
+/// `t` came from [`alloc_thmb`], is retired and nobody can reach it; if `v` is given, the
+/// caller runs on vCPU `v` with LTN = 0.
 pub(crate) unsafe fn free_thmb(t: *mut Thmb, v: Option<usize>) {
     if let Some(v) = v {
         // SAFETY: forwarded contract.
@@ -295,8 +296,12 @@ pub(crate) unsafe fn free_thmb(t: *mut Thmb, v: Option<usize>) {
             return;
         }
     }
-    // SAFETY: allocated by `alloc_thmb` with this layout.
-    unsafe { alloc::alloc::dealloc(t as *mut u8, core::alloc::Layout::new::<Thmb>()) }
+    // SAFETY: a valid ThMB holding nothing but heap-free fields now; allocated by `alloc_thmb`
+    // with this layout.
+    unsafe {
+        ptr::drop_in_place(t);
+        alloc::alloc::dealloc(t as *mut u8, core::alloc::Layout::new::<Thmb>())
+    }
 }
 
 // ------------------------------------------------------------------------------------------
@@ -377,9 +382,7 @@ pub(crate) fn run_inline(t: *mut Thmb) -> bool {
         (*t).state.set(RUNNING);
         platform::set_ltn(t);
         // From here this code runs as `t`.
-        let body = (*(*t).body.get()).take().expect("libuthread: thread started twice");
-        let outcome = crate::unwind::catch(body);
-        *(*t).outcome.get() = Some(outcome);
+        (*t).task.run();
         crate::local::destroy_all(t);
         // Nobody else joins or waits: the handle is the caller's, consumed by `join`.
         (*t).join.store(JOIN_EXITED, Ordering::Release);
@@ -403,7 +406,11 @@ fn wake_helper(v: usize) {
 }
 
 /// Queues a new thread (lazy creation: no stack yet).
-pub(crate) fn spawn(body: Body, name: Option<String>, stack_size: usize) -> *mut Thmb {
+pub(crate) fn spawn<F, T>(f: F, name: Option<String>, stack_size: usize) -> *mut Thmb
+where
+    F: FnOnce() -> T + Send + 'static,
+    T: Send + 'static,
+{
     assert!(vcpu_count() > 0, "libuthread: spawn outside libuthread::run");
     let mut critical = crate::spin::Critical::enter();
     let me = critical.thread();
@@ -411,7 +418,7 @@ pub(crate) fn spawn(body: Body, name: Option<String>, stack_size: usize) -> *mut
     // SAFETY: `me` is the live calling thread.
     let home = if me.is_null() { None } else { Some(unsafe { (*me).vcpu.load(Ordering::Relaxed) }) };
     // SAFETY: LTN = 0 on `home` (a spawn from outside a user thread uses the heap).
-    let t = unsafe { Thmb::new_thread(home, body, name, stack_size, 2) };
+    let t = unsafe { Thmb::new_thread(home, f, name, stack_size, 2) };
     let home = home.unwrap_or(0);
     // SAFETY: `t` is new and ours.
     unsafe { (*t).state.set(READY) };
@@ -663,18 +670,16 @@ unsafe extern "C" fn after_switch_to(v: usize, word: usize) -> ! {
 
 /// The Rust entry of every user thread (reached from `libuthread_thread_start`).
 unsafe extern "C" fn thread_main(t: *mut Thmb) -> ! {
-    // SAFETY: the scheduler started `t` on its own fresh stack; `body` is set at spawn.
-    let body = unsafe { (*(*t).body.get()).take() }.expect("libuthread: thread started twice");
-    let outcome = crate::unwind::catch(body);
-    // SAFETY: nobody reads `outcome` before `join` says EXITED.
-    unsafe { *(*t).outcome.get() = Some(outcome) };
+    // SAFETY: the scheduler started `t` on its own fresh stack; the closure is set at spawn,
+    // and nobody reads the outcome before `join` says EXITED.
+    unsafe { (*t).task.run() };
     crate::local::destroy_all(t);
     // SAFETY: `t` is live (this thread holds a reference until it leaves the vCPU).
     match unsafe { (*t).join.swap(JOIN_EXITED, Ordering::AcqRel) } {
         JOIN_RUNNING => {}
         // Nobody will join: drop the result here, in user context (it may run user code).
         // SAFETY: the handle is gone; only we can reach `outcome`.
-        JOIN_DETACHED => drop(unsafe { (*(*t).outcome.get()).take() }),
+        JOIN_DETACHED => unsafe { (*t).task.clear() },
         // SAFETY: the joiner published itself by CAS and waits for exactly this wake-up.
         joiner => unsafe { wake(joiner as *mut Thmb) },
     }
@@ -860,7 +865,11 @@ fn vcpu_main(vcpu: usize) -> ! {
 
 /// Runs `main` as the first user thread on `vcpus` vCPUs (0: the platform's default) and
 /// returns its result once it returns. See [`crate::run`].
-pub(crate) fn run(vcpus: usize, name: Option<String>, body: Body) -> crate::thmb::Outcome {
+pub(crate) fn run<F, T>(vcpus: usize, name: Option<String>, body: F) -> crate::task::Outcome<T>
+where
+    F: FnOnce() -> T + Send + 'static,
+    T: Send + 'static,
+{
     assert!(platform::ltn().is_null(), "libuthread::run called inside a user thread");
     let n = if vcpus == 0 { platform::default_vcpus() } else { vcpus }.clamp(1, MAX_VCPUS);
     while RUN_LOCK.compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed).is_err() {
@@ -889,7 +898,7 @@ pub(crate) fn run(vcpus: usize, name: Option<String>, body: Body) -> crate::thmb
     unsafe { context::switch_out_window(ROOT.0.get(), VCPUS[0].top(), loop_entry, 0, 0) };
     // Every vCPU has retired.
     // SAFETY: the main thread exited (so `outcome` is written) and we hold a reference.
-    let outcome = unsafe { (*(*main).outcome.get()).take() }.expect("libuthread: main thread left no result");
+    let outcome = unsafe { (*main).task.take::<T>() };
     // SAFETY: our reference.
     unsafe { Thmb::release(main) };
     VCPU_COUNT.store(0, Ordering::SeqCst);
