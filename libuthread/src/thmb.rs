@@ -180,8 +180,12 @@ impl Thmb {
         // SAFETY: per the contract.
         unsafe {
             (*this).task.clear();
-            drop((*this).name.take());
-            drop(core::mem::take(&mut *(*this).locals.get()));
+            if (*this).name.is_some() {
+                drop((*this).name.take());
+            }
+            if (*(*this).locals.get()).capacity() != 0 {
+                drop(core::mem::take(&mut *(*this).locals.get()));
+            }
         }
     }
 
