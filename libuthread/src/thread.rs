@@ -144,8 +144,9 @@ pub fn sleep(duration: Duration) {
 
 /// Spawns a thread running `f` with the default settings; see [`Builder`].
 ///
-/// Creation is lazy: this allocates the ThMB and queues it (handing it to an idle vCPU if
-/// there is one); the thread gets a stack only when it first runs.
+/// Creation is lazy: this takes a ThMB (from the vCPU's pool, the closure stored inline when
+/// small) and queues it (handing it to an idle vCPU if there is one); the thread gets a stack
+/// only when it first runs.
 ///
 /// Panics outside [`run`](crate::run).
 ///

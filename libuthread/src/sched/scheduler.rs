@@ -33,11 +33,13 @@
 //! - exit with nothing runnable parks the vCPU (the loop's idle path).
 //!
 //! # Lazy creation (StackThreads)
-//! `spawn` allocates only the ThMB (one allocation, plus one for a closure that captures
-//! anything) and queues it: no stack, no register state. The first dispatch takes a stack from
-//! the pool (a free-list pop; the platform allocates only when the pool is empty) and builds a
-//! window that starts the thread; exit returns the stack to the pool. So a thread that never
-//! runs costs a ThMB, and a stack is held only while a thread is live. A join that finds its
+//! `spawn` takes only a ThMB — from its vCPU's pool (`pool`: no lock, no allocation), with the
+//! closure stored inline (`task`) — and queues it: no stack, no register state. The first
+//! dispatch takes a stack from the vCPU's pool (carved from a large chunk when the pool is
+//! empty; the shared `STACKS` list holds what pools overflow with) and builds a window that
+//! starts the thread; exit returns the stack and the ThMB to the pool of the vCPU it exits on.
+//! So a thread that never runs costs a ThMB, and a stack is held only while a thread is live.
+//! A join that finds its
 //! child still unstarted takes it off its queue and runs it inline on the joiner's stack, as
 //! the child ([`run_inline`]: work-first at the join, where Rust's fixed frames allow it). Measured hosted
 //! (`examples/bench.rs`, release, before the direct switch): spawn + first run + exit + join
@@ -182,7 +184,7 @@ static GENERATION: AtomicU64 = AtomicU64::new(0);
 /// One runtime at a time (`run` waits for the previous one).
 static RUN_LOCK: AtomicBool = AtomicBool::new(false);
 static ROOT: RootCell = RootCell(core::cell::UnsafeCell::new(Thmb::blank()));
-/// Free thread stacks: `(requested size, base, len)`.
+/// Free thread stacks the vCPUs' pools had no room for: `(requested size, base, len)`.
 static STACKS: SpinLock<Vec<(usize, usize, usize)>> = SpinLock::new(Vec::new());
 
 /// Prints `message` and ends the program (a resource the scheduler cannot do without is gone).
