@@ -176,7 +176,7 @@ impl Thmb {
     ///
     /// # Safety
     /// Nobody else can reach `this` any more.
-    unsafe fn retire(this: *mut Thmb) {
+    pub(crate) unsafe fn retire(this: *mut Thmb) {
         // SAFETY: per the contract.
         unsafe {
             (*this).task.clear();
@@ -190,6 +190,7 @@ impl Thmb {
     }
 
     /// The save mask as the kernel may have left it.
+    #[inline]
     pub(crate) fn mask(this: *const Thmb) -> u64 {
         // SAFETY: `this` is a live ThMB; volatile because the kernel writes it behind the
         // compiler's back (while this vCPU was stopped).
@@ -197,6 +198,7 @@ impl Thmb {
     }
 
     /// Sets the save mask.
+    #[inline]
     pub(crate) fn set_mask(this: *mut Thmb, mask: u64) {
         // SAFETY: as in `mask`.
         unsafe { ptr::write_volatile(&raw mut (*this).header.mask, mask) }

@@ -248,7 +248,12 @@ impl<T: 'static> JoinHandle<T> {
         let join = unsafe { &(*t).join };
         // A child that has not started yet runs right here, on this stack, as itself
         // (work-first; see `sched::run_inline`); otherwise wait for it.
-        if join.load(Ordering::Acquire) != JOIN_EXITED && !crate::sched::run_inline(t) {
+        if join.load(Ordering::Acquire) != JOIN_EXITED {
+            // SAFETY: our reference, and `T` is the spawned closure's result type. On success
+            // the call also took the outcome and gave up our reference.
+            if let Some(outcome) = unsafe { crate::sched::run_inline::<T>(t) } {
+                return outcome;
+            }
             crate::sched::blocking::block(|me| {
                 join.compare_exchange(JOIN_RUNNING, me as usize, Ordering::AcqRel, Ordering::Acquire).is_ok()
             });

@@ -75,6 +75,7 @@ impl RunState {
 
     /// Sets the state outright; only its owner (the running thread, or the scheduler that holds
     /// it off every list) may.
+    #[inline]
     pub(crate) fn set(&self, state: u32) {
         self.0.store(state, Ordering::Release);
     }

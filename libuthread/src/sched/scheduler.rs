@@ -202,6 +202,7 @@ pub fn resume_counts() -> (u64, u64) {
 }
 
 /// Number of vCPUs of the running runtime (0 outside `run`).
+#[inline]
 pub fn vcpu_count() -> usize {
     VCPU_COUNT.load(Ordering::Relaxed)
 }
@@ -268,6 +269,7 @@ unsafe fn give_stack(v: usize, size: usize, base: usize, len: usize) {
 ///
 /// # Safety
 /// If `v` is given, the caller runs on vCPU `v` with LTN = 0.
+#[inline]
 pub(crate) unsafe fn alloc_thmb(v: Option<usize>) -> (*mut Thmb, bool) {
     if let Some(v) = v {
         // SAFETY: forwarded contract.
@@ -291,6 +293,7 @@ pub(crate) unsafe fn alloc_thmb(v: Option<usize>) -> (*mut Thmb, bool) {
 /// # Safety
 /// `t` came from [`alloc_thmb`], is retired and nobody can reach it; if `v` is given, the
 /// caller runs on vCPU `v` with LTN = 0.
+#[inline]
 pub(crate) unsafe fn free_thmb(t: *mut Thmb, v: Option<usize>) {
     if let Some(v) = v {
         // SAFETY: forwarded contract.
@@ -341,8 +344,8 @@ const INLINE_LOOKUP: usize = 64;
 /// is about to join — has not started yet and is near the front of its ready queue, takes it
 /// off the queue (under the queue lock: that is the claim, no vCPU can start it after) and
 /// runs its body here, on the joiner's stack, as `t`: LTN and `current()` name the child, it
-/// has its own thread-locals, and its ThMB is the one the kernel saves into. Returns whether
-/// it ran `t` (then `t` has exited: its outcome is written and its running reference dropped).
+/// has its own thread-locals, and its ThMB is the one the kernel saves into. Returns its
+/// outcome if it ran `t`.
 ///
 /// A child run this way that blocks is an ordinary blocked thread: its window (on the joiner's
 /// stack) goes into its own ThMB and another thread runs; the joiner, beneath it on the same
@@ -352,12 +355,20 @@ const INLINE_LOOKUP: usize = 64;
 /// is run inline only at a join (where the joiner would wait anyway) and never moved later.
 /// While inline, the child uses the joiner's FP area (the joiner is off every vCPU and saves
 /// nothing there until it runs again).
-pub(crate) fn run_inline(t: *mut Thmb) -> bool {
-    let me = platform::ltn();
-    if me.is_null() {
-        return false;
-    }
+///
+/// On success it also does the join's part: it takes the outcome and frees `t` (the caller's
+/// handle and the running reference are the only ones, and both are ours now), so the caller
+/// gives up its handle's reference by this call.
+///
+/// # Safety
+/// The caller holds a reference to `t` (its `JoinHandle`), and `T` is `t`'s result type.
+#[inline]
+pub(crate) unsafe fn run_inline<T>(t: *mut Thmb) -> Option<crate::task::Outcome<T>> {
     let mut critical = crate::spin::Critical::enter();
+    let me = critical.thread();
+    if me.is_null() {
+        return None;
+    }
     // SAFETY: the caller holds a reference to `t`; `vcpu` of a queued thread names its queue,
     // and the lock below makes the look final (a thread in the queue is READY, not running).
     let claimed = unsafe {
@@ -374,7 +385,7 @@ pub(crate) fn run_inline(t: *mut Thmb) -> bool {
     };
     if !claimed {
         critical.leave();
-        return false;
+        return None;
     }
     // SAFETY: `t` never ran and is in no queue: it is ours. `me` is the calling thread; its
     // vCPU cannot change with LTN = 0.
@@ -390,12 +401,16 @@ pub(crate) fn run_inline(t: *mut Thmb) -> bool {
         (*t).join.store(JOIN_EXITED, Ordering::Release);
         // Back to the joiner, on the vCPU the child is on now.
         platform::set_ltn(ptr::null_mut());
-        (*me).vcpu.store((*t).vcpu.load(Ordering::Relaxed), Ordering::Relaxed);
-        (*t).header.fp_area = 0;
+        let v = (*t).vcpu.load(Ordering::Relaxed);
+        (*me).vcpu.store(v, Ordering::Relaxed);
+        // The join: both references are ours (the handle's and the finished run's), so no
+        // count to decrement; the ThMB goes straight to this vCPU's pool (LTN = 0 here).
+        let outcome = (*t).task.take::<T>();
+        Thmb::retire(t);
+        free_thmb(t, Some(v));
         platform::set_ltn(me);
-        Thmb::release(t);
+        Some(outcome)
     }
-    true
 }
 
 /// If other vCPUs idle while `v` has a backlog, wakes one to steal.
