@@ -151,6 +151,7 @@ impl Task {
     ///
     /// # Safety
     /// Only the caller touches the task, which holds a closure.
+    #[inline]
     pub(crate) unsafe fn run(&self) {
         assert_eq!(self.holds.get(), CLOSURE, "libuthread: thread started twice");
         let ops = self.ops.get().expect("a closure has its operations");
@@ -165,6 +166,7 @@ impl Task {
     ///
     /// # Safety
     /// Only the caller touches the task; `T` is the result type given to [`Task::set`].
+    #[inline]
     pub(crate) unsafe fn take<T>(&self) -> Outcome<T> {
         assert_eq!(self.holds.get(), OUTCOME, "libuthread: joined thread left no result");
         self.holds.set(EMPTY);
@@ -177,6 +179,7 @@ impl Task {
     ///
     /// # Safety
     /// Only the caller touches the task.
+    #[inline]
     pub(crate) unsafe fn clear(&self) {
         let held = self.holds.replace(EMPTY);
         let Some(ops) = self.ops.get() else { return };

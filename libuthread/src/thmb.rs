@@ -176,6 +176,7 @@ impl Thmb {
     ///
     /// # Safety
     /// Nobody else can reach `this` any more.
+    #[inline]
     pub(crate) unsafe fn retire(this: *mut Thmb) {
         // SAFETY: per the contract.
         unsafe {

@@ -301,6 +301,16 @@ pub(crate) unsafe fn free_thmb(t: *mut Thmb, v: Option<usize>) {
             return;
         }
     }
+    // SAFETY: forwarded contract.
+    unsafe { free_thmb_to_heap(t) }
+}
+
+/// [`free_thmb`] when no pool takes the ThMB.
+///
+/// # Safety
+/// As for `free_thmb`.
+#[cold]
+unsafe fn free_thmb_to_heap(t: *mut Thmb) {
     // SAFETY: a valid ThMB holding nothing but heap-free fields now; allocated by `alloc_thmb`
     // with this layout.
     unsafe {
@@ -485,6 +495,16 @@ unsafe fn park_current(t: *mut Thmb) {
     let state = unsafe { &(*t).state };
     // SAFETY: as above; the vCPU cannot change inside the critical section.
     let v = unsafe { (*t).vcpu.load(Ordering::Relaxed) };
+    // The common case first: another thread is ready here, switch straight to it (the checks
+    // below would find work and come to the same switch).
+    if !SHUTDOWN.load(Ordering::Relaxed) {
+        let to = VCPUS[v].pop();
+        if !to.is_null() {
+            // SAFETY: `t` is the caller on `v`; `to` is READY and ours now.
+            unsafe { switch_to(v, t, to, ACTION_BLOCK) };
+            return;
+        }
+    }
     if !work_anywhere() && !SHUTDOWN.load(Ordering::SeqCst) {
         // Nothing else to run: keep the vCPU, with the thread's registers live in it, and park.
         if !state.park_in_place() {
