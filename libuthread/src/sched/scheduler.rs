@@ -444,12 +444,10 @@ where
     // Read the spawner's vCPU inside the critical section: it cannot change there.
     // SAFETY: `me` is the live calling thread.
     let home = if me.is_null() { None } else { Some(unsafe { (*me).vcpu.load(Ordering::Relaxed) }) };
+    // A new ThMB's state is READY already.
     // SAFETY: LTN = 0 on `home` (a spawn from outside a user thread uses the heap).
     let t = unsafe { Thmb::new_thread(home, f, name, stack_size, 2) };
-    let home = home.unwrap_or(0);
-    // SAFETY: `t` is new and ours.
-    unsafe { (*t).state.set(READY) };
-    make_ready(t, home);
+    make_ready(t, home.unwrap_or(0));
     critical.leave();
     t
 }
