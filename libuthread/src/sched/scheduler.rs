@@ -544,6 +544,7 @@ unsafe fn park_current(t: *mut Thmb) {
 }
 
 /// Lets other ready threads of this vCPU run (returns at once when there are none).
+#[inline]
 pub(crate) fn yield_current() {
     let t = platform::ltn();
     if t.is_null() {
@@ -556,6 +557,13 @@ pub(crate) fn yield_current() {
     if !VCPUS[unsafe { (*t).vcpu.load(Ordering::Relaxed) }].has_work() && !SHUTDOWN.load(Ordering::Relaxed) {
         return;
     }
+    yield_to_next(t);
+}
+
+/// [`yield_current`] when there may be a thread to yield to (out of line, so the look above
+/// costs no register saves).
+#[inline(never)]
+fn yield_to_next(t: *mut Thmb) {
     platform::set_ltn(ptr::null_mut());
     // SAFETY: `t` is the calling thread; its vCPU cannot change with LTN = 0.
     let v = unsafe { (*t).vcpu.load(Ordering::Relaxed) };
