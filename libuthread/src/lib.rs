@@ -166,6 +166,9 @@ pub mod platform;
 mod runtime;
 #[cfg(not(loom))]
 #[cfg(mn_core)]
+mod task;
+#[cfg(not(loom))]
+#[cfg(mn_core)]
 mod thmb;
 #[cfg(not(loom))]
 #[cfg(mn_core)]

@@ -96,7 +96,18 @@ impl<T: 'static> core::fmt::Debug for LocalKey<T> {
 
 /// Drops the exiting thread `t`'s values (in its own context: destructors may use the library,
 /// even other thread-locals, which are then created afresh and dropped in the next round).
+#[inline]
 pub(crate) fn destroy_all(t: *mut Thmb) {
+    // Most threads never touch a thread-local: nothing to take or drop.
+    // SAFETY: only the running thread touches its own table.
+    if unsafe { !(*(*t).locals.get()).is_empty() } {
+        destroy_each(t);
+    }
+}
+
+/// [`destroy_all`] for a thread that has thread-locals.
+#[cold]
+fn destroy_each(t: *mut Thmb) {
     loop {
         // SAFETY: only the running thread touches its own table.
         let table = core::mem::take(unsafe { &mut *(*t).locals.get() });

@@ -1,8 +1,6 @@
 //! The runtime entry: [`run`].
 
-use alloc::boxed::Box;
 use alloc::string::String;
-use core::any::Any;
 
 use crate::sched;
 
@@ -31,9 +29,8 @@ where
     F: FnOnce() -> T + Send + 'static,
     T: Send + 'static,
 {
-    let body: crate::thmb::Body = Box::new(move || Box::new(main()) as Box<dyn Any + Send>);
-    match sched::run(vcpus, Some(String::from("main")), body) {
-        Ok(value) => *value.downcast::<T>().expect("libuthread: result of another type"),
+    match sched::run(vcpus, Some(String::from("main")), main) {
+        Ok(value) => value,
         Err(payload) => crate::unwind::resume(payload),
     }
 }

@@ -33,18 +33,14 @@ use core::cell::{Cell, UnsafeCell};
 use core::mem::offset_of;
 use core::ptr;
 
-use tsumugi_abi::kn::{FullFrame, ThmbHeader, THMB_ALIGN};
+use tsumugi_abi::kn::{mask, FullFrame, ThmbHeader, THMB_ALIGN};
 
 use crate::context::Window;
+use crate::task::Task;
 use crate::prim::{AtomicUsize, Ordering};
 use crate::sched::queue::Linked;
 use crate::sched::runstate::RunState;
 
-/// A thread's body, type-erased: runs the closure and boxes its result.
-pub(crate) type Body = Box<dyn FnOnce() -> Box<dyn Any + Send> + Send>;
-
-/// What a thread ended with: its boxed result, or (hosted) the payload of its panic.
-pub(crate) type Outcome = Result<Box<dyn Any + Send>, Box<dyn Any + Send>>;
 
 /// `join` word: the thread is still running and nobody waits.
 pub(crate) const JOIN_RUNNING: usize = 0;
@@ -76,17 +72,14 @@ pub struct Thmb {
     pub(crate) stack: Cell<(usize, usize)>,
     /// Stack size asked for at spawn.
     pub(crate) stack_size: usize,
-    /// The body, until the thread starts.
-    pub(crate) body: UnsafeCell<Option<Body>>,
+    /// The closure, until the thread starts; then its outcome, until joined ([`Task`]).
+    pub(crate) task: Task,
     /// Its thread-locals ([`crate::local`]), indexed by key.
     pub(crate) locals: UnsafeCell<Vec<Option<Box<dyn Any>>>>,
     /// Its name.
     pub(crate) name: Option<String>,
     /// Whether this is the runtime's main thread (its exit ends the runtime).
     pub(crate) is_main: bool,
-
-    // -- Written once by the exiting thread before `join` says EXITED; read by the joiner after.
-    pub(crate) outcome: UnsafeCell<Option<Outcome>>,
 
     // -- Atomic.
     /// `JOIN_RUNNING`, `JOIN_EXITED`, `JOIN_DETACHED`, or the waiting joiner's ThMB address.
@@ -129,27 +122,76 @@ impl Thmb {
             run_next: Cell::new(ptr::null_mut()),
             stack: Cell::new((0, 0)),
             stack_size: 0,
-            body: UnsafeCell::new(None),
+            task: Task::new(),
             locals: UnsafeCell::new(Vec::new()),
             name: None,
             is_main: false,
-            outcome: UnsafeCell::new(None),
             join: AtomicUsize::new(JOIN_RUNNING),
             refs: AtomicUsize::new(0),
         }
     }
 
-    /// A new, never-run thread with `refs` references.
-    pub(crate) fn new_thread(body: Body, name: Option<String>, stack_size: usize, refs: usize) -> Box<Thmb> {
-        let mut t = Box::new(Thmb::blank());
-        *t.body.get_mut() = Some(body);
-        t.name = name;
-        t.stack_size = stack_size;
-        t.refs = AtomicUsize::new(refs);
+    /// A new, never-run thread with `refs` references: a ThMB from the pool of vCPU `v` (if
+    /// given and not empty), else a blank one from the heap.
+    ///
+    /// A pooled ThMB is an old thread's, emptied by [`Thmb::retire`]: only the fields a thread
+    /// that never ran reads are set again (about a dozen stores, where a blank ThMB is 600
+    /// bytes). The window, the full frames and the FP format are left as they were: nothing
+    /// reads them while the mask is NONE, and the kernel writes them before it sets the mask.
+    ///
+    /// # Safety
+    /// If `v` is given, the caller runs on vCPU `v` with LTN = 0.
+    pub(crate) unsafe fn new_thread<F, T>(v: Option<usize>, f: F, name: Option<String>, stack_size: usize, refs: usize) -> *mut Thmb
+    where
+        F: FnOnce() -> T + Send + 'static,
+        T: Send + 'static,
+    {
+        // SAFETY: forwarded contract.
+        let (t, pooled) = unsafe { crate::sched::alloc_thmb(v) };
+        // SAFETY: `t` is ours: a retired ThMB (every field valid, nothing held) or blank memory.
+        unsafe {
+            if pooled {
+                Thmb::set_mask(t, mask::NONE);
+                (*t).header.fp_area = 0;
+                ptr::write(&raw mut (*t).state, RunState::new());
+                (*t).run_next.set(ptr::null_mut());
+                debug_assert_eq!((*t).stack.get(), (0, 0));
+                (*t).is_main = false;
+                (*t).join.store(JOIN_RUNNING, Ordering::Relaxed);
+            } else {
+                ptr::write(t, Thmb::blank());
+            }
+            (*t).task.set(f);
+            if name.is_some() {
+                (*t).name = name;
+            }
+            (*t).stack_size = stack_size;
+            (*t).refs.store(refs, Ordering::Relaxed);
+        }
         t
     }
 
+    /// Drops what a thread left in its ThMB (result, name, thread-locals), leaving a ThMB that
+    /// [`Thmb::new_thread`] can reuse. Runs drop code of user types.
+    ///
+    /// # Safety
+    /// Nobody else can reach `this` any more.
+    #[inline]
+    pub(crate) unsafe fn retire(this: *mut Thmb) {
+        // SAFETY: per the contract.
+        unsafe {
+            (*this).task.clear();
+            if (*this).name.is_some() {
+                drop((*this).name.take());
+            }
+            if (*(*this).locals.get()).capacity() != 0 {
+                drop(core::mem::take(&mut *(*this).locals.get()));
+            }
+        }
+    }
+
     /// The save mask as the kernel may have left it.
+    #[inline]
     pub(crate) fn mask(this: *const Thmb) -> u64 {
         // SAFETY: `this` is a live ThMB; volatile because the kernel writes it behind the
         // compiler's back (while this vCPU was stopped).
@@ -157,20 +199,44 @@ impl Thmb {
     }
 
     /// Sets the save mask.
+    #[inline]
     pub(crate) fn set_mask(this: *mut Thmb, mask: u64) {
         // SAFETY: as in `mask`.
         unsafe { ptr::write_volatile(&raw mut (*this).header.mask, mask) }
     }
 
-    /// Drops one reference; frees the ThMB on the last.
+    /// Drops one reference; frees the ThMB on the last (into the pool of the caller's vCPU
+    /// when it runs in a user thread, else to the heap).
     ///
     /// # Safety
     /// `this` is live and the caller owns one of its references.
     pub(crate) unsafe fn release(this: *mut Thmb) {
         // SAFETY: caller's reference keeps it live until the decrement.
         if unsafe { (*this).refs.fetch_sub(1, Ordering::AcqRel) } == 1 {
-            // SAFETY: the last reference: nobody else can reach it; it came from `Box`.
-            drop(unsafe { Box::from_raw(this) });
+            // SAFETY: the last reference: nobody else can reach it.
+            unsafe { Thmb::retire(this) };
+            let mut critical = crate::spin::Critical::enter();
+            let me = critical.thread();
+            // SAFETY: inside the critical section the caller's vCPU cannot change.
+            let v = (!me.is_null()).then(|| unsafe { (*me).vcpu.load(Ordering::Relaxed) });
+            // SAFETY: retired and unreachable; `v` is the vCPU we run on with LTN = 0.
+            unsafe { crate::sched::free_thmb(this, v) };
+            critical.leave();
+        }
+    }
+
+    /// [`Thmb::release`] for scheduler code running on vCPU `v` with LTN = 0.
+    ///
+    /// # Safety
+    /// As for `release`, and the caller runs on vCPU `v` with LTN = 0.
+    pub(crate) unsafe fn release_on(this: *mut Thmb, v: usize) {
+        // SAFETY: caller's reference keeps it live until the decrement.
+        if unsafe { (*this).refs.fetch_sub(1, Ordering::AcqRel) } == 1 {
+            // SAFETY: the last reference: nobody else can reach it.
+            unsafe {
+                Thmb::retire(this);
+                crate::sched::free_thmb(this, Some(v));
+            }
         }
     }
 }

@@ -144,8 +144,9 @@ pub fn sleep(duration: Duration) {
 
 /// Spawns a thread running `f` with the default settings; see [`Builder`].
 ///
-/// Creation is lazy: this allocates the ThMB and queues it (handing it to an idle vCPU if
-/// there is one); the thread gets a stack only when it first runs.
+/// Creation is lazy: this takes a ThMB (from the vCPU's pool, the closure stored inline when
+/// small) and queues it (handing it to an idle vCPU if there is one); the thread gets a stack
+/// only when it first runs.
 ///
 /// Panics outside [`run`](crate::run).
 ///
@@ -210,9 +211,8 @@ impl Builder {
         F: FnOnce() -> T + Send + 'static,
         T: Send + 'static,
     {
-        let body: crate::thmb::Body = Box::new(move || Box::new(f()) as Box<dyn Any + Send>);
         let size = self.stack_size.unwrap_or(sched::DEFAULT_STACK_SIZE).max(16 * 1024);
-        let t = sched::spawn(Thmb::new_thread(body, self.name, size, 2));
+        let t = sched::spawn(f, self.name, size);
         JoinHandle { thmb: t, _marker: PhantomData }
     }
 }
@@ -248,7 +248,12 @@ impl<T: 'static> JoinHandle<T> {
         let join = unsafe { &(*t).join };
         // A child that has not started yet runs right here, on this stack, as itself
         // (work-first; see `sched::run_inline`); otherwise wait for it.
-        if join.load(Ordering::Acquire) != JOIN_EXITED && !crate::sched::run_inline(t) {
+        if join.load(Ordering::Acquire) != JOIN_EXITED {
+            // SAFETY: our reference, and `T` is the spawned closure's result type. On success
+            // the call also took the outcome and gave up our reference.
+            if let Some(outcome) = unsafe { crate::sched::run_inline::<T>(t) } {
+                return outcome;
+            }
             crate::sched::blocking::block(|me| {
                 join.compare_exchange(JOIN_RUNNING, me as usize, Ordering::AcqRel, Ordering::Acquire).is_ok()
             });
@@ -256,11 +261,12 @@ impl<T: 'static> JoinHandle<T> {
         // Synchronise with the exiting thread's write of its outcome.
         let exited = join.load(Ordering::Acquire);
         debug_assert_eq!(exited, JOIN_EXITED);
-        // SAFETY: EXITED: the outcome is written and only we read it.
-        let outcome = unsafe { (*(*t).outcome.get()).take() }.expect("libuthread: joined thread left no result");
+        // SAFETY: EXITED: the outcome is written and only we read it; the handle's `T` is the
+        // spawned closure's result type.
+        let outcome = unsafe { (*t).task.take::<T>() };
         // SAFETY: our reference.
         unsafe { Thmb::release(t) };
-        outcome.map(|value| *value.downcast::<T>().expect("libuthread: result of another type"))
+        outcome
     }
 
     /// The thread's id.
@@ -282,7 +288,7 @@ impl<T> Drop for JoinHandle<T> {
         if unsafe { (*t).join.swap(JOIN_DETACHED, Ordering::AcqRel) } == JOIN_EXITED {
             // The result is ours to drop, here in user context.
             // SAFETY: EXITED: written, and nobody else reads it.
-            drop(unsafe { (*(*t).outcome.get()).take() });
+            unsafe { (*t).task.clear() };
         }
         // SAFETY: our reference.
         unsafe { Thmb::release(t) };

@@ -2,10 +2,10 @@
 //! its joiner, as `std::thread` does; on Tsumugi (`panic = "abort"`, no unwinding) the panic
 //! handler ends the program, so a thread's outcome is always its value.
 
-use crate::thmb::{Body, Outcome};
+use crate::task::Outcome;
 
 /// Runs a thread body, catching a panic where unwinding exists.
-pub(crate) fn catch(body: Body) -> Outcome {
+pub(crate) fn catch<T>(body: impl FnOnce() -> T) -> Outcome<T> {
     #[cfg(not(target_os = "none"))]
     {
         std::panic::catch_unwind(core::panic::AssertUnwindSafe(body))

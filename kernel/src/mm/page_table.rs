@@ -110,6 +110,30 @@ impl<F: PageTableFormat> PageTable<F> {
         }
     }
 
+    /// Copies the trees below root entries `range` of `other` into this table (which has none
+    /// there yet): new intermediate tables, the same leaves. For deriving one user view from
+    /// another (`view.rs`): a copy is a few table frames, where mapping every page again is a
+    /// walk per page. Intermediate entries are made `user` (every view mapping is a user one).
+    /// On running out of table frames, what was copied so far stays (the caller frees it).
+    pub fn copy_root_entries(
+        &mut self,
+        mem: &impl PhysMemory,
+        frames: &mut impl TableFrames,
+        other: &PageTable<F>,
+        range: core::ops::Range<usize>,
+    ) -> Result<(), MapError> {
+        for i in range {
+            // SAFETY: live root table.
+            let entry = unsafe { *slot(mem, other.root, i) };
+            if let Entry::Table(next) = F::decode(entry, F::LEVELS - 1) {
+                let copy = copy_subtree::<F>(mem, frames, next, F::LEVELS - 2)?;
+                // SAFETY: live root table, entry empty (caller's contract).
+                unsafe { *slot(mem, self.root, i) = F::table_entry(copy, true) };
+            }
+        }
+        Ok(())
+    }
+
     /// Makes sure root entry `index` points to a table (creating an empty one), so that
     /// trees sharing this entry see everything later mapped below it.
     pub fn ensure_root_entry(&mut self, mem: &impl PhysMemory, frames: &mut impl TableFrames, index: usize, user: bool) -> Result<(), MapError> {
@@ -236,6 +260,40 @@ impl<F: PageTableFormat> PageTable<F> {
         }
         frames.free_table(self.root);
     }
+}
+
+/// A copy of the table `table` at `level` and of the tables below it (leaves are shared).
+fn copy_subtree<F: PageTableFormat>(mem: &impl PhysMemory, frames: &mut impl TableFrames, table: Frame, level: usize) -> Result<Frame, MapError> {
+    let copy = frames.allocate_table().ok_or(MapError::OutOfMemory)?;
+    // SAFETY: both frames are whole live tables reachable through `mem`.
+    unsafe { mem.table(copy).write(*mem.table(table)) };
+    if level > 0 {
+        for i in 0..ENTRIES {
+            // SAFETY: live table.
+            let entry = unsafe { *slot(mem, table, i) };
+            if let Entry::Table(next) = F::decode(entry, level) {
+                match copy_subtree::<F>(mem, frames, next, level - 1) {
+                    // SAFETY: `copy` is ours and live.
+                    Ok(sub) => unsafe { *slot(mem, copy, i) = F::table_entry(sub, true) },
+                    Err(e) => {
+                        // Entries not copied yet still name `table`'s children: clear them so
+                        // freeing the copy frees only what it owns.
+                        for j in i..ENTRIES {
+                            // SAFETY: as above.
+                            unsafe {
+                                if let Entry::Table(_) = F::decode(*slot(mem, copy, j), level) {
+                                    *slot(mem, copy, j) = 0;
+                                }
+                            }
+                        }
+                        free_subtree::<F>(mem, frames, copy, level);
+                        return Err(e);
+                    }
+                }
+            }
+        }
+    }
+    Ok(copy)
 }
 
 fn free_subtree<F: PageTableFormat>(mem: &impl PhysMemory, frames: &mut impl TableFrames, table: Frame, level: usize) {

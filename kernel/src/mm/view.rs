@@ -325,17 +325,31 @@ impl<F: PageTableFormat> ViewSpace<F> {
             if !self.regions.contains_key(&r) {
                 return Err(ViewError::NoRegion);
             }
-            canon.retain(|(id, _)| *id != r);
-            if !rights.is_empty() {
-                canon.push((r, rights));
+            canon.push((r, rights));
+        }
+        // Sort (stable: a region listed twice keeps its entries in order), then keep the last
+        // entry of each region: O(n log n) — and O(n) for the usual caller, which lists an
+        // existing view's sorted set and one changed region after it (the sort finds runs).
+        canon.sort_by_key(|(id, _)| *id);
+        let mut kept = 0;
+        for i in 0..canon.len() {
+            if i + 1 < canon.len() && canon[i + 1].0 == canon[i].0 {
+                continue;
+            }
+            if !canon[i].1.is_empty() {
+                canon[kept] = canon[i];
+                kept += 1;
             }
         }
-        canon.sort_by_key(|(id, _)| *id);
+        canon.truncate(kept);
         if let Some(&v) = self.index.get(&canon) {
             self.views.get_mut(&v).expect("indexed view exists").threads += 1;
             return Ok(v);
         }
-        let table = self.build_table(m, &canon)?;
+        let table = match set.last().and_then(|&(last, _)| self.base_for(&canon, last)) {
+            Some((base, added)) => self.derive_table(m, base, added)?,
+            None => self.build_table(m, &canon)?,
+        };
         for (r, _) in &canon {
             self.regions.get_mut(r).expect("checked").view_refs += 1;
         }
@@ -345,6 +359,49 @@ impl<F: PageTableFormat> ViewSpace<F> {
         self.index.insert(canon.clone(), v);
         self.views.insert(v, ViewObj { set: canon, table, threads: 1 });
         Ok(v)
+    }
+
+    /// A live view that `canon` extends by region `added` alone (so its table can be copied
+    /// rather than built): the view whose set is `canon` without `added`, if there is one.
+    /// A thread that makes a region gets it this way (its view plus the new region).
+    fn base_for(&self, canon: &[(RegionId, MapFlags)], added: RegionId) -> Option<(ViewId, (RegionId, MapFlags))> {
+        let at = canon.binary_search_by_key(&added, |(id, _)| *id).ok()?;
+        let mut without = Vec::new();
+        without.try_reserve_exact(canon.len() - 1).ok()?;
+        without.extend_from_slice(&canon[..at]);
+        without.extend_from_slice(&canon[at + 1..]);
+        self.index.get(&without).map(|&v| (v, canon[at]))
+    }
+
+    /// The table of view `base` plus region `added`: a copy of `base`'s table (what `base` has
+    /// mapped holds for the new view too: same regions, same rights) with `added`'s resident
+    /// pages mapped. Costs the base's table frames, not a walk per mapped page.
+    fn derive_table<M: Machine>(&self, m: &mut M, base: ViewId, added: (RegionId, MapFlags)) -> Result<PageTable<F>, ViewError> {
+        let mem = m.memory();
+        let mut table = PageTable::new(&mem, &mut MachineTables(m))?;
+        let shared = self.kernel.as_ref().map(|(_, r)| r.clone()).unwrap_or(0..0);
+        if let Some((kernel, shared)) = &self.kernel {
+            table.share_root_entries(&mem, kernel, shared.clone());
+        }
+        let base = &self.views.get(&base).expect("indexed view exists").table;
+        let copied = table
+            .copy_root_entries(&mem, &mut MachineTables(m), base, 0..shared.start)
+            .and_then(|()| table.copy_root_entries(&mem, &mut MachineTables(m), base, shared.end.max(shared.start)..F::ENTRIES));
+        if let Err(e) = copied {
+            self.free_table(m, table);
+            return Err(e.into());
+        }
+        let (id, rights) = added;
+        let r = &self.regions[&id];
+        for (i, frame) in r.frames.iter().enumerate() {
+            let Some(frame) = frame else { continue };
+            let va = VirtAddr::new(r.start.as_u64() + i as u64 * PAGE_SIZE);
+            if let Err(e) = table.map(&mem, &mut MachineTables(m), va, *frame, rights | MapFlags::USER, 0) {
+                self.free_table(m, table);
+                return Err(e.into());
+            }
+        }
+        Ok(table)
     }
 
     fn build_table<M: Machine>(&self, m: &mut M, set: &[(RegionId, MapFlags)]) -> Result<PageTable<F>, ViewError> {
@@ -573,6 +630,39 @@ mod tests {
         assert_eq!(s.translate(&m, v4, VirtAddr::new(0x40_0000)), None);
         assert_eq!(s.check(v4, 0x40_0000, 1, R), Err(RangeError::Denied(0x40_0000)));
         assert!(s.check(v4, 0x80_0000, 8, R).is_ok());
+    }
+
+    #[test]
+    fn a_view_plus_a_region_is_derived_from_the_view() {
+        let mut m = FakeMachine::new(1000);
+        let mut s = space();
+        let a = s.create_region(&mut m, VirtAddr::new(0x40_0000), 4, RegionKind::Data, Backing::Eager).unwrap();
+        let b = s.create_region(&mut m, VirtAddr::new(0x80_0000), 4, RegionKind::Heap, Backing::ZeroOnTouch).unwrap();
+        let c = s.create_region(&mut m, VirtAddr::new(0x4000_0000), 2, RegionKind::Heap, Backing::ZeroOnTouch).unwrap();
+        let v1 = s.attach(&mut m, &[(a, RW), (b, R)]).unwrap();
+        assert_eq!(s.fault(&mut m, v1, 0x80_2000, R).unwrap(), Fault::Filled);
+        // c gets a resident page through another view first.
+        let vc = s.attach(&mut m, &[(c, RW)]).unwrap();
+        assert_eq!(s.fault(&mut m, vc, 0x4000_1000, MapFlags::WRITE).unwrap(), Fault::Filled);
+        // The way the region syscall asks: v1's set, then the new region.
+        let mut set = s.set(v1).unwrap().to_vec();
+        set.push((c, R));
+        let v2 = s.attach(&mut m, &set).unwrap();
+        assert_ne!(s.root(v2), s.root(v1));
+        assert_eq!(s.translate(&m, v2, VirtAddr::new(0x40_3000)).unwrap().1, RW | MapFlags::USER);
+        assert_eq!(s.translate(&m, v2, VirtAddr::new(0x80_2000)), s.translate(&m, v1, VirtAddr::new(0x80_2000)));
+        assert_eq!(s.translate(&m, v2, VirtAddr::new(0x4000_1000)).unwrap().1, R | MapFlags::USER);
+        assert_eq!(s.translate(&m, v1, VirtAddr::new(0x4000_1000)), None, "the base did not gain the region");
+        // A fault in the derived view does not reach the base.
+        assert_eq!(s.fault(&mut m, v2, 0x80_3000, R).unwrap(), Fault::Filled);
+        assert_eq!(s.translate(&m, v1, VirtAddr::new(0x80_3000)), None);
+        for v in [v1, v2, vc] {
+            s.detach(&mut m, v).unwrap();
+        }
+        for r in [a, b, c] {
+            s.release_region(&mut m, r).unwrap();
+        }
+        assert_eq!(m.live(), 0, "every frame and table is returned");
     }
 
     #[test]

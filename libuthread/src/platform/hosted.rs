@@ -250,6 +250,10 @@ pub fn now_nanos() -> u64 {
 
 const PAGE: usize = 4096;
 
+/// Bytes of each chunk thread stacks are carved from (`sched::pool`); 0: none, each stack is
+/// its own mapping with a guard page (an mmap is cheap here).
+pub const STACK_CHUNK: usize = 0;
+
 /// Maps a stack of at least `size` bytes with an inaccessible guard page below it; returns
 /// `(base, len)` of the whole mapping (its top, `base + len`, is the stack's top).
 pub fn alloc_stack(size: usize) -> Option<(usize, usize)> {

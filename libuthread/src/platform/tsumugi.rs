@@ -185,6 +185,11 @@ pub fn now_nanos() -> u64 {
     sys::clock(crate::Clock::MonotonicNanos).unwrap_or(0) as u64
 }
 
+/// Bytes of each chunk thread stacks are carved from (`sched::pool`): one zero-on-touch region
+/// per chunk rather than per stack, since every region is a kernel object in every view of the
+/// program.
+pub const STACK_CHUNK: usize = 4 << 20;
+
 /// A stack of `size` bytes (zero-on-touch region).
 pub fn alloc_stack(size: usize) -> Option<(usize, usize)> {
     let size = (size + 4095) & !4095;

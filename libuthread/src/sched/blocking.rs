@@ -63,6 +63,7 @@ pub(crate) fn block(publish: impl FnOnce(Waiter) -> bool) {
 /// # Safety
 /// `waiter` comes from a node the caller removed from a wait list (and so owns the wake-up).
 #[cfg(not(loom))]
+#[inline]
 pub(crate) unsafe fn wake(waiter: Waiter) {
     // SAFETY: forwarded contract.
     unsafe { crate::sched::wake(waiter) }

@@ -6,6 +6,8 @@
 
 pub(crate) mod blocking;
 pub(crate) mod idle;
+#[cfg(not(loom))]
+pub(crate) mod pool;
 pub(crate) mod queue;
 pub(crate) mod runstate;
 pub(crate) mod token;

@@ -75,23 +75,27 @@ impl RunState {
 
     /// Sets the state outright; only its owner (the running thread, or the scheduler that holds
     /// it off every list) may.
+    #[inline]
     pub(crate) fn set(&self, state: u32) {
         self.0.store(state, Ordering::Release);
     }
 
     /// The running thread decides to block (before it becomes visible to a waker).
+    #[inline]
     pub(crate) fn begin_park(&self) {
         self.set(PARKING);
     }
 
     /// The thread found it need not block after all (it never became visible to a waker).
     #[cfg_attr(loom, allow(dead_code))]
+    #[inline]
     pub(crate) fn cancel_park(&self) {
         self.set(RUNNING);
     }
 
     /// The scheduler, after saving the window: `PARKING → PARKED`. `false`: the thread was woken
     /// meanwhile and must be made runnable again by the caller.
+    #[inline]
     pub(crate) fn commit_park(&self) -> bool {
         match self.0.compare_exchange(PARKING, PARKED, Ordering::AcqRel, Ordering::Acquire) {
             Ok(_) => true,
@@ -138,6 +142,7 @@ impl RunState {
 
     /// A waker wakes the thread (exactly once per block: it removed the thread's node from a
     /// wait list, or owns its timer entry).
+    #[inline]
     pub(crate) fn wake(&self) -> Wake {
         let mut state = self.0.load(Ordering::Acquire);
         loop {

@@ -33,18 +33,19 @@
 //! - exit with nothing runnable parks the vCPU (the loop's idle path).
 //!
 //! # Lazy creation (StackThreads)
-//! `spawn` allocates only the ThMB (one allocation, plus one for a closure that captures
-//! anything) and queues it: no stack, no register state. The first dispatch takes a stack from
-//! the pool (a free-list pop; the platform allocates only when the pool is empty) and builds a
-//! window that starts the thread; exit returns the stack to the pool. So a thread that never
-//! runs costs a ThMB, and a stack is held only while a thread is live. A join that finds its
+//! `spawn` takes only a ThMB — from its vCPU's pool (`pool`: no lock, no allocation), with the
+//! closure stored inline (`task`) — and queues it: no stack, no register state. The first
+//! dispatch takes a stack from the vCPU's pool (carved from a large chunk when the pool is
+//! empty; the shared `STACKS` list holds what pools overflow with) and builds a window that
+//! starts the thread; exit returns the stack and the ThMB to the pool of the vCPU it exits on.
+//! So a thread that never runs costs a ThMB, and a stack is held only while a thread is live.
+//! A join that finds its
 //! child still unstarted takes it off its queue and runs it inline on the joiner's stack, as
 //! the child ([`run_inline`]: work-first at the join, where Rust's fixed frames allow it). Measured hosted
 //! (`examples/bench.rs`, release, before the direct switch): spawn + first run + exit + join
 //! ≈ 0.26 µs; a yield round trip between two threads (two WINDOW switches through the
 //! scheduler loop) ≈ 115 ns. Current figures: `cargo bench -p libuthread --bench switch`.
 
-use alloc::boxed::Box;
 use alloc::string::String;
 use alloc::vec::Vec;
 use core::ptr;
@@ -55,10 +56,11 @@ use crate::context;
 use crate::sched::idle::IdleSet;
 use crate::platform;
 use crate::prim::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use crate::sched::pool::{Pool, Stack};
 use crate::sched::queue::Fifo;
 use crate::sched::runstate::{Wake, KERNEL_BLOCKED, READY, RUNNING};
 use crate::spin::SpinLock;
-use crate::thmb::{Body, Thmb, JOIN_DETACHED, JOIN_EXITED, JOIN_RUNNING};
+use crate::thmb::{Thmb, JOIN_DETACHED, JOIN_EXITED, JOIN_RUNNING};
 
 /// Default stack size of a user thread.
 pub(crate) const DEFAULT_STACK_SIZE: usize = 256 * 1024;
@@ -94,6 +96,8 @@ struct Vcpu {
     /// The thread a direct switch goes to (`switch_to`), read on the far side of the switch.
     /// Only this vCPU touches it, with LTN = 0.
     handoff: AtomicUsize,
+    /// Free ThMBs and stacks, touched only by this vCPU with LTN = 0 (`pool`).
+    pool: Pool,
 }
 
 impl Vcpu {
@@ -106,6 +110,7 @@ impl Vcpu {
             resumed_window: AtomicU64::new(0),
             resumed_full: AtomicU64::new(0),
             handoff: AtomicUsize::new(0),
+            pool: Pool::new(),
         }
     }
 
@@ -179,7 +184,7 @@ static GENERATION: AtomicU64 = AtomicU64::new(0);
 /// One runtime at a time (`run` waits for the previous one).
 static RUN_LOCK: AtomicBool = AtomicBool::new(false);
 static ROOT: RootCell = RootCell(core::cell::UnsafeCell::new(Thmb::blank()));
-/// Free thread stacks: `(requested size, base, len)`.
+/// Free thread stacks the vCPUs' pools had no room for: `(requested size, base, len)`.
 static STACKS: SpinLock<Vec<(usize, usize, usize)>> = SpinLock::new(Vec::new());
 
 /// Prints `message` and ends the program (a resource the scheduler cannot do without is gone).
@@ -197,6 +202,7 @@ pub fn resume_counts() -> (u64, u64) {
 }
 
 /// Number of vCPUs of the running runtime (0 outside `run`).
+#[inline]
 pub fn vcpu_count() -> usize {
     VCPU_COUNT.load(Ordering::Relaxed)
 }
@@ -218,7 +224,16 @@ fn work_anywhere() -> bool {
 // ------------------------------------------------------------------------------------------
 // Stacks.
 
-fn take_stack(size: usize) -> Option<(usize, usize)> {
+/// A stack for a thread that asked for `size` bytes, starting on vCPU `v`: from `v`'s pool (no
+/// lock), else from the shared overflow list, else from the platform.
+///
+/// # Safety
+/// Runs on vCPU `v` with LTN = 0.
+unsafe fn take_stack(v: usize, size: usize) -> Option<(usize, usize)> {
+    // SAFETY: forwarded contract.
+    if let Stack::Ready(base, len) = unsafe { VCPUS[v].pool.take_stack(size) } {
+        return Some((base, len));
+    }
     {
         let mut pool = STACKS.lock();
         if let Some(i) = pool.iter().rposition(|&(s, _, _)| s == size) {
@@ -229,7 +244,15 @@ fn take_stack(size: usize) -> Option<(usize, usize)> {
     platform::alloc_stack(size)
 }
 
-fn give_stack(size: usize, base: usize, len: usize) {
+/// Gives back the stack of a thread that asked for `size` bytes, on vCPU `v`.
+///
+/// # Safety
+/// Runs on vCPU `v` with LTN = 0; nothing runs on the stack any more.
+unsafe fn give_stack(v: usize, size: usize, base: usize, len: usize) {
+    // SAFETY: forwarded contract.
+    if unsafe { VCPUS[v].pool.give_stack(size, base, len) } {
+        return;
+    }
     {
         let mut pool = STACKS.lock();
         if pool.len() < STACK_POOL_MAX {
@@ -238,6 +261,62 @@ fn give_stack(size: usize, base: usize, len: usize) {
         }
     }
     platform::free_stack(base, len);
+}
+
+/// A ThMB for a new thread: a retired one from the pool of the vCPU the caller runs on (`v`,
+/// if it knows it runs on one with LTN = 0) — then `(t, true)` —, else uninitialised memory
+/// from the heap, `(t, false)`.
+///
+/// # Safety
+/// If `v` is given, the caller runs on vCPU `v` with LTN = 0.
+#[inline]
+pub(crate) unsafe fn alloc_thmb(v: Option<usize>) -> (*mut Thmb, bool) {
+    if let Some(v) = v {
+        // SAFETY: forwarded contract.
+        let t = unsafe { VCPUS[v].pool.take_thmb() };
+        if !t.is_null() {
+            return (t, true);
+        }
+    }
+    let layout = core::alloc::Layout::new::<Thmb>();
+    // SAFETY: a ThMB is not zero-sized.
+    let t = unsafe { alloc::alloc::alloc(layout) } as *mut Thmb;
+    if t.is_null() {
+        alloc::alloc::handle_alloc_error(layout);
+    }
+    (t, false)
+}
+
+/// Frees a retired ThMB (`Thmb::retire`): into the pool of vCPU `v` if given, else (or when
+/// that pool is full) to the heap.
+///
+/// # Safety
+/// `t` came from [`alloc_thmb`], is retired and nobody can reach it; if `v` is given, the
+/// caller runs on vCPU `v` with LTN = 0.
+#[inline]
+pub(crate) unsafe fn free_thmb(t: *mut Thmb, v: Option<usize>) {
+    if let Some(v) = v {
+        // SAFETY: forwarded contract.
+        if unsafe { VCPUS[v].pool.give_thmb(t) } {
+            return;
+        }
+    }
+    // SAFETY: forwarded contract.
+    unsafe { free_thmb_to_heap(t) }
+}
+
+/// [`free_thmb`] when no pool takes the ThMB.
+///
+/// # Safety
+/// As for `free_thmb`.
+#[cold]
+unsafe fn free_thmb_to_heap(t: *mut Thmb) {
+    // SAFETY: a valid ThMB holding nothing but heap-free fields now; allocated by `alloc_thmb`
+    // with this layout.
+    unsafe {
+        ptr::drop_in_place(t);
+        alloc::alloc::dealloc(t as *mut u8, core::alloc::Layout::new::<Thmb>())
+    }
 }
 
 // ------------------------------------------------------------------------------------------
@@ -263,15 +342,20 @@ fn make_ready(t: *mut Thmb, home: usize) {
 }
 
 /// How far into a ready queue `run_inline` looks for the child (a spawn joined at once is at
-/// the queue's tail, which a short queue's walk reaches; beyond that, joining blocks).
-const INLINE_LOOKUP: usize = 8;
+/// the queue's tail, which a short queue's walk reaches; beyond that, joining blocks). Divide
+/// and conquer keeps about (depth × fan-out) unjoined children queued — `fib(20)` about 10,
+/// `nqueens(8)` up to about 50 — and a child missed here is not a small loss: the joiner
+/// blocks, the front of the queue starts on a stack of its own and spawns in turn, so the
+/// queue goes breadth-first and thousands of threads end up with stacks (FK `fib(20)` cost
+/// 11,000 instructions per spawn with a lookup of 8). The walk is a few loads per node.
+const INLINE_LOOKUP: usize = 64;
 
 /// Work-first at join (lazy thread creation, StackThreads/Cilk): if `t` — a child the caller
 /// is about to join — has not started yet and is near the front of its ready queue, takes it
 /// off the queue (under the queue lock: that is the claim, no vCPU can start it after) and
 /// runs its body here, on the joiner's stack, as `t`: LTN and `current()` name the child, it
-/// has its own thread-locals, and its ThMB is the one the kernel saves into. Returns whether
-/// it ran `t` (then `t` has exited: its outcome is written and its running reference dropped).
+/// has its own thread-locals, and its ThMB is the one the kernel saves into. Returns its
+/// outcome if it ran `t`.
 ///
 /// A child run this way that blocks is an ordinary blocked thread: its window (on the joiner's
 /// stack) goes into its own ThMB and another thread runs; the joiner, beneath it on the same
@@ -281,12 +365,20 @@ const INLINE_LOOKUP: usize = 8;
 /// is run inline only at a join (where the joiner would wait anyway) and never moved later.
 /// While inline, the child uses the joiner's FP area (the joiner is off every vCPU and saves
 /// nothing there until it runs again).
-pub(crate) fn run_inline(t: *mut Thmb) -> bool {
-    let me = platform::ltn();
-    if me.is_null() {
-        return false;
-    }
+///
+/// On success it also does the join's part: it takes the outcome and frees `t` (the caller's
+/// handle and the running reference are the only ones, and both are ours now), so the caller
+/// gives up its handle's reference by this call.
+///
+/// # Safety
+/// The caller holds a reference to `t` (its `JoinHandle`), and `T` is `t`'s result type.
+#[inline]
+pub(crate) unsafe fn run_inline<T>(t: *mut Thmb) -> Option<crate::task::Outcome<T>> {
     let mut critical = crate::spin::Critical::enter();
+    let me = critical.thread();
+    if me.is_null() {
+        return None;
+    }
     // SAFETY: the caller holds a reference to `t`; `vcpu` of a queued thread names its queue,
     // and the lock below makes the look final (a thread in the queue is READY, not running).
     let claimed = unsafe {
@@ -303,7 +395,7 @@ pub(crate) fn run_inline(t: *mut Thmb) -> bool {
     };
     if !claimed {
         critical.leave();
-        return false;
+        return None;
     }
     // SAFETY: `t` never ran and is in no queue: it is ours. `me` is the calling thread; its
     // vCPU cannot change with LTN = 0.
@@ -313,20 +405,22 @@ pub(crate) fn run_inline(t: *mut Thmb) -> bool {
         (*t).state.set(RUNNING);
         platform::set_ltn(t);
         // From here this code runs as `t`.
-        let body = (*(*t).body.get()).take().expect("libuthread: thread started twice");
-        let outcome = crate::unwind::catch(body);
-        *(*t).outcome.get() = Some(outcome);
+        (*t).task.run();
         crate::local::destroy_all(t);
         // Nobody else joins or waits: the handle is the caller's, consumed by `join`.
         (*t).join.store(JOIN_EXITED, Ordering::Release);
         // Back to the joiner, on the vCPU the child is on now.
         platform::set_ltn(ptr::null_mut());
-        (*me).vcpu.store((*t).vcpu.load(Ordering::Relaxed), Ordering::Relaxed);
-        (*t).header.fp_area = 0;
+        let v = (*t).vcpu.load(Ordering::Relaxed);
+        (*me).vcpu.store(v, Ordering::Relaxed);
+        // The join: both references are ours (the handle's and the finished run's), so no
+        // count to decrement; the ThMB goes straight to this vCPU's pool (LTN = 0 here).
+        let outcome = (*t).task.take::<T>();
+        Thmb::retire(t);
+        free_thmb(t, Some(v));
         platform::set_ltn(me);
-        Thmb::release(t);
+        Some(outcome)
     }
-    true
 }
 
 /// If other vCPUs idle while `v` has a backlog, wakes one to steal.
@@ -339,17 +433,21 @@ fn wake_helper(v: usize) {
 }
 
 /// Queues a new thread (lazy creation: no stack yet).
-pub(crate) fn spawn(t: Box<Thmb>) -> *mut Thmb {
+pub(crate) fn spawn<F, T>(f: F, name: Option<String>, stack_size: usize) -> *mut Thmb
+where
+    F: FnOnce() -> T + Send + 'static,
+    T: Send + 'static,
+{
     assert!(vcpu_count() > 0, "libuthread: spawn outside libuthread::run");
-    let t = Box::into_raw(t);
     let mut critical = crate::spin::Critical::enter();
     let me = critical.thread();
     // Read the spawner's vCPU inside the critical section: it cannot change there.
     // SAFETY: `me` is the live calling thread.
-    let home = if me.is_null() { 0 } else { unsafe { (*me).vcpu.load(Ordering::Relaxed) } };
-    // SAFETY: `t` is new and ours.
-    unsafe { (*t).state.set(READY) };
-    make_ready(t, home);
+    let home = if me.is_null() { None } else { Some(unsafe { (*me).vcpu.load(Ordering::Relaxed) }) };
+    // A new ThMB's state is READY already.
+    // SAFETY: LTN = 0 on `home` (a spawn from outside a user thread uses the heap).
+    let t = unsafe { Thmb::new_thread(home, f, name, stack_size, 2) };
+    make_ready(t, home.unwrap_or(0));
     critical.leave();
     t
 }
@@ -395,6 +493,16 @@ unsafe fn park_current(t: *mut Thmb) {
     let state = unsafe { &(*t).state };
     // SAFETY: as above; the vCPU cannot change inside the critical section.
     let v = unsafe { (*t).vcpu.load(Ordering::Relaxed) };
+    // The common case first: another thread is ready here, switch straight to it (the checks
+    // below would find work and come to the same switch).
+    if !SHUTDOWN.load(Ordering::Relaxed) {
+        let to = VCPUS[v].pop();
+        if !to.is_null() {
+            // SAFETY: `t` is the caller on `v`; `to` is READY and ours now.
+            unsafe { switch_to(v, t, to, ACTION_BLOCK) };
+            return;
+        }
+    }
     if !work_anywhere() && !SHUTDOWN.load(Ordering::SeqCst) {
         // Nothing else to run: keep the vCPU, with the thread's registers live in it, and park.
         if !state.park_in_place() {
@@ -436,6 +544,7 @@ unsafe fn park_current(t: *mut Thmb) {
 }
 
 /// Lets other ready threads of this vCPU run (returns at once when there are none).
+#[inline]
 pub(crate) fn yield_current() {
     let t = platform::ltn();
     if t.is_null() {
@@ -448,6 +557,13 @@ pub(crate) fn yield_current() {
     if !VCPUS[unsafe { (*t).vcpu.load(Ordering::Relaxed) }].has_work() && !SHUTDOWN.load(Ordering::Relaxed) {
         return;
     }
+    yield_to_next(t);
+}
+
+/// [`yield_current`] when there may be a thread to yield to (out of line, so the look above
+/// costs no register saves).
+#[inline(never)]
+fn yield_to_next(t: *mut Thmb) {
     platform::set_ltn(ptr::null_mut());
     // SAFETY: `t` is the calling thread; its vCPU cannot change with LTN = 0.
     let v = unsafe { (*t).vcpu.load(Ordering::Relaxed) };
@@ -514,7 +630,7 @@ unsafe fn prepare(v: usize, t: *mut Thmb) -> usize {
         // stack of its own either, but once it has left a vCPU it always has a saved mask.)
         if Thmb::mask(t) == mask::NONE && (*t).stack.get().0 == 0 {
             let size = (*t).stack_size;
-            let (base, len) = take_stack(size).unwrap_or_else(|| fatal("libuthread: no memory for a thread stack\n"));
+            let (base, len) = take_stack(v, size).unwrap_or_else(|| fatal("libuthread: no memory for a thread stack\n"));
             (*t).stack.set((base, len));
             // The FP area sits at the top of the stack allocation, the stack below it.
             let fp_area = (base + len - FP_AREA_SIZE) & !(FP_AREA_ALIGN as usize - 1);
@@ -582,8 +698,8 @@ unsafe extern "C" fn after_switch_to(v: usize, word: usize) -> ! {
             }
             _ => {
                 let (base, len) = (*t).stack.replace((0, 0));
-                give_stack((*t).stack_size, base, len);
-                Thmb::release(t);
+                give_stack(v, (*t).stack_size, base, len);
+                Thmb::release_on(t, v);
             }
         }
         if vcpu_count() > 1 {
@@ -597,18 +713,16 @@ unsafe extern "C" fn after_switch_to(v: usize, word: usize) -> ! {
 
 /// The Rust entry of every user thread (reached from `libuthread_thread_start`).
 unsafe extern "C" fn thread_main(t: *mut Thmb) -> ! {
-    // SAFETY: the scheduler started `t` on its own fresh stack; `body` is set at spawn.
-    let body = unsafe { (*(*t).body.get()).take() }.expect("libuthread: thread started twice");
-    let outcome = crate::unwind::catch(body);
-    // SAFETY: nobody reads `outcome` before `join` says EXITED.
-    unsafe { *(*t).outcome.get() = Some(outcome) };
+    // SAFETY: the scheduler started `t` on its own fresh stack; the closure is set at spawn,
+    // and nobody reads the outcome before `join` says EXITED.
+    unsafe { (*t).task.run() };
     crate::local::destroy_all(t);
     // SAFETY: `t` is live (this thread holds a reference until it leaves the vCPU).
     match unsafe { (*t).join.swap(JOIN_EXITED, Ordering::AcqRel) } {
         JOIN_RUNNING => {}
         // Nobody will join: drop the result here, in user context (it may run user code).
         // SAFETY: the handle is gone; only we can reach `outcome`.
-        JOIN_DETACHED => drop(unsafe { (*(*t).outcome.get()).take() }),
+        JOIN_DETACHED => unsafe { (*t).task.clear() },
         // SAFETY: the joiner published itself by CAS and waits for exactly this wake-up.
         joiner => unsafe { wake(joiner as *mut Thmb) },
     }
@@ -655,9 +769,9 @@ unsafe extern "C" fn after_switch(v: usize, word: usize) -> ! {
             }
             _ => {
                 let (base, len) = (*t).stack.replace((0, 0));
-                give_stack((*t).stack_size, base, len);
+                give_stack(v, (*t).stack_size, base, len);
                 let is_main = (*t).is_main;
-                Thmb::release(t);
+                Thmb::release_on(t, v);
                 if is_main {
                     SHUTDOWN.store(true, Ordering::SeqCst);
                     for w in 0..vcpu_count() {
@@ -794,7 +908,11 @@ fn vcpu_main(vcpu: usize) -> ! {
 
 /// Runs `main` as the first user thread on `vcpus` vCPUs (0: the platform's default) and
 /// returns its result once it returns. See [`crate::run`].
-pub(crate) fn run(vcpus: usize, name: Option<String>, body: Body) -> crate::thmb::Outcome {
+pub(crate) fn run<F, T>(vcpus: usize, name: Option<String>, body: F) -> crate::task::Outcome<T>
+where
+    F: FnOnce() -> T + Send + 'static,
+    T: Send + 'static,
+{
     assert!(platform::ltn().is_null(), "libuthread::run called inside a user thread");
     let n = if vcpus == 0 { platform::default_vcpus() } else { vcpus }.clamp(1, MAX_VCPUS);
     while RUN_LOCK.compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed).is_err() {
@@ -810,9 +928,10 @@ pub(crate) fn run(vcpus: usize, name: Option<String>, body: Body) -> crate::thmb
         vcpu.reset();
         vcpu.ensure_stack();
     }
-    let mut main = Thmb::new_thread(body, name, DEFAULT_STACK_SIZE, 2);
-    main.is_main = true;
-    let main = Box::into_raw(main);
+    // SAFETY: no vCPU given: heap memory.
+    let main = unsafe { Thmb::new_thread(None, body, name, DEFAULT_STACK_SIZE, 2) };
+    // SAFETY: new and ours.
+    unsafe { (*main).is_main = true };
     // SAFETY: new and ours.
     unsafe { (*main).state.set(READY) };
     VCPUS[0].push(main);
@@ -822,7 +941,7 @@ pub(crate) fn run(vcpus: usize, name: Option<String>, body: Body) -> crate::thmb
     unsafe { context::switch_out_window(ROOT.0.get(), VCPUS[0].top(), loop_entry, 0, 0) };
     // Every vCPU has retired.
     // SAFETY: the main thread exited (so `outcome` is written) and we hold a reference.
-    let outcome = unsafe { (*(*main).outcome.get()).take() }.expect("libuthread: main thread left no result");
+    let outcome = unsafe { (*main).task.take::<T>() };
     // SAFETY: our reference.
     unsafe { Thmb::release(main) };
     VCPU_COUNT.store(0, Ordering::SeqCst);

@@ -28,10 +28,10 @@ mod program {
     use super::apps::{cky, fib, nqueens, ForkEverywhere, Sequential, Strategy, SuspendEverywhere};
     use libuthread::{println, sys, Clock};
 
-    /// `fib(FIB_N)`: 28,657 calls, 10,945 of them spawns under FK.
-    const FIB_N: u32 = 12;
+    /// `fib(FIB_N)`: 21,891 calls, 10,945 of them spawns under FK.
+    const FIB_N: u32 = 20;
     /// `nqueens(QUEENS_N)`: 92 solutions, 2,056 recursive calls.
-    const QUEENS_N: u32 = 6;
+    const QUEENS_N: u32 = 8;
     /// Repetitions of each run; the minimum is reported.
     const REPS: usize = 2;
 
@@ -69,23 +69,9 @@ mod program {
         alloc::format!("{sign}{}.{}", tenths / 10, tenths % 10)
     }
 
-    /// Spawns and joins a thread that spawns and joins one, and two threads joined in the
-    /// reverse order. Without this, FK `fib(12)` hung on x86_64 (boot `cpus=1`, release), and
-    /// with it `fib(15)` and `fib(20)` still do (nothing after the sequential run's progress
-    /// line): a libuthread problem with many nested spawn/join pairs (not reproduced hosted,
-    /// where `cargo bench -p libuthread --bench stackthreads` runs `fib(20)`) to look into;
-    /// the progress lines show where a run stops.
-    fn warm_up() {
-        let nested = libuthread::spawn(|| libuthread::spawn(|| 7u64).join().unwrap_or(0));
-        let a = libuthread::spawn(|| 1u64);
-        let b = libuthread::spawn(|| 2u64);
-        black_box(b.join().unwrap_or(0) + a.join().unwrap_or(0) + nested.join().unwrap_or(0));
-    }
-
     pub fn main() -> i32 {
         let ok = libuthread::run(1, || {
             let mut ok = true;
-            warm_up();
             for row in ["fib", "nqueens", "cky"] {
                 let (sequential, expected) = best(|| app(row, &Sequential));
                 println!("stackthreads: {row}: sequential {sequential}");

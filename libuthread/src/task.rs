@@ -1,0 +1,202 @@
+//! A thread's task, stored in its ThMB: first the closure it runs, then what it ended with (its
+//! value or, hosted, the payload of its panic). Both are kept *inline* when they fit in
+//! [`TASK_BYTES`] bytes — the closures of fork-everywhere programs capture a few words and
+//! return one — so a spawn allocates nothing (a ThMB comes from the vCPU's pool, see
+//! `sched::pool`); a larger closure or result is boxed. The closure is consumed before the
+//! result is written, so they share the bytes.
+//!
+//! Who touches it: the spawner writes the closure before the thread is published; the thread
+//! (or the joiner running it inline) runs it and writes the result before `join` says EXITED
+//! (a release store); the joiner — or the exiting thread itself when the handle was dropped —
+//! takes the result after. What is still inside when the ThMB is freed is dropped then.
+
+use alloc::boxed::Box;
+use core::any::Any;
+use core::cell::{Cell, UnsafeCell};
+use core::marker::PhantomData;
+use core::mem::{align_of, size_of, MaybeUninit};
+use core::ptr;
+
+/// Bytes of inline storage (a closure capturing up to five words, a result up to two words
+/// beside its tag).
+pub(crate) const TASK_BYTES: usize = 40;
+/// Alignment of the inline storage.
+const TASK_ALIGN: usize = 8;
+
+/// What a thread ended with: its value, or (hosted) the payload of its panic.
+pub(crate) type Outcome<T> = Result<T, Box<dyn Any + Send>>;
+
+#[repr(C, align(8))]
+struct Bytes([MaybeUninit<u8>; TASK_BYTES]);
+const _: () = assert!(align_of::<Bytes>() == TASK_ALIGN);
+
+/// The operations on what a task holds, for one closure type and result type.
+struct Ops {
+    /// Runs the closure held and stores its outcome in its place.
+    run: unsafe fn(*mut u8),
+    /// Drops the closure held (never run).
+    drop_closure: unsafe fn(*mut u8),
+    /// Drops the outcome held (never taken).
+    drop_outcome: unsafe fn(*mut u8),
+}
+
+/// Nothing held.
+const EMPTY: u8 = 0;
+/// The closure is held.
+const CLOSURE: u8 = 1;
+/// The outcome is held.
+const OUTCOME: u8 = 2;
+
+/// A task: closure, then outcome (see the module documentation).
+pub(crate) struct Task {
+    bytes: UnsafeCell<Bytes>,
+    ops: Cell<Option<&'static Ops>>,
+    holds: Cell<u8>,
+}
+
+/// Whether a value of type `X` is stored inline.
+const fn fits<X>() -> bool {
+    size_of::<X>() <= TASK_BYTES && align_of::<X>() <= TASK_ALIGN
+}
+
+struct OpsFor<F, T>(PhantomData<(F, T)>);
+
+impl<F: FnOnce() -> T, T> OpsFor<F, T> {
+    const OPS: Ops = Ops { run: Self::run, drop_closure: Self::drop_closure, drop_outcome: Self::drop_outcome };
+
+    /// # Safety
+    /// `p` holds an `F` stored by [`Task::set`] (inline or boxed).
+    unsafe fn take_closure(p: *mut u8) -> F {
+        // SAFETY: per the contract, with the layout `set` chose for `F`.
+        unsafe {
+            if fits::<F>() {
+                ptr::read(p as *mut F)
+            } else {
+                *ptr::read(p as *mut Box<F>)
+            }
+        }
+    }
+
+    unsafe fn run(p: *mut u8) {
+        // SAFETY: `Task::run` calls this only while the closure is held.
+        let f = unsafe { Self::take_closure(p) };
+        let outcome = crate::unwind::catch(f);
+        // SAFETY: the closure was moved out: the bytes are free.
+        unsafe {
+            if fits::<Outcome<T>>() {
+                ptr::write(p as *mut Outcome<T>, outcome)
+            } else {
+                ptr::write(p as *mut Box<Outcome<T>>, Box::new(outcome))
+            }
+        }
+    }
+
+    unsafe fn drop_closure(p: *mut u8) {
+        // SAFETY: called only while the closure is held.
+        drop(unsafe { Self::take_closure(p) });
+    }
+
+    /// # Safety
+    /// `p` holds an outcome stored by `run`.
+    unsafe fn take_outcome(p: *mut u8) -> Outcome<T> {
+        // SAFETY: per the contract, with the layout `run` chose.
+        unsafe {
+            if fits::<Outcome<T>>() {
+                ptr::read(p as *mut Outcome<T>)
+            } else {
+                *ptr::read(p as *mut Box<Outcome<T>>)
+            }
+        }
+    }
+
+    unsafe fn drop_outcome(p: *mut u8) {
+        // SAFETY: called only while the outcome is held.
+        drop(unsafe { Self::take_outcome(p) });
+    }
+}
+
+impl Task {
+    /// An empty task.
+    pub(crate) const fn new() -> Task {
+        Task { bytes: UnsafeCell::new(Bytes([MaybeUninit::uninit(); TASK_BYTES])), ops: Cell::new(None), holds: Cell::new(EMPTY) }
+    }
+
+    fn at(&self) -> *mut u8 {
+        self.bytes.get() as *mut u8
+    }
+
+    /// Stores the closure the thread will run.
+    ///
+    /// # Safety
+    /// The task is empty and only the caller touches it.
+    pub(crate) unsafe fn set<F, T>(&self, f: F)
+    where
+        F: FnOnce() -> T + Send + 'static,
+        T: Send + 'static,
+    {
+        debug_assert_eq!(self.holds.get(), EMPTY);
+        // SAFETY: empty storage, ours; the layout matches what `OpsFor<F, T>` reads.
+        unsafe {
+            if fits::<F>() {
+                ptr::write(self.at() as *mut F, f)
+            } else {
+                ptr::write(self.at() as *mut Box<F>, Box::new(f))
+            }
+        }
+        self.ops.set(Some(&OpsFor::<F, T>::OPS));
+        self.holds.set(CLOSURE);
+    }
+
+    /// Runs the closure (catching a panic where unwinding exists) and keeps its outcome.
+    ///
+    /// # Safety
+    /// Only the caller touches the task, which holds a closure.
+    #[inline]
+    pub(crate) unsafe fn run(&self) {
+        assert_eq!(self.holds.get(), CLOSURE, "libuthread: thread started twice");
+        let ops = self.ops.get().expect("a closure has its operations");
+        // Marked empty while it runs: the closure is moved out first.
+        self.holds.set(EMPTY);
+        // SAFETY: the closure is held, with the layout `ops` reads.
+        unsafe { (ops.run)(self.at()) };
+        self.holds.set(OUTCOME);
+    }
+
+    /// Takes the outcome of a task that ran a closure returning `T`.
+    ///
+    /// # Safety
+    /// Only the caller touches the task; `T` is the result type given to [`Task::set`].
+    #[inline]
+    pub(crate) unsafe fn take<T>(&self) -> Outcome<T> {
+        assert_eq!(self.holds.get(), OUTCOME, "libuthread: joined thread left no result");
+        self.holds.set(EMPTY);
+        // SAFETY: the outcome of a `T` closure is held; the closure type only decides whether
+        // the *closure* was boxed, so any `F` reads the outcome the same way.
+        unsafe { OpsFor::<fn() -> T, T>::take_outcome(self.at()) }
+    }
+
+    /// Drops whatever the task still holds.
+    ///
+    /// # Safety
+    /// Only the caller touches the task.
+    #[inline]
+    pub(crate) unsafe fn clear(&self) {
+        let held = self.holds.replace(EMPTY);
+        let Some(ops) = self.ops.get() else { return };
+        // SAFETY: what `held` says is there, with the layout `ops` reads.
+        unsafe {
+            match held {
+                CLOSURE => (ops.drop_closure)(self.at()),
+                OUTCOME => (ops.drop_outcome)(self.at()),
+                _ => {}
+            }
+        }
+    }
+}
+
+impl Drop for Task {
+    fn drop(&mut self) {
+        // SAFETY: `&mut self`: nobody else touches it.
+        unsafe { self.clear() }
+    }
+}
