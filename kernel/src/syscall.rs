@@ -323,26 +323,65 @@ fn region_create_charged(me: &Arc<Thread>, domain: &Arc<crate::domain::Domain>, 
         return Err(e);
     }
     domain.own_region(id);
+    let mut change = RightsChange::new(id, rights);
     for t in mates {
         // A mate that raced into another view keeps its view; the creator's succeeded.
-        let _ = change_rights(&t, id, rights);
+        let _ = change.apply(&t);
     }
     Ok(start.as_u64() as usize)
 }
 
+/// One rights change (region `id` to `rights`) applied to several threads: threads that were in
+/// the same view move to the same new view, built once. Without this, a change reaching the
+/// hundreds of threads of one view rebuilt and looked up the new view's set per thread, and a
+/// program of 500 threads making regions spent most of its time there (the stress suite).
+struct RightsChange {
+    id: crate::mm::view::RegionId,
+    rights: MapFlags,
+    /// (old view, new view, new root) of the moves made so far.
+    made: alloc::vec::Vec<(ViewId, ViewId, u64)>,
+}
+
+impl RightsChange {
+    fn new(id: crate::mm::view::RegionId, rights: MapFlags) -> Self {
+        RightsChange { id, rights, made: alloc::vec::Vec::new() }
+    }
+
+    /// Moves `t` to its view changed by this change, making the CPU running it switch.
+    fn apply(&mut self, t: &Arc<Thread>) -> Result<(), Errno> {
+        let old = t.view().ok_or(Errno::Srch)?;
+        let (id, rights) = (self.id, self.rights);
+        let known = self.made.iter().find(|(o, ..)| *o == old).map(|&(_, new, root)| (new, root));
+        let (new, root) = views::with(|s, m| {
+            // Attach the new view for `t`; the old one stays attached (as stale) until the CPU
+            // that runs `t` has loaded the new root. A view made for an earlier thread of the
+            // same old view is reused (if it still lives: its threads may have left it).
+            if let Some((new, root)) = known {
+                if s.attach_again(new).is_ok() {
+                    return Ok((new, root));
+                }
+            }
+            let mut set = s.set(old).ok_or(ViewError::NoView)?.to_vec();
+            set.retain(|(r, _)| *r != id);
+            set.push((id, rights));
+            let new = s.attach(m, &set)?;
+            Ok::<_, ViewError>((new, s.root(new).expect("attached").number()))
+        })
+        .map_err(view_errno)?;
+        if known.is_none() && self.made.try_reserve(1).is_ok() {
+            self.made.push((old, new, root));
+        }
+        move_to_view(t, new, root)
+    }
+}
+
 /// Moves `t` to the view with `rights` on region `id`, making the CPU running it switch.
 fn change_rights(t: &Arc<Thread>, id: crate::mm::view::RegionId, rights: MapFlags) -> Result<(), Errno> {
-    let old = t.view().ok_or(Errno::Srch)?;
-    let (new, root) = views::with(|s, m| {
-        // Attach the new view for `t`; the old one stays attached (as stale) until the CPU
-        // that runs `t` has loaded the new root.
-        let mut set = s.set(old).ok_or(ViewError::NoView)?.to_vec();
-        set.retain(|(r, _)| *r != id);
-        set.push((id, rights));
-        let new = s.attach(m, &set)?;
-        Ok::<_, ViewError>((new, s.root(new).expect("attached").number()))
-    })
-    .map_err(view_errno)?;
+    RightsChange::new(id, rights).apply(t)
+}
+
+/// Puts `t` in view `new` (already attached for it), whose table's root is `root`.
+fn move_to_view(t: &Arc<Thread>, new: ViewId, root: u64) -> Result<(), Errno> {
     if !t.set_view(new, root) {
         // `t` ended meanwhile: nobody else will detach the view made for it.
         views::with(|s, m| s.detach(m, new)).map_err(view_errno)?;
@@ -429,8 +468,9 @@ fn region_grant(addr: u64, rights_bits: usize, tid: u64) -> SysResult {
     let domain = target.domain.clone().expect("a user thread");
     // One change of the target program's views at a time, as its own `region_create` does.
     let _changing = domain.region_lock.lock();
+    let mut change = RightsChange::new(region, rights);
     for t in mates_of(&target) {
-        change_rights(&t, region, rights)?;
+        change.apply(&t)?;
     }
     Ok(0)
 }
@@ -450,8 +490,9 @@ fn region_revoke(addr: u64, tid: u64) -> SysResult {
     }
     let domain = target.domain.clone().expect("a user thread");
     let _changing = domain.region_lock.lock();
+    let mut change = RightsChange::new(region, MapFlags::empty());
     for t in mates_of(&target) {
-        change_rights(&t, region, MapFlags::empty())?;
+        change.apply(&t)?;
     }
     Ok(0)
 }

@@ -336,6 +336,36 @@ pub fn exhaust_suite(name: &'static str, smp: u8) -> Suite {
     }
 }
 
+/// Time limit of the stress suite.
+pub const STRESS_SUITE_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// The two programs of the stress test, run side by side.
+pub const STRESS_GROUP: &str = "stress+stress_kernel";
+
+/// The stress test (issue 15, item 7): over 10,000 libuthread user threads on four vCPUs and
+/// 500 kernel threads beside them doing random yields, sleeps, locks, condvar hand-shakes,
+/// barriers, messages, spawns and joins, grants, checks and revokes; every sum exact, no
+/// hang (the time limit), and everything given back.
+pub fn stress_suite(name: &'static str, smp: u8) -> Suite {
+    Suite {
+        name,
+        smp,
+        boot_words: format!("{}={STRESS_GROUP}", bootopt::RUN),
+        // A hang detector, not a speed check: ~75 s of TCG time with the host at load 17.
+        timeout: STRESS_SUITE_TIMEOUT,
+        expected: Expected::Status(0),
+        checks: vec![
+            Check::DomainExited { program: "stress".to_string(), status: 0 },
+            Check::DomainExited { program: "stress_kernel".to_string(), status: 0 },
+            Check::LogContains("exact; 0 wrong".to_string()),
+            Check::LogContains("grant/check/revoke rounds; 0 wrong".to_string()),
+            Check::GroupFramesBalanced(STRESS_GROUP.to_string()),
+            Check::GroupHeapBalanced { group: STRESS_GROUP.to_string(), slack: HEAP_CACHE_SLACK },
+            Check::Halting(0),
+        ],
+    }
+}
+
 /// The x86_64 suites.
 pub fn x86_64() -> Vec<Suite> {
     vec![
@@ -356,6 +386,7 @@ pub fn x86_64() -> Vec<Suite> {
         lazy_save_suite(),
         fuzz_suite("fuzz-smp4", SMP_SUITE_CPUS),
         exhaust_suite("exhaust-smp4", SMP_SUITE_CPUS),
+        stress_suite("stress-smp4", SMP_SUITE_CPUS),
         teardown_suite("teardown", 1),
         teardown_suite("teardown-smp4", SMP_SUITE_CPUS),
         Suite {
@@ -605,6 +636,7 @@ mod tests {
                 "lazysave",
                 "fuzz-smp4",
                 "exhaust-smp4",
+                "stress-smp4",
                 "teardown",
                 "teardown-smp4",
                 "panic-report",

@@ -69,3 +69,35 @@ pub mod fuzz {
     /// Published by the fuzzer before it starts; gone when it ends (names go with their program).
     pub const RUNNING_KEY: usize = 0x465a_0001;
 }
+
+/// What the two halves of the stress test (`stress+stress_kernel`) share.
+pub mod stress {
+    /// Seed of every choice (threads derive theirs from it and an index); printed for replay.
+    pub const SEED: u64 = 0x7375_6d75_6769_2d31;
+
+    /// A 64-bit xorshift generator: cheap and reproducible.
+    pub struct Rng(u64);
+
+    impl Rng {
+        /// The generator of `stream` under [`SEED`] (splitmix64 of both, never 0).
+        pub fn new(stream: u64) -> Rng {
+            let mut z = SEED ^ stream.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            Rng((z ^ (z >> 31)) | 1)
+        }
+
+        /// The next value.
+        pub fn next(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+
+        /// A value below `n` (`n` > 0).
+        pub fn below(&mut self, n: u64) -> u64 {
+            self.next() % n
+        }
+    }
+}
