@@ -312,18 +312,16 @@ mod loom_tests {
                     t.mask.store(WINDOW, Ordering::Release);
                 })
             };
-            // The waker (a blocked thread only).
-            let waker = block.then(|| {
-                let (t, queue, published) = (t.clone(), queue.clone(), published.clone());
-                loom::thread::spawn(move || {
-                    while !published.load(Ordering::Acquire) {
-                        loom::thread::yield_now();
-                    }
-                    if t.state.wake() == Wake::Enqueue {
-                        *queue.lock().unwrap() += 1;
-                    }
-                })
-            });
+            // The waker (a blocked thread only), on another vCPU: it queues the thread there
+            // (`make_ready`) and is also the thief below that runs it.
+            if block {
+                while !published.load(Ordering::Acquire) {
+                    loom::thread::yield_now();
+                }
+                if t.state.wake() == Wake::Enqueue {
+                    *queue.lock().unwrap() += 1;
+                }
+            }
             // A thief on another vCPU: takes the thread off the queue and runs it.
             loop {
                 let mut q = queue.lock().unwrap();
@@ -349,9 +347,6 @@ mod loom_tests {
             let window = t.window.with(|w| unsafe { *w });
             assert_eq!(window, 42);
             switcher.join().unwrap();
-            if let Some(w) = waker {
-                w.join().unwrap();
-            }
             assert_eq!(*queue.lock().unwrap(), 0, "queued twice");
         });
     }
