@@ -115,30 +115,6 @@ fn libuthread_spawn_joins(iters: u64) -> Duration {
     })
 }
 
-/// `iters` round trips through two channels to an echo user thread, on one vCPU.
-fn libuthread_channel_round_trips(iters: u64) -> Duration {
-    libuthread::run(1, move || {
-        let (tx, rx) = libuthread::mpsc::channel::<u64>();
-        let (back, from_echo) = libuthread::mpsc::channel::<u64>();
-        let echo = libuthread::spawn(move || {
-            for v in rx.iter() {
-                back.send(v).unwrap();
-            }
-        });
-        tx.send(0).unwrap();
-        from_echo.recv().unwrap(); // the echo thread is running
-        let start = Instant::now();
-        for i in 0..iters {
-            tx.send(i).unwrap();
-            black_box(from_echo.recv().unwrap());
-        }
-        let elapsed = start.elapsed();
-        drop(tx);
-        echo.join().unwrap();
-        elapsed
-    })
-}
-
 /// `iters` round trips through two `std::sync::mpsc` channels to an echo OS thread.
 fn os_thread_channel_round_trips(iters: u64) -> Duration {
     let (tx, rx) = std::sync::mpsc::channel::<u64>();
@@ -192,7 +168,6 @@ fn switch(c: &mut Criterion) {
             }
         })
     });
-    group.bench_function("libuthread_channel_round_trip", |b| b.iter_custom(libuthread_channel_round_trips));
     group.bench_function("os_thread_channel_round_trip", |b| b.iter_custom(os_thread_channel_round_trips));
     group.finish();
 }

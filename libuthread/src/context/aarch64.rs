@@ -9,6 +9,7 @@
 //! |---|---|---|
 //! | `libuthread_switch_out` | `(from: *mut Thmb, stack_top: usize, entry: Entry, a0: usize, a1: usize)` | save window, mask = WINDOW, `entry(a0, a1)` on `stack_top`; returns when `from` is resumed |
 //! | `libuthread_call_on_stack` | `(stack_top: usize, entry: Entry, a0: usize, a1: usize) -> !` | `entry(a0, a1)` on `stack_top`, nothing saved |
+//! | `libuthread_switch_window` | `(from: *mut Thmb, to: *mut Thmb, vcpu: usize, write_ltn: u64)` | save window into `from` (FP part per `FP_LIVE[vcpu]`), mask = WINDOW (release), then as `libuthread_resume_window(to, to, write_ltn)`; returns when `from` is resumed |
 //! | `libuthread_resume_window` | `(to: *mut Thmb, ltn: *mut Thmb, write_ltn: u64) -> !` | [LTN = `ltn`], restore window, jump |
 //! | `libuthread_switch_out_full` | as `libuthread_switch_out` | the full-save baseline: `x0`..`x30`, `sp`, NZCV and q0..q31, FPCR, FPSR into the FP area, mask = FULL\|FP |
 //! | `libuthread_resume_full` | `(to: *mut Thmb, write_ltn: u64, fp_format: u64) -> !` | [FP from the FP area], [LTN = `to`], restore `to.resume` entirely, jump through `x18` |
@@ -68,6 +69,7 @@ const FP_FPCR: usize = 32 * 16;
 /// The stack pointer a saved window resumes with: everything below it on that stack is dead
 /// while the thread is switched out (a voluntary switch is a call), so a direct switch may run
 /// code there before it resumes the thread.
+#[inline]
 pub(crate) fn window_sp(window: &Window) -> usize {
     window.sp as usize
 }
@@ -116,6 +118,40 @@ const RX: usize = offset_of!(FullFrame, x);
 const _: () = assert!(MASK_OFFSET == 0);
 const _: () = assert!(W < 4096 && R < 4096, "the assembly forms these addresses with one `add`");
 
+/// The window save both voluntary switches share (`libuthread_switch_out`,
+/// `libuthread_switch_window`), up to the mask store: x0 = the ThMB, `$vcpu` = the register
+/// holding the vCPU whose `FP_LIVE` word decides the FP part (d8–d15 and FPCR, saved only
+/// where FP is live). x30 is where the thread resumes. Clobbers x9, x10, x11.
+macro_rules! save_window {
+    ($vcpu:literal) => {
+        concat!(
+            "    add x9, x0, #{w}\n",
+            "    stp x19, x20, [x9, #{wx19}]\n",
+            "    stp x21, x22, [x9, #{wx21}]\n",
+            "    stp x23, x24, [x9, #{wx23}]\n",
+            "    stp x25, x26, [x9, #{wx25}]\n",
+            "    stp x27, x28, [x9, #{wx27}]\n",
+            "    stp x29, x30, [x9, #{w_fp}]\n",
+            "    mov x10, sp\n",
+            "    str x10, [x9, #{w_sp}]\n",
+            "    adrp x11, {fp_live}\n",
+            "    add x11, x11, :lo12:{fp_live}\n",
+            "    ldr x10, [x11, ", $vcpu, ", lsl #3]\n",
+            "    cmp x10, #0\n",
+            "    cset x10, ne\n",
+            "    str x10, [x9, #{w_fp_saved}]\n",
+            "    cbz x10, 1f\n",
+            "    stp d8, d9, [x9, #{wd8}]\n",
+            "    stp d10, d11, [x9, #{wd10}]\n",
+            "    stp d12, d13, [x9, #{wd12}]\n",
+            "    stp d14, d15, [x9, #{wd14}]\n",
+            "    mrs x10, fpcr\n",
+            "    str x10, [x9, #{w_fpcr}]\n",
+            "1:",
+        )
+    };
+}
+
 core::arch::global_asm!(
     ".pushsection .text.libuthread_context, \"ax\", %progbits",
     // ---------------------------------------------------------------------------------------
@@ -127,30 +163,8 @@ core::arch::global_asm!(
     ".type libuthread_switch_out, %function",
     ".p2align 4",
     "libuthread_switch_out:",
-    "    add x9, x0, #{w}",
-    "    stp x19, x20, [x9, #{wx19}]",
-    "    stp x21, x22, [x9, #{wx21}]",
-    "    stp x23, x24, [x9, #{wx23}]",
-    "    stp x25, x26, [x9, #{wx25}]",
-    "    stp x27, x28, [x9, #{wx27}]",
-    "    stp x29, x30, [x9, #{w_fp}]",            // x30: where the thread resumes
-    "    mov x10, sp",
-    "    str x10, [x9, #{w_sp}]",
-    "    ldr x10, [x0, #{vcpu}]",                 // FP live on this vCPU?
-    "    adrp x11, {fp_live}",                    //   (the thread's vCPU cannot change here:
-    "    add x11, x11, :lo12:{fp_live}",          //   LTN is 0)
-    "    ldr x10, [x11, x10, lsl #3]",
-    "    cmp x10, #0",
-    "    cset x10, ne",
-    "    str x10, [x9, #{w_fp_saved}]",
-    "    cbz x10, 1f",
-    "    stp d8, d9, [x9, #{wd8}]",               // yes: the callee-saved FP registers ...
-    "    stp d10, d11, [x9, #{wd10}]",
-    "    stp d12, d13, [x9, #{wd12}]",
-    "    stp d14, d15, [x9, #{wd14}]",
-    "    mrs x10, fpcr",                          // ... and the FP control register
-    "    str x10, [x9, #{w_fpcr}]",
-    "1:",
+    "    ldr x12, [x0, #{vcpu}]",                 // FP live on this vCPU? (the thread's vCPU
+    save_window!("x12"),                         //   cannot change here: LTN is 0)
     "    mov x10, #{mask_window}",                // the window is now valid
     "    str x10, [x0, #{mask_off}]",
     "    mov sp, x1",                             // onto the scheduler's stack (16-aligned top)
@@ -160,6 +174,26 @@ core::arch::global_asm!(
     "    blr x2",
     "    brk #1",                                 // entry never returns
     ".size libuthread_switch_out, . - libuthread_switch_out",
+    // ---------------------------------------------------------------------------------------
+    // libuthread_switch_window(from = x0, to = x1, vcpu = x2, write_ltn = x3)
+    // A direct thread-to-thread switch without the scheduler-stack hop: save the caller's
+    // window into `from` as `libuthread_switch_out` does (the FP part if FP is live on
+    // `vcpu`, passed in because `from.vcpu` may already be rewritten by a waker), publish it
+    // with a release store of mask = WINDOW (a vCPU that took `from` off a queue waits for it),
+    // then resume `to` through `libuthread_resume_window` (tail branch; `to` is its own LTN).
+    // Returns when `from` is resumed. From the mask store on, nothing touches `from`'s stack.
+    ".globl libuthread_switch_window",
+    ".hidden libuthread_switch_window",
+    ".type libuthread_switch_window, %function",
+    ".p2align 4",
+    "libuthread_switch_window:",
+    save_window!("x2"),
+    "    mov x10, #{mask_window}",                // published: release store (mask is at
+    "    stlr x10, [x0]",                         //   offset 0, checked below)
+    "    mov x0, x1",                             // resume_window(to, ltn = to, write_ltn)
+    "    mov x2, x3",
+    "    b libuthread_resume_window",
+    ".size libuthread_switch_window, . - libuthread_switch_window",
     // ---------------------------------------------------------------------------------------
     // libuthread_switch_out_full(from = x0, stack_top = x1, entry = x2, a0 = x3, a1 = x4)
     // The full-save baseline (`SaveMode::Full`): what a library without register windows does

@@ -117,6 +117,27 @@ pub(crate) unsafe fn switch_out_window(from: *mut Thmb, stack_top: usize, entry:
     unsafe { raw::libuthread_switch_out(from, stack_top, entry, a0, a1) }
 }
 
+/// Switches from the calling thread straight to `to`, with no stack hop: saves the caller's
+/// window into `from` (its FP part if FP is live on vCPU `vcpu`), publishes it (mask `WINDOW`,
+/// a release store: whoever took `from` off a queue waits for it, see
+/// `sched::scheduler::MASK_IN_FLIGHT`) and resumes `to` from its window with LTN = `to`.
+/// Returns when `from` is resumed.
+///
+/// # Safety
+/// `from` is the calling thread, running on `vcpu` with LTN = 0; `to` holds a window as for
+/// [`resume_window`] and is owned by the caller; nobody resumes `from` before its mask says
+/// `WINDOW`.
+#[inline(always)]
+pub(crate) unsafe fn switch_window(from: *mut Thmb, to: *mut Thmb, vcpu: usize) {
+    let in_resume = LTN_IN_RESUME.load(Ordering::Relaxed);
+    if !in_resume {
+        // Hosted without FSGSBASE: no upcalls there, so LTN may name `to` before the save.
+        crate::platform::set_ltn(to);
+    }
+    // SAFETY: forwarded contract.
+    unsafe { raw::libuthread_switch_window(from, to, vcpu, in_resume as u64) }
+}
+
 /// Where a full frame resumes.
 ///
 /// # Safety
@@ -213,6 +234,8 @@ pub(crate) mod raw {
     extern "C" {
         /// See the module table.
         pub(crate) fn libuthread_switch_out(from: *mut Thmb, stack_top: usize, entry: Entry, a0: usize, a1: usize);
+        /// See the module table.
+        pub(crate) fn libuthread_switch_window(from: *mut Thmb, to: *mut Thmb, vcpu: usize, write_ltn: u64);
         /// See the module table.
         pub(crate) fn libuthread_call_on_stack(stack_top: usize, entry: Entry, a0: usize, a1: usize) -> !;
         /// See the module table.

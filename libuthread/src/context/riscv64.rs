@@ -9,6 +9,7 @@
 //! |---|---|---|
 //! | `libuthread_switch_out` | `(from: *mut Thmb, stack_top: usize, entry: Entry, a0: usize, a1: usize)` | save window (and `fs0`–`fs11`, `fcsr` if FP is live on the vCPU), mask = WINDOW, `entry(a0, a1)` on `stack_top`; returns when `from` is resumed |
 //! | `libuthread_call_on_stack` | `(stack_top: usize, entry: Entry, a0: usize, a1: usize) -> !` | `entry(a0, a1)` on `stack_top`, nothing saved |
+//! | `libuthread_switch_window` | `(from: *mut Thmb, to: *mut Thmb, vcpu: usize, write_ltn: u64)` | save window into `from` (FP part per `FP_LIVE[vcpu]`), fence, mask = WINDOW, then as `libuthread_resume_window(to, to, write_ltn)`; returns when `from` is resumed |
 //! | `libuthread_resume_window` | `(to: *mut Thmb, ltn: *mut Thmb, write_ltn: u64) -> !` | [FP part of the window], [LTN = `ltn`], restore window, jump |
 //! | `libuthread_switch_out_full` | as `libuthread_switch_out` | the full-save baseline: `x1`..`x31`, and `f0`..`f31` + `fcsr` into the FP area, mask = FULL\|FP |
 //! | `libuthread_resume_full` | `(to: *mut Thmb, write_ltn: u64, fp_format: u64) -> !` | [FP from the FP area], [LTN = `to`], restore `to.resume` but `gp`, jump through `gp` |
@@ -72,6 +73,7 @@ const _: () = assert!(FP_AREA_SIZE == FP_FCSR_OFFSET + 8);
 /// The stack pointer a saved window resumes with: everything below it on that stack is dead
 /// while the thread is switched out (a voluntary switch is a call), so a direct switch may run
 /// code there before it resumes the thread.
+#[inline]
 pub(crate) fn window_sp(window: &Window) -> usize {
     window.sp as usize
 }
@@ -116,6 +118,54 @@ const R: usize = RESUME_OFFSET;
 const _: () = assert!(MASK_OFFSET == 0);
 const _: () = assert!(R + core::mem::size_of::<FullFrame>() < 2048 && W + core::mem::size_of::<Window>() < 2048);
 
+/// The window save both voluntary switches share (`libuthread_switch_out`,
+/// `libuthread_switch_window`), up to the mask store: a0 = the ThMB, `$vcpu` = the register
+/// holding the vCPU whose `FP_LIVE` word decides the FP part (`fs0`–`fs11` and `fcsr`, saved
+/// only where FP is live: elsewhere FS may be Off and no FP instruction runs). `ra` is where
+/// the thread resumes. Clobbers t0, t1, t2.
+macro_rules! save_window {
+    ($vcpu:literal) => {
+        concat!(
+            "    sd ra, {w_ra}(a0)\n",
+            "    sd sp, {w_sp}(a0)\n",
+            "    sd s0, {w_s}+0*8(a0)\n",
+            "    sd s1, {w_s}+1*8(a0)\n",
+            "    sd s2, {w_s}+2*8(a0)\n",
+            "    sd s3, {w_s}+3*8(a0)\n",
+            "    sd s4, {w_s}+4*8(a0)\n",
+            "    sd s5, {w_s}+5*8(a0)\n",
+            "    sd s6, {w_s}+6*8(a0)\n",
+            "    sd s7, {w_s}+7*8(a0)\n",
+            "    sd s8, {w_s}+8*8(a0)\n",
+            "    sd s9, {w_s}+9*8(a0)\n",
+            "    sd s10, {w_s}+10*8(a0)\n",
+            "    sd s11, {w_s}+11*8(a0)\n",
+            "    slli t0, ", $vcpu, ", 3\n",
+            "    lla t1, {fp_live}\n",
+            "    add t1, t1, t0\n",
+            "    ld t1, 0(t1)\n",
+            "    snez t1, t1\n",
+            "    sd t1, {w_fp_saved}(a0)\n",
+            "    beqz t1, 1f\n",
+            "    fsd fs0, {w_fs}+0*8(a0)\n",
+            "    fsd fs1, {w_fs}+1*8(a0)\n",
+            "    fsd fs2, {w_fs}+2*8(a0)\n",
+            "    fsd fs3, {w_fs}+3*8(a0)\n",
+            "    fsd fs4, {w_fs}+4*8(a0)\n",
+            "    fsd fs5, {w_fs}+5*8(a0)\n",
+            "    fsd fs6, {w_fs}+6*8(a0)\n",
+            "    fsd fs7, {w_fs}+7*8(a0)\n",
+            "    fsd fs8, {w_fs}+8*8(a0)\n",
+            "    fsd fs9, {w_fs}+9*8(a0)\n",
+            "    fsd fs10, {w_fs}+10*8(a0)\n",
+            "    fsd fs11, {w_fs}+11*8(a0)\n",
+            "    frcsr t2\n",
+            "    sd t2, {w_fcsr}(a0)\n",
+            "1:",
+        )
+    };
+}
+
 core::arch::global_asm!(
     ".pushsection .text.libuthread_context, \"ax\", @progbits",
     ".option push",
@@ -129,43 +179,8 @@ core::arch::global_asm!(
     ".type libuthread_switch_out, @function",
     ".p2align 2",
     "libuthread_switch_out:",
-    "    sd ra, {w_ra}(a0)",
-    "    sd sp, {w_sp}(a0)",
-    "    sd s0, {w_s}+0*8(a0)",
-    "    sd s1, {w_s}+1*8(a0)",
-    "    sd s2, {w_s}+2*8(a0)",
-    "    sd s3, {w_s}+3*8(a0)",
-    "    sd s4, {w_s}+4*8(a0)",
-    "    sd s5, {w_s}+5*8(a0)",
-    "    sd s6, {w_s}+6*8(a0)",
-    "    sd s7, {w_s}+7*8(a0)",
-    "    sd s8, {w_s}+8*8(a0)",
-    "    sd s9, {w_s}+9*8(a0)",
-    "    sd s10, {w_s}+10*8(a0)",
-    "    sd s11, {w_s}+11*8(a0)",
     "    ld t0, {vcpu}(a0)",                      // FP live on this vCPU? (FP_LIVE[from.vcpu];
-    "    slli t0, t0, 3",                         // the vCPU cannot change: LTN = 0 here)
-    "    lla t1, {fp_live}",
-    "    add t1, t1, t0",
-    "    ld t1, 0(t1)",
-    "    snez t1, t1",
-    "    sd t1, {w_fp_saved}(a0)",
-    "    beqz t1, 1f",                            // no: no FP instruction at all (FS may be Off)
-    "    fsd fs0, {w_fs}+0*8(a0)",
-    "    fsd fs1, {w_fs}+1*8(a0)",
-    "    fsd fs2, {w_fs}+2*8(a0)",
-    "    fsd fs3, {w_fs}+3*8(a0)",
-    "    fsd fs4, {w_fs}+4*8(a0)",
-    "    fsd fs5, {w_fs}+5*8(a0)",
-    "    fsd fs6, {w_fs}+6*8(a0)",
-    "    fsd fs7, {w_fs}+7*8(a0)",
-    "    fsd fs8, {w_fs}+8*8(a0)",
-    "    fsd fs9, {w_fs}+9*8(a0)",
-    "    fsd fs10, {w_fs}+10*8(a0)",
-    "    fsd fs11, {w_fs}+11*8(a0)",
-    "    frcsr t2",                               // the thread's FP environment
-    "    sd t2, {w_fcsr}(a0)",
-    "1:",
+    save_window!("t0"),                          //   the vCPU cannot change: LTN = 0 here)
     "    li t0, {mask_window}",                   // the window is now valid
     "    sd t0, {mask_off}(a0)",
     "    mv sp, a1",                              // onto the scheduler's stack (16-aligned top)
@@ -176,6 +191,27 @@ core::arch::global_asm!(
     "    jalr t0",
     "    unimp",                                  // entry never returns
     ".size libuthread_switch_out, . - libuthread_switch_out",
+    // ---------------------------------------------------------------------------------------
+    // libuthread_switch_window(from = a0, to = a1, vcpu = a2, write_ltn = a3)
+    // A direct thread-to-thread switch without the scheduler-stack hop: save the caller's
+    // window into `from` as `libuthread_switch_out` does (the FP part if FP is live on
+    // `vcpu`, passed in because `from.vcpu` may already be rewritten by a waker), publish it
+    // (fence, then mask = WINDOW: a vCPU that took `from` off a queue waits for this store),
+    // then resume `to` through `libuthread_resume_window` (tail jump; `to` is its own LTN).
+    // Returns when `from` is resumed. From the mask store on, nothing touches `from`'s stack.
+    ".globl libuthread_switch_window",
+    ".hidden libuthread_switch_window",
+    ".type libuthread_switch_window, @function",
+    ".p2align 4",
+    "libuthread_switch_window:",
+    save_window!("a2"),
+    "    fence rw, w",                            // the window before the mask (release)
+    "    li t0, {mask_window}",
+    "    sd t0, {mask_off}(a0)",
+    "    mv a0, a1",                              // resume_window(to, ltn = to, write_ltn)
+    "    mv a2, a3",
+    "    j libuthread_resume_window",
+    ".size libuthread_switch_window, . - libuthread_switch_window",
     // ---------------------------------------------------------------------------------------
     // libuthread_switch_out_full(from = a0, stack_top = a1, entry = a2, a0 = a3, a1 = a4)
     // The full-save baseline (`SaveMode::Full`): what a library without register windows does

@@ -9,6 +9,7 @@
 //! |---|---|---|
 //! | `libuthread_switch_out` | `(from: *mut Thmb, stack_top: usize, entry: Entry, a0: usize, a1: usize)` | save window, mask = WINDOW, `entry(a0, a1)` on `stack_top`; returns when `from` is resumed |
 //! | `libuthread_call_on_stack` | `(stack_top: usize, entry: Entry, a0: usize, a1: usize) -> !` | `entry(a0, a1)` on `stack_top`, nothing saved |
+//! | `libuthread_switch_window` | `(from: *mut Thmb, to: *mut Thmb, vcpu: usize, write_ltn: u64)` | save window into `from` (FP part per `FP_LIVE[vcpu]`), mask = WINDOW, then as `libuthread_resume_window(to, to, write_ltn)`; returns when `from` is resumed |
 //! | `libuthread_resume_window` | `(to: *mut Thmb, ltn: *mut Thmb, write_ltn: u64) -> !` | [LTN = `ltn`], restore window, jump |
 //! | `libuthread_switch_out_full` | as `libuthread_switch_out` | the full-save baseline: every GPR, rflags and the FP/SIMD state (`xsave64`/`fxsave64` into the FP area), mask = FULL\|FP |
 //! | `libuthread_resume_full` | `(to: *mut Thmb, write_ltn: u64, fp_format: u64) -> !` | [FP from the FP area], [LTN = `to`], restore `to.resume` entirely, jump |
@@ -73,6 +74,7 @@ static FPUCW_DEFAULT: u16 = 0x037F;
 /// The stack pointer a saved window resumes with: everything below it on that stack is dead
 /// while the thread is switched out (a voluntary switch is a call), so a direct switch may run
 /// code there before it resumes the thread.
+#[inline]
 pub(crate) fn window_sp(window: &Window) -> usize {
     window.rsp as usize
 }
@@ -149,6 +151,38 @@ const W: usize = WINDOW_OFFSET;
 const R: usize = RESUME_OFFSET;
 const _: () = assert!(MASK_OFFSET == 0);
 
+/// The window save both voluntary switches share (`libuthread_switch_out`,
+/// `libuthread_switch_window`), up to the mask store: rdi = the ThMB, `$vcpu` = the register
+/// holding the vCPU whose `FP_LIVE` word decides the FP part. The return address is where the
+/// thread resumes, and rsp as it is after that return its stack pointer. Where FP is not live
+/// no FP instruction runs at all (CR0.TS may be set); where it is, the callee-saved control
+/// state of SSE and of the x87 unit is saved too. Clobbers r9, r10, r11.
+macro_rules! save_window {
+    ($vcpu:literal) => {
+        concat!(
+            "    mov [rdi + {w_rbx}], rbx\n",
+            "    mov [rdi + {w_rbp}], rbp\n",
+            "    mov [rdi + {w_r12}], r12\n",
+            "    mov [rdi + {w_r13}], r13\n",
+            "    mov [rdi + {w_r14}], r14\n",
+            "    mov [rdi + {w_r15}], r15\n",
+            "    mov r11, [rsp]\n",
+            "    mov [rdi + {w_rip}], r11\n",
+            "    lea r11, [rsp + 8]\n",
+            "    mov [rdi + {w_rsp}], r11\n",
+            "    lea r9, [rip + {fp_live}]\n",
+            "    xor r10d, r10d\n",
+            "    cmp qword ptr [r9 + ", $vcpu, " * 8], 0\n",
+            "    je 1f\n",
+            "    stmxcsr dword ptr [rdi + {w_mxcsr}]\n",
+            "    fnstcw word ptr [rdi + {w_fpucw}]\n",
+            "    inc r10d\n",
+            "1:\n",
+            "    mov word ptr [rdi + {w_fp_saved}], r10w",
+        )
+    };
+}
+
 core::arch::global_asm!(
     ".pushsection .text.libuthread_context, \"ax\", @progbits",
     // ---------------------------------------------------------------------------------------
@@ -160,26 +194,8 @@ core::arch::global_asm!(
     ".type libuthread_switch_out, @function",
     ".p2align 4",
     "libuthread_switch_out:",
-    "    mov [rdi + {w_rbx}], rbx",
-    "    mov [rdi + {w_rbp}], rbp",
-    "    mov [rdi + {w_r12}], r12",
-    "    mov [rdi + {w_r13}], r13",
-    "    mov [rdi + {w_r14}], r14",
-    "    mov [rdi + {w_r15}], r15",
-    "    mov rax, [rsp]",                         // our return address: where the thread resumes
-    "    mov [rdi + {w_rip}], rax",
-    "    lea rax, [rsp + 8]",                     // rsp as it is after that return
-    "    mov [rdi + {w_rsp}], rax",
     "    mov rax, [rdi + {vcpu}]",                // FP live on this vCPU? (FP_LIVE[from.vcpu];
-    "    lea r9, [rip + {fp_live}]",              //   the vCPU cannot change: LTN = 0 here)
-    "    xor r10d, r10d",
-    "    cmp qword ptr [r9 + rax * 8], 0",
-    "    je 1f",                                  // no: no FP instruction at all (CR0.TS may
-    "    stmxcsr dword ptr [rdi + {w_mxcsr}]",    //   be set); yes: the callee-saved control
-    "    fnstcw word ptr [rdi + {w_fpucw}]",      //   state of SSE and of the x87 unit
-    "    inc r10d",
-    "1:",
-    "    mov word ptr [rdi + {w_fp_saved}], r10w",
+    save_window!("rax"),                         //   the vCPU cannot change: LTN = 0 here)
     "    mov qword ptr [rdi + {mask_off}], {mask_window}", // the window is now valid
     "    mov rsp, rsi",                           // onto the scheduler's stack (16-aligned top)
     "    xor ebp, ebp",                           // a backtrace ends here
@@ -188,6 +204,25 @@ core::arch::global_asm!(
     "    call rdx",                               // `call` gives entry the ABI's alignment
     "    ud2",                                    // entry never returns
     ".size libuthread_switch_out, . - libuthread_switch_out",
+    // ---------------------------------------------------------------------------------------
+    // libuthread_switch_window(from = rdi, to = rsi, vcpu = rdx, write_ltn = rcx)
+    // A direct thread-to-thread switch without the scheduler-stack hop: save the caller's
+    // window into `from` as `libuthread_switch_out` does (the FP part if FP is live on
+    // `vcpu`, passed in because `from.vcpu` may already be rewritten by a waker), publish it
+    // (mask = WINDOW: a vCPU that took `from` off a queue waits for this store), then resume
+    // `to` through `libuthread_resume_window` (tail jump; `to` is its own LTN). Returns when
+    // `from` is resumed. From the mask store on, nothing touches `from`'s stack.
+    ".globl libuthread_switch_window",
+    ".hidden libuthread_switch_window",
+    ".type libuthread_switch_window, @function",
+    ".p2align 4",
+    "libuthread_switch_window:",
+    save_window!("rdx"),
+    "    mov qword ptr [rdi + {mask_off}], {mask_window}", // published (x86 stores are ordered)
+    "    mov rdi, rsi",                           // resume_window(to, ltn = to, write_ltn)
+    "    mov rdx, rcx",
+    "    jmp libuthread_resume_window",
+    ".size libuthread_switch_window, . - libuthread_switch_window",
     // ---------------------------------------------------------------------------------------
     // libuthread_switch_out_full(from = rdi, stack_top = rsi, entry = rdx, a0 = rcx, a1 = r8)
     // The full-save baseline (`SaveMode::Full`): what a library without register windows does

@@ -255,4 +255,109 @@ mod loom_tests {
             assert_eq!(resumed.load(Ordering::Relaxed), 1);
         });
     }
+
+    /// The direct switch's publication (`sched::scheduler::switch_direct`): a thread is made
+    /// reachable — queued behind the others at a yield, or its park committed at a block —
+    /// *before* its vCPU saves its window, with its mask "in flight"; the save ends with a
+    /// release store of mask WINDOW, and whoever takes the thread off a queue waits for it
+    /// (`wait_published`). Modelled with the real `RunState`, a queue, the mask as an atomic
+    /// and the window as a cell loom checks for races: the thread is queued exactly once (no
+    /// lost wake-up, no double queueing), a thief never sees the mask of the running thread
+    /// (NONE: it would take it for a thread that never ran), and it reads a complete window.
+    fn model_direct_switch(block: bool) {
+        use loom::cell::UnsafeCell;
+        use loom::sync::atomic::{AtomicBool, AtomicU64};
+        use loom::sync::Mutex;
+        const NONE: u64 = 0;
+        const WINDOW: u64 = 1;
+        const IN_FLIGHT: u64 = 1 << 63;
+
+        struct Thread {
+            state: RunState,
+            mask: AtomicU64,
+            window: UnsafeCell<u64>,
+        }
+        // SAFETY: the window cell is shared on purpose: loom reports any racy access to it.
+        unsafe impl Sync for Thread {}
+
+        loom::model(move || {
+            let t = Arc::new(Thread { state: RunState::new(), mask: AtomicU64::new(NONE), window: UnsafeCell::new(0) });
+            let queue = Arc::new(Mutex::new(0usize)); // how many times the thread is queued
+            let published = Arc::new(AtomicBool::new(false));
+            t.state.set(RUNNING);
+
+            // The switching vCPU.
+            let switcher = {
+                let (t, queue, published) = (t.clone(), queue.clone(), published.clone());
+                loom::thread::spawn(move || {
+                    if block {
+                        t.state.begin_park();
+                        published.store(true, Ordering::Release); // on a wait list now
+                        t.mask.store(IN_FLIGHT, Ordering::Relaxed);
+                        if !t.state.commit_park() {
+                            t.state.set(READY);
+                            *queue.lock().unwrap() += 1;
+                        }
+                    } else {
+                        t.state.set(READY);
+                        let mut q = queue.lock().unwrap();
+                        t.mask.store(IN_FLIGHT, Ordering::Relaxed);
+                        *q += 1;
+                    }
+                    // libuthread_switch_window: the window, then the mask (release).
+                    t.window.with_mut(|w| {
+                        // SAFETY: loom checks this write against the thief's read.
+                        unsafe { *w = 42 }
+                    });
+                    t.mask.store(WINDOW, Ordering::Release);
+                })
+            };
+            // The waker (a blocked thread only), on another vCPU: it queues the thread there
+            // (`make_ready`) and is also the thief below that runs it.
+            if block {
+                while !published.load(Ordering::Acquire) {
+                    loom::thread::yield_now();
+                }
+                if t.state.wake() == Wake::Enqueue {
+                    *queue.lock().unwrap() += 1;
+                }
+            }
+            // A thief on another vCPU: takes the thread off the queue and runs it.
+            loop {
+                let mut q = queue.lock().unwrap();
+                if *q > 0 {
+                    *q -= 1;
+                    break;
+                }
+                drop(q);
+                loom::thread::yield_now();
+            }
+            // `prepare`: wait while in flight; never the running thread's NONE.
+            loop {
+                match t.mask.load(Ordering::Acquire) {
+                    IN_FLIGHT => loom::thread::yield_now(),
+                    m => {
+                        assert_eq!(m, WINDOW);
+                        break;
+                    }
+                }
+            }
+            t.state.set(RUNNING);
+            // SAFETY: loom checks this read against the switcher's write.
+            let window = t.window.with(|w| unsafe { *w });
+            assert_eq!(window, 42);
+            switcher.join().unwrap();
+            assert_eq!(*queue.lock().unwrap(), 0, "queued twice");
+        });
+    }
+
+    #[test]
+    fn loom_direct_yield_publishes_before_the_save() {
+        model_direct_switch(false);
+    }
+
+    #[test]
+    fn loom_direct_block_loses_no_wakeup() {
+        model_direct_switch(true);
+    }
 }

@@ -2,20 +2,21 @@
 //! protocol, and spawn/exit/yield/block/wake.
 //!
 //! # Shape
-//! Each vCPU has a FIFO ready queue and a *scheduler stack*. A thread that yields, blocks or
-//! exits while its vCPU's queue holds another ready thread switches **directly** to it
-//! ([`switch_to`]): it takes the next thread off the queue, saves its own window
-//! (`context::switch_out`) and lands in `after_switch_to` on the next thread's stack (below its
-//! saved stack pointer, dead while it is switched out; the scheduler stack for a thread that
-//! resumes from a FULL frame), which finishes what the thread asked for (queue it, commit its
-//! block, reclaim its stack) — only now, because the thread's window is complete only now — and
-//! resumes the next thread. No scheduler loop runs, and the queue is touched once per switch.
+//! Each vCPU has a FIFO ready queue and a *scheduler stack*. A thread that yields or blocks
+//! while its vCPU's queue holds another ready thread that resumes from a window switches
+//! **directly** to it, thread to thread, with no hop ([`switch_direct`]): it takes the next
+//! thread off the queue, publishes itself first (queued behind the others, or its park
+//! committed) with its mask *in flight* ([`MASK_IN_FLIGHT`]), and `libuthread_switch_window`
+//! saves its window, stores mask `WINDOW` and resumes the next thread. A vCPU that takes an
+//! in-flight thread to run it waits for that store. No scheduler loop runs, no second stack is
+//! touched, and the queue is locked once per switch.
 //!
-//! When the queue is empty (or at shutdown, or when the main thread exits) the thread lands in
-//! `after_switch` at the top of the scheduler stack instead, which finishes the request the same
-//! way and runs the vCPU loop: own queue, steal, or park. The loop resumes the next thread from
-//! its WINDOW or FULL frame and its stack frames are simply abandoned. An upcall on Tsumugi
-//! re-enters the same way ([`enter_vcpu_loop`]).
+//! The other switches keep a hop: an exit (its stack must be freed once off it), a switch to a
+//! thread that resumes from a FULL frame, and the full-save baseline land in `after_switch_to`
+//! on the next thread's stack (below its saved stack pointer, dead while it is switched out;
+//! the scheduler stack for a thread that resumes from a FULL frame), which finishes what the
+//! thread asked for (queue it, commit its block, reclaim its stack) — only now, because the
+//! thread's window is complete only now — and resumes the next thread.
 //!
 //! # Critical sections
 //! Scheduler code runs with LTN = 0 — from the moment a thread enters the library to give up
@@ -79,6 +80,15 @@ const ACTION_EXIT: usize = 2;
 const ACTION_YIELD_LOCKED: usize = 3;
 const ACTION_MASK: usize = 63;
 
+/// The save mask of a thread that is in a ready queue (or may be woken) while its vCPU is still
+/// saving its window: a direct switch ([`switch_direct`]) publishes the thread *before* it saves
+/// it, and its `libuthread_switch_window` replaces this value with `WINDOW` (a release store)
+/// once the window is complete. Whoever takes such a thread to run it waits for that store
+/// ([`wait_published`]); the switching vCPU runs with LTN = 0 and touches nothing of the thread
+/// after the store, so the wait is a few instructions long. A library-only value: the kernel
+/// writes a ThMB's mask only while LTN names it, and LTN is 0 for the whole switch.
+const MASK_IN_FLIGHT: u64 = 1 << 63;
+
 /// One vCPU's scheduler state.
 struct Vcpu {
     /// Ready threads, linked through their ThMBs.
@@ -93,7 +103,7 @@ struct Vcpu {
     resumed_window: AtomicU64,
     /// Threads this vCPU resumed from a full frame.
     resumed_full: AtomicU64,
-    /// The thread a direct switch goes to (`switch_to`), read on the far side of the switch.
+    /// The thread a switch through the hop goes to, read in `after_switch_to`.
     /// Only this vCPU touches it, with LTN = 0.
     handoff: AtomicUsize,
     /// Free ThMBs and stacks, touched only by this vCPU with LTN = 0 (`pool`).
@@ -499,7 +509,7 @@ unsafe fn park_current(t: *mut Thmb) {
         let to = VCPUS[v].pop();
         if !to.is_null() {
             // SAFETY: `t` is the caller on `v`; `to` is READY and ours now.
-            unsafe { switch_to(v, t, to, ACTION_BLOCK) };
+            unsafe { block_to(v, t, to) };
             return;
         }
     }
@@ -534,7 +544,7 @@ unsafe fn park_current(t: *mut Thmb) {
         let to = VCPUS[v].pop();
         if !to.is_null() {
             // SAFETY: `t` is the caller on `v`; `to` is READY and ours now.
-            unsafe { switch_to(v, t, to, ACTION_BLOCK) };
+            unsafe { block_to(v, t, to) };
             return;
         }
     }
@@ -569,21 +579,32 @@ fn yield_to_next(t: *mut Thmb) {
     let v = unsafe { (*t).vcpu.load(Ordering::Relaxed) };
     let vcpu = &VCPUS[v];
     if !SHUTDOWN.load(Ordering::Relaxed) {
-        if !vcpu.has_work() {
-            platform::set_ltn(t);
-            return;
-        }
-        // Direct switch: take the next thread under the queue lock and keep the lock until
-        // `t`'s window is saved — `after_switch_to` queues `t` behind it and unlocks, on the
-        // next thread's stack. (Queued before the save, `t` could be stolen and resumed from
-        // a half-written window.)
-        // SAFETY: LTN = 0 until the next thread runs; the lock is released in
-        // `after_switch_to` (or just below).
+        // Take the next thread and queue `t` behind the others in one hold of the queue lock.
+        // Directly (`switch_direct`): `t` is queued at once, marked in flight, and a thief
+        // waits for its window. Through the hop (the next thread resumes from a FULL frame, or
+        // the full-save baseline): the lock is kept until `t`'s window is saved, and
+        // `after_switch_to` queues `t` and unlocks on the next thread's stack.
+        // SAFETY: LTN = 0 until the next thread runs; the lock is released before the direct
+        // switch, in `after_switch_to`, or just below.
         unsafe {
             vcpu.queue.lock_raw();
-            let to = vcpu.queue.value_raw().pop_front();
+            let queue = vcpu.queue.value_raw();
+            let to = queue.pop_front();
             if !to.is_null() {
-                switch_to(v, t, to, ACTION_YIELD_LOCKED);
+                let top = prepare(v, to);
+                if direct(to) {
+                    // No hop: `t` goes behind the others now, marked in flight until its
+                    // window is saved (a thief waits for that, see MASK_IN_FLIGHT).
+                    (*t).state.set(READY);
+                    Thmb::set_mask(t, MASK_IN_FLIGHT);
+                    queue.push_back(t);
+                    vcpu.len.store(queue.len(), Ordering::Release);
+                    vcpu.queue.unlock_raw();
+                    switch_direct(v, t, to);
+                    return;
+                }
+                vcpu.handoff.store(to as usize, Ordering::Relaxed);
+                context::switch_out(t, top, after_switch_to, v, t as usize | ACTION_YIELD_LOCKED);
                 return;
             }
             vcpu.len.store(0, Ordering::Release);
@@ -596,22 +617,72 @@ fn yield_to_next(t: *mut Thmb) {
     unsafe { context::switch_out(t, VCPUS[v].top(), after_switch, v, t as usize | ACTION_YIELD) };
 }
 
-/// Switches from the calling thread `from` straight to the READY thread `to` (taken off vCPU
-/// `v`'s queue by the caller), without passing through the scheduler loop: prepares `to` to run
-/// here, saves `from`'s window and continues in [`after_switch_to`] on `to`'s own stack (the
-/// part below its saved stack pointer is dead), which finishes what `from` asked for
-/// (`action`) and resumes `to`. Returns when `from` is resumed. Called with LTN = 0.
+/// Blocks the calling, `PARKING` thread `from` and switches to the READY thread `to` (taken off
+/// vCPU `v`'s queue by the caller): directly when `to` resumes from a window ([`direct`]) —
+/// `from` commits its park first, marked in flight, so a waker may queue it at once and a thief
+/// waits for the window —, else through the hop (`after_switch_to` commits after the save).
+/// Returns when `from` is resumed. Called with LTN = 0.
 ///
 /// # Safety
-/// `from` is the calling thread, running on `v`; `to` is READY, off every queue and ours.
+/// `from` is the calling thread, running on `v`, `PARKING` and published to its waker; `to`
+/// is READY, off every queue and ours.
 #[inline(always)]
-unsafe fn switch_to(v: usize, from: *mut Thmb, to: *mut Thmb, action: usize) {
+unsafe fn block_to(v: usize, from: *mut Thmb, to: *mut Thmb) {
     // SAFETY: forwarded contract.
     unsafe {
         let top = prepare(v, to);
+        if direct(to) {
+            Thmb::set_mask(from, MASK_IN_FLIGHT);
+            // The mask store above is ordered before the commit (a release CAS): a waker that
+            // then queues `from` publishes it with the mask already in flight.
+            if !(*from).state.commit_park() {
+                // Woken before the switch: runnable again (behind what is queued).
+                (*from).state.set(READY);
+                VCPUS[v].push(from);
+            }
+            switch_direct(v, from, to);
+            return;
+        }
         VCPUS[v].handoff.store(to as usize, Ordering::Relaxed);
-        context::switch_out(from, top, after_switch_to, v, from as usize | action);
+        context::switch_out(from, top, after_switch_to, v, from as usize | ACTION_BLOCK);
     }
+}
+
+/// Whether the [`prepare`]d thread `to` can be resumed by a direct switch (no hop): it resumes
+/// from a window, and voluntary switches save windows (the full-save baseline goes through the
+/// hop, which its FULL resume needs).
+#[inline(always)]
+fn direct(to: *mut Thmb) -> bool {
+    Thmb::mask(to) & !mask::FP == mask::WINDOW && context::save_mode() == context::SaveMode::Window
+}
+
+/// The direct switch from the calling thread `from`, already published (mask
+/// [`MASK_IN_FLIGHT`], queued or parked), to the [`prepare`]d thread `to` on vCPU `v`: no
+/// scheduler stack, no `after_switch_to`; the switch saves `from`'s window, publishes it and
+/// resumes `to`. Returns when `from` is resumed. Called with LTN = 0.
+///
+/// # Safety
+/// `from` is the calling thread on `v`, published as above and touched by nobody until its
+/// mask says `WINDOW`; `to` is prepared on `v`, resumes from a window, and is ours.
+#[inline(always)]
+unsafe fn switch_direct(v: usize, from: *mut Thmb, to: *mut Thmb) {
+    if vcpu_count() > 1 {
+        wake_helper(v);
+    }
+    Thmb::set_mask(to, mask::NONE);
+    VCPUS[v].count_resume(false);
+    // SAFETY: forwarded contract.
+    unsafe { context::switch_window(from, to, v) }
+}
+
+/// Waits until the vCPU that published `t` in flight (a direct switch) has saved its window.
+#[cold]
+fn wait_published(t: *mut Thmb) {
+    while Thmb::mask(t) == MASK_IN_FLIGHT {
+        crate::prim::spin_hint();
+    }
+    // Pairs with the switch's release store of the mask: the window is complete.
+    crate::prim::fence(Ordering::Acquire);
 }
 
 /// Makes the READY thread `t` (ours) the one vCPU `v` runs next: marks it RUNNING here and, if
@@ -621,7 +692,31 @@ unsafe fn switch_to(v: usize, from: *mut Thmb, to: *mut Thmb, action: usize) {
 ///
 /// # Safety
 /// `t` is READY and owned by the caller; LTN = 0.
+#[inline(always)]
 unsafe fn prepare(v: usize, t: *mut Thmb) -> usize {
+    // The common case inline: a thread switched out at a voluntary switch (mask WINDOW, with
+    // or without FP; an in-flight or never-run thread has neither bit pattern).
+    if Thmb::mask(t) & !mask::FP == mask::WINDOW {
+        // SAFETY: per the contract.
+        unsafe {
+            (*t).vcpu.store(v, Ordering::Relaxed);
+            (*t).state.set(RUNNING);
+            return context::window_sp(&(*t).window);
+        }
+    }
+    // SAFETY: forwarded contract.
+    unsafe { prepare_slow(v, t) }
+}
+
+/// [`prepare`] for a thread in flight, never run, or stopped with a FULL frame.
+///
+/// # Safety
+/// As for `prepare`.
+#[inline(never)]
+unsafe fn prepare_slow(v: usize, t: *mut Thmb) -> usize {
+    if Thmb::mask(t) == MASK_IN_FLIGHT {
+        wait_published(t);
+    }
     // SAFETY: per the contract.
     unsafe {
         (*t).vcpu.store(v, Ordering::Relaxed);
@@ -671,7 +766,7 @@ unsafe fn resume_prepared(v: usize, t: *mut Thmb) -> ! {
     }
 }
 
-/// The far side of a direct switch ([`switch_to`]), on the next thread's stack (or the
+/// The far side of a switch through the hop, on the next thread's stack (or the
 /// scheduler stack) with LTN = 0: finishes what the previous thread asked for, then resumes
 /// the next one.
 unsafe extern "C" fn after_switch_to(v: usize, word: usize) -> ! {
