@@ -27,7 +27,7 @@ fn cycles() -> u64 {
 #[inline(never)]
 pub fn work() -> u64 {
     let mut x = 1u64;
-    for i in 0..100u64 {
+    for i in 0..45u64 {
         x = core::hint::black_box(x.wrapping_mul(31).wrapping_add(i));
     }
     x

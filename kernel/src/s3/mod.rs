@@ -131,7 +131,11 @@ mod machine {
     /// Blocks the caller (queued as `w`) until its state leaves `PENDING`; through
     /// `notify::blocking`, so a vCPU goes back to its library meanwhile.
     fn wait(frame: &mut TrapFrame, word: u64, w: Arc<Waiter>) -> SysResult {
-        let result = crate::notify::blocking(frame, || loop {
+        // `move`: the closure owns the waiter and drops it when it returns. On a vCPU,
+        // `blocking` never comes back here (the activation that waited becomes a spare on this
+        // stack), so nothing this frame held would ever be dropped: the waiter, and through it
+        // the thread, would leak once per wait.
+        let result = crate::notify::blocking(frame, move || loop {
             {
                 let _table = TABLE.lock();
                 let state = w.state.load(Ordering::Acquire);
