@@ -75,6 +75,12 @@ pub fn for_each_live(mut f: impl FnMut(&Domain)) {
     }
 }
 
+/// The id of the live program that owns region `region` (S3: whose thread holds a lock).
+pub fn owner_of(region: RegionId) -> Option<u64> {
+    let list = LIVE.lock();
+    list.iter().filter_map(|w| w.upgrade()).find(|d| d.owns(region)).map(|d| d.id)
+}
+
 /// Why a program could not be started.
 #[derive(Debug)]
 pub enum StartError {
@@ -361,6 +367,7 @@ impl Domain {
         }
         crate::notify::release(self);
         crate::names::BOARD.lock().forget(self.id);
+        crate::s3::program_ended(self.id, &regions);
         views::with(|s, m| {
             for id in regions {
                 s.release_region(m, id).expect("a domain's own region");

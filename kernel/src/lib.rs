@@ -17,6 +17,7 @@ pub mod loader;
 pub mod mm;
 pub mod names;
 pub mod notify;
+pub mod s3;
 pub mod sched;
 pub mod stats;
 

@@ -68,6 +68,11 @@ pub fn dispatch(frame: &mut TrapFrame) {
             Syscall::ThreadPin => thread_pin(a[0]),
             Syscall::KnFetch => crate::notify::sa_copy::fetch(&me(), a[0], a[1] as u64),
             Syscall::KnSigreturn => crate::notify::signal::sigreturn(&me(), frame, a[0] as u64),
+            Syscall::S3Lock => crate::s3::lock(frame, a[0] as u64, a[1] as u64),
+            Syscall::S3Unlock => crate::s3::unlock(a[0] as u64, a[1] as u64),
+            Syscall::S3Wait => crate::s3::wait_on(frame, a[0] as u64, a[1] as u64),
+            Syscall::S3Wake => crate::s3::wake(a[0] as u64, a[1]),
+            Syscall::S3Barrier => crate::s3::barrier_wait(frame, a[0] as u64, a[1] as u64, a[2]),
         },
     };
     frame.set_syscall_result(encode_result(result));

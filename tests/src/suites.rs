@@ -389,6 +389,8 @@ pub fn x86_64() -> Vec<Suite> {
         stress_suite("stress-smp4", SMP_SUITE_CPUS),
         teardown_suite("teardown", 1),
         teardown_suite("teardown-smp4", SMP_SUITE_CPUS),
+        s3_suite("s3", 1),
+        s3_suite("s3-smp4", SMP_SUITE_CPUS),
         Suite {
             name: "panic-report",
             smp: 1,
@@ -523,6 +525,37 @@ pub fn views_suite(name: &'static str, smp: u8) -> Suite {
     }
 }
 
+/// S3 synchronisation across programs (issue 16 part 1): bad arguments, Auto Lock hand-off,
+/// barriers, the holder table filled to the program's share, and a program ending with a lock
+/// held and a thread at a barrier, on `smp` CPUs.
+pub fn s3_suite(name: &'static str, smp: u8) -> Suite {
+    let exited = |p: &str| Check::DomainExited { program: p.to_string(), status: 0 };
+    Suite {
+        name,
+        smp,
+        boot_words: format!("{}=s3_lock,s3_waiter+s3_holder", bootopt::RUN),
+        timeout: KERNEL_SUITE_TIMEOUT,
+        expected: Expected::Status(0),
+        checks: vec![
+            exited("s3_lock"),
+            Check::LogContains("s3_lock: release by a non-holder: Err(Some(Perm))".to_string()),
+            Check::LogContains("s3_lock: the waiter queued in the kernel resumed owning the lock: true, and read 42".to_string()),
+            Check::LogContains("s3_lock: 48 waiters in the kernel's holder table (the program's share); the next waits in software".to_string()),
+            Check::LogContains("s3_lock: 49 of 49 waiters got their lock with the holder's value".to_string()),
+            Check::LogContains("s3_lock: all checks passed".to_string()),
+            exited("s3_waiter"),
+            exited("s3_holder"),
+            Check::LogContains("s3_waiter: the holder ended holding a lock: the waiter got it, inherited true; its barrier: Err(BarrierBroken)".to_string()),
+            Check::LogContains("s3_waiter: all checks passed".to_string()),
+            Check::GroupFramesBalanced("s3_lock".to_string()),
+            Check::GroupFramesBalanced("s3_waiter+s3_holder".to_string()),
+            Check::GroupHeapBalanced { group: "s3_lock".to_string(), slack: HEAP_CACHE_SLACK },
+            Check::GroupHeapBalanced { group: "s3_waiter+s3_holder".to_string(), slack: HEAP_CACHE_SLACK },
+            Check::Halting(0),
+        ],
+    }
+}
+
 /// Threads and the scheduler: affinity halves view switches, preemption on every CPU, the
 /// group bound prevents starvation, a revoke shoots down a running thread's view.
 pub fn sched_suite(name: &'static str, smp: u8) -> Suite {
@@ -639,6 +672,8 @@ mod tests {
                 "stress-smp4",
                 "teardown",
                 "teardown-smp4",
+                "s3",
+                "s3-smp4",
                 "panic-report",
                 "exception-report",
                 "hang-timeout"

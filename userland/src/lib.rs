@@ -1,6 +1,9 @@
 //! Tsumugi user programs live in `src/bin/`; this library holds what they share.
 #![no_std]
 
+#[cfg(target_os = "none")]
+extern crate alloc;
+
 /// Start of the kernel image in the single address space: a kernel address user code must never
 /// reach (the isolation tests aim at it).
 pub const KERNEL_ADDRESS: usize = 0xffff_ffff_8000_0000;
@@ -25,6 +28,8 @@ pub mod share {
 
 #[cfg(target_os = "none")]
 pub mod kn;
+#[cfg(target_os = "none")]
+pub mod s3_bench;
 
 /// The name-board authority test (`name_owner+name_thief`).
 pub mod names {
@@ -99,5 +104,57 @@ pub mod stress {
         pub fn below(&mut self, n: u64) -> u64 {
             self.next() % n
         }
+    }
+
+/// The cross-program S3 test (`s3_waiter+s3_holder`): the waiter makes a region, grants it to
+/// the holder's thread and publishes it; the layout below lies at its start.
+#[cfg(target_os = "none")]
+pub mod s3 {
+    use core::sync::atomic::AtomicUsize;
+    use libuthread::sync::{SharedBarrier, SharedMutex};
+
+    /// Where the holder publishes its thread id.
+    pub const HOLDER_TID_KEY: usize = 0x5333_0001;
+    /// Where the waiter publishes the shared region's address.
+    pub const REGION_KEY: usize = 0x5333_0002;
+    /// Where the holder says it holds both locks.
+    pub const HOLDING_KEY: usize = 0x5333_0003;
+    /// Where the waiter says the holder may end.
+    pub const END_KEY: usize = 0x5333_0004;
+    /// Threads of each program at the shared barrier.
+    pub const BARRIER_THREADS: usize = 4;
+    /// Rounds of the shared barrier.
+    pub const BARRIER_ROUNDS: usize = 20;
+    /// What the holder leaves in `handed` before it releases it.
+    pub const HANDED_VALUE: u64 = 0x5151;
+
+    /// The value of the S3 word (lock or barrier) at `at`.
+    pub fn word(at: usize) -> u64 {
+        // SAFETY: callers pass the `word()` of a live `SharedMutex`/`SharedBarrier`, an
+        // `AtomicU64`.
+        unsafe { (*(at as *const core::sync::atomic::AtomicU64)).load(core::sync::atomic::Ordering::Acquire) }
+    }
+
+    /// Yields until `cond` holds (what the other side does is bounded; the suite's timeout
+    /// catches a hang).
+    pub fn until(cond: impl Fn() -> bool) {
+        while !cond() {
+            libuthread::yield_now();
+        }
+    }
+
+    /// The shared region's layout.
+    #[repr(C)]
+    pub struct Shared {
+        /// Handed over by the holder while the waiter waits in the kernel.
+        pub handed: SharedMutex<u64>,
+        /// Held by the holder when its program ends.
+        pub orphaned: SharedMutex<u64>,
+        /// Both programs' threads, `BARRIER_ROUNDS` rounds.
+        pub rounds: SharedBarrier,
+        /// Arrivals per round.
+        pub arrivals: [AtomicUsize; BARRIER_ROUNDS],
+        /// A barrier for three: one holder thread waits at it when its program ends.
+        pub broken: SharedBarrier,
     }
 }

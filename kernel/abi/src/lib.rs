@@ -12,6 +12,7 @@ pub mod exit;
 pub mod kn;
 pub mod log;
 pub mod perf;
+pub mod s3;
 pub mod stats;
 pub mod syscall;
 

@@ -12,12 +12,16 @@ mod condvar;
 mod mutex;
 mod once;
 mod rwlock;
+#[cfg(all(target_os = "none", not(loom)))]
+mod shared;
 
 pub use barrier::{Barrier, BarrierWaitResult};
 pub use condvar::Condvar;
 pub use mutex::{Mutex, MutexGuard};
 pub use once::Once;
 pub use rwlock::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+#[cfg(all(target_os = "none", not(loom)))]
+pub use shared::{fallbacks, BarrierBroken, SharedBarrier, SharedMutex, SharedMutexGuard, SoftMutex, SoftStrategy};
 
 #[cfg(all(test, loom))]
 mod loom_tests;

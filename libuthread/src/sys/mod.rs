@@ -287,3 +287,31 @@ pub fn perf_close(h: usize) -> SysResult {
 pub fn thread_pin(cpu: Option<usize>) -> SysResult {
     call(Syscall::ThreadPin as usize, [cpu.unwrap_or(usize::MAX), 0, 0, 0, 0, 0])
 }
+
+/// `s3_lock`: the slow path of a lock word shared between programs (see
+/// `tsumugi_abi::s3`); returns once the kernel acquired it for `tag` (`Ok(1)`: its previous
+/// holder's program ended). Most programs want [`crate::sync::SharedMutex`].
+pub fn s3_lock(word: usize, tag: usize) -> SysResult {
+    call(Syscall::S3Lock as usize, [word, tag, 0, 0, 0, 0])
+}
+
+/// `s3_unlock`: releases a shared lock word whose waiters bit is set.
+pub fn s3_unlock(word: usize, tag: usize) -> SysResult {
+    call(Syscall::S3Unlock as usize, [word, tag, 0, 0, 0, 0])
+}
+
+/// `s3_wait`: futex-style wait while the word holds `expected` (`Ok(1)`: it did not).
+pub fn s3_wait(word: usize, expected: u64) -> SysResult {
+    call(Syscall::S3Wait as usize, [word, expected as usize, 0, 0, 0, 0])
+}
+
+/// `s3_wake`: wakes up to `n` waiters of the word; returns how many.
+pub fn s3_wake(word: usize, n: usize) -> SysResult {
+    call(Syscall::S3Wake as usize, [word, n, 0, 0, 0, 0])
+}
+
+/// `s3_barrier`: sleeps at a shared barrier word left at `expected` by the caller's arrival.
+/// Most programs want [`crate::sync::SharedBarrier`].
+pub fn s3_barrier(word: usize, expected: u64, count: usize) -> SysResult {
+    call(Syscall::S3Barrier as usize, [word, expected as usize, count, 0, 0, 0])
+}

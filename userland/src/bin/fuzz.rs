@@ -13,7 +13,7 @@
 //! stacks or stack pool); a new thread either has bad arguments or runs a function that exits at
 //! once; joins never target a thread that might not end; a console read only gets arguments that
 //! fail before it blocks. At the end, helper threads blocked in every way the kernel offers
-//! (sleeping for ever, reading the console, joining, spinning) are killed by the program's
+//! (sleeping for ever, reading the console, joining, spinning, waiting on an S3 word) are killed by the program's
 //! `exit`: teardown must finish.
 //!
 //! The call count and seed come from the build (`TSUMUGI_FUZZ_CALLS`, `TSUMUGI_FUZZ_SEED`,
@@ -166,7 +166,7 @@ static OK: AtomicU64 = AtomicU64::new(0);
 /// Errors by `Errno` value (index 0: a code the library does not know — a failure).
 static ERRORS: [AtomicU64; 10] = [const { AtomicU64::new(0) }; 10];
 /// Calls by syscall number (the last slot: unknown numbers).
-static BY_CALL: [AtomicU64; 30] = [const { AtomicU64::new(0) }; 30];
+static BY_CALL: [AtomicU64; 36] = [const { AtomicU64::new(0) }; 36];
 
 /// splitmix64: small, deterministic, good enough to pick arguments.
 struct Rng(u64);
@@ -312,7 +312,7 @@ fn call(number: usize, args: [usize; 6]) -> sys::SysResult {
 fn one(rng: &mut Rng) {
     use Syscall as S;
     let n = |s: Syscall| s as usize;
-    match rng.below(27) {
+    match rng.below(28) {
         0 => {
             // Console write: pointers that must fail, any length; an empty write anywhere; a
             // well-formed line now and then. Never a valid buffer of unknown contents.
@@ -420,10 +420,70 @@ fn one(rng: &mut Rng) {
         25 => {
             let _ = call(rng.pick(&BOGUS_NUMBERS), [rng.next() as usize; 6]);
         }
+        26 => s3(rng),
         _ => {
             // Random bits everywhere, on the calls that only read their arguments.
             let number = rng.pick(&[S::Clock, S::ThreadSelf, S::CpuId, S::Lookup, S::VcpuUnpark, S::PerfRead, S::PerfClose]);
             let _ = call(n(number), [rng.next() as usize; 6]);
+        }
+    }
+}
+
+/// Each worker's own S3 word: only it touches it, so it knows the value and never waits.
+static S3_WORDS: [AtomicU64; WORKERS] = [const { AtomicU64::new(0) }; WORKERS];
+/// The workers' thread ids, by index (whose S3 word a worker uses).
+static WORKER_TIDS: [AtomicUsize; WORKERS] = [const { AtomicUsize::new(0) }; WORKERS];
+
+/// The S3 calls. Addresses that must fail (edges, kernel, read-only, unaligned, sacrificial
+/// words, random bits) get any argument; a valid word is only the worker's own one, with
+/// arguments that cannot wait (a lock under its own tag, a wait or barrier for a value the word
+/// does not hold, counts of 0 or too large) — a waiter there would never be woken.
+fn s3(rng: &mut Rng) {
+    use Syscall as S;
+    let n = |s: Syscall| s as usize;
+    let me = sys::thread_self();
+    let index = WORKER_TIDS.iter().position(|t| t.load(Ordering::Relaxed) == me).unwrap_or(0);
+    let own = S3_WORDS[index].as_ptr() as usize;
+    let mine = (me + 1) * 64;
+    let bad = loop {
+        let a = match rng.below(4) {
+            0 => rng.edge_address(),
+            1 => rng.target_address(),
+            2 => own + 1 + rng.below(7),
+            _ => rng.next() as usize,
+        };
+        // Only addresses the kernel must refuse (a sacrificial word could hold anything and
+        // make a waiter wait for ever): outside the user half, unaligned, or read-only.
+        let read_only = REGIONS[2].load(Ordering::Relaxed);
+        if a % 8 != 0 || !(USER_START..USER_END).contains(&a) || a.wrapping_sub(read_only) < REGION_LENS[2] {
+            break a;
+        }
+    };
+    let word = if rng.chance(2) { bad } else { own };
+    // SAFETY: `own` is this program's static word.
+    let value = unsafe { (*(own as *const AtomicU64)).load(Ordering::Acquire) } as usize;
+    match rng.below(5) {
+        0 => {
+            let random = rng.next() as usize;
+            let tag = if word == own { mine } else { rng.pick(&[0, 1, mine, usize::MAX, random]) };
+            let _ = call(n(S::S3Lock), [word, tag, 0, 0, 0, 0]);
+        }
+        1 => {
+            let random = rng.next() as usize;
+            let tag = rng.pick(&[0, 1, mine, mine + 64, usize::MAX, random]);
+            let _ = call(n(S::S3Unlock), [word, tag, 0, 0, 0, 0]);
+        }
+        2 => {
+            let expected = if word == own { value ^ (1 + rng.below(1 << 20)) } else { rng.next() as usize };
+            let _ = call(n(S::S3Wait), [word, expected, 0, 0, 0, 0]);
+        }
+        3 => {
+            let _ = call(n(S::S3Wake), [word, rng.small(), 0, 0, 0, 0]);
+        }
+        _ => {
+            let count = rng.pick(&[0, tsumugi_abi::s3::MAX_BARRIER_COUNT + 1, usize::MAX, 1, 2, 3]);
+            let expected = if word == own && (1..=tsumugi_abi::s3::MAX_BARRIER_COUNT).contains(&count) { value ^ (1 + rng.below(1 << 20)) } else { rng.next() as usize };
+            let _ = call(n(S::S3Barrier), [word, expected, count, 0, 0, 0]);
         }
     }
 }
@@ -498,6 +558,7 @@ fn kn_register(rng: &mut Rng) {
 /// A fuzzing thread: `arg` is its index.
 fn worker(index: usize) -> usize {
     let mut rng = Rng(SEED ^ (index as u64).wrapping_mul(0xa076_1d64_78bd_642f));
+    WORKER_TIDS[index].store(sys::thread_self(), Ordering::Relaxed);
     let share = CALLS / WORKERS as u64 + u64::from((index as u64) < CALLS % WORKERS as u64);
     for _ in 0..share {
         one(&mut rng);
@@ -526,6 +587,12 @@ fn join_forever(_: usize) -> usize {
     let _ = sys::thread_join(FOREVER.load(Ordering::Acquire));
     1
 }
+/// Never woken: only this helper knows the word.
+static S3_FOREVER: AtomicU64 = AtomicU64::new(0);
+fn s3_wait_forever(_: usize) -> usize {
+    let _ = sys::s3_wait(S3_FOREVER.as_ptr() as usize, 0);
+    1
+}
 fn spin_forever(_: usize) -> usize {
     loop {
         core::hint::spin_loop();
@@ -551,7 +618,7 @@ fn main() -> i32 {
     let _ = sys::publish(tsumugi_userland::fuzz::RUNNING_KEY, 1);
     // The helpers first (their stacks come from the pool region, which then exists before the
     // regions are recorded as precious).
-    let helpers: [fn(usize) -> usize; 4] = [sleep_forever, read_forever, spin_forever, join_forever];
+    let helpers: [fn(usize) -> usize; 5] = [sleep_forever, read_forever, spin_forever, join_forever, s3_wait_forever];
     for (i, h) in helpers.iter().enumerate() {
         match sys::spawn(*h, 0, 16 * 1024, false) {
             Ok(t) => {
@@ -628,7 +695,7 @@ fn main() -> i32 {
         e(Errno::NotSup as usize),
         e(0)
     );
-    let mut per_call = [0u64; 30];
+    let mut per_call = [0u64; 36];
     for (p, c) in per_call.iter_mut().zip(BY_CALL.iter()) {
         *p = c.load(Ordering::Relaxed);
     }
@@ -637,7 +704,7 @@ fn main() -> i32 {
         println!("fuzz: FAILED: the kernel returned error codes nobody defined");
         return 1;
     }
-    println!("fuzz: done; ending with helpers asleep, reading, joining and spinning");
+    println!("fuzz: done; ending with helpers asleep, reading, joining, spinning and waiting on an S3 word");
     0
 }
 libuthread::entry!(main);

@@ -6,7 +6,7 @@ use std::time::Duration;
 use crate::arch::Arch;
 
 use super::{
-    cubix, fp_switch, host_comparison, host_switch, kernel_switch, kn_cost, multith, stackthreads,
+    cubix, fp_switch, host_comparison, host_switch, kernel_switch, kn_cost, multith, s3, stackthreads,
 };
 
 /// Row label of the host benchmarks' tables (in place of an architecture).
@@ -131,6 +131,7 @@ pub const BENCHES: &[Bench] = &[
     kn_cost::KN_SA,
     kn_cost::KN_SIGNAL,
     stackthreads::STACKTHREADS_BENCH,
+    s3::S3,
     host_switch::HOST_CRITERION,
     stackthreads::HOST_STACKTHREADS_BENCH,
     host_comparison::GO,

@@ -41,6 +41,7 @@ mod kernel_switch;
 mod kn_cost;
 mod lazy_save;
 mod multith;
+mod s3;
 mod stackthreads;
 
 pub use command::{run, BenchArgs, HELP};

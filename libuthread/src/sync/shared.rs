@@ -1,0 +1,327 @@
+//! Locks and barriers shared between programs, with the kernel's help (S3, seed 002; the word
+//! layouts are `tsumugi_abi::s3`, the protocol ARCHITECTURE.md "Shared locks and barriers").
+//!
+//! Programs share memory by pointer, so a lock shared between them is an explicit type placed
+//! in a shared region: [`SharedMutex`] and [`SharedBarrier`] are `#[repr(C)]` words (plus the
+//! guarded value) that any program holding the region with write rights may use. [`Mutex`](super::Mutex) and
+//! [`Barrier`](super::Barrier) stay the within-program types: their waiters are queued in the library's own
+//! memory, which another program cannot see.
+//!
+//! - [`SharedMutex::lock`]: one user-mode compare-exchange; when it fails the rest is the
+//!   kernel's (`s3_lock`): the thread gives up its vCPU (`BLOCKED`) and comes back
+//!   (`UNBLOCKED`) owning the lock, which the kernel acquired for it when the holder released
+//!   (Auto Lock) — no retry. A release with no waiter never enters the kernel.
+//! - [`SharedBarrier::wait`]: arrivals count in user mode; the waiters sleep in the kernel and
+//!   the last arrival releases them all with one `s3_wake`.
+//! - When the kernel's holder table is full (`EAGAIN`), both wait in software (spin, then
+//!   yield) and try the kernel again between rounds; [`fallbacks`] counts those.
+//! - [`SoftMutex`] keeps the soft-sync baselines the benchmarks compare with: spin,
+//!   spin-then-yield and a futex-style wait/wake.
+//!
+//! ```no_run
+//! use libuthread::sync::SharedMutex;
+//! # fn f(shared: *mut SharedMutex<u64>) {
+//! // `shared` points into a region another program was granted with write rights.
+//! // SAFETY: the region lives while both programs use it; this program initialises it once.
+//! let lock: &SharedMutex<u64> = unsafe { SharedMutex::init_at(shared, 0) };
+//! *lock.lock() += 1;
+//! # }
+//! ```
+
+use core::cell::UnsafeCell;
+use core::ops::{Deref, DerefMut};
+use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+use tsumugi_abi::s3::{barrier, OWNER_DIED};
+use tsumugi_abi::syscall::Errno;
+
+use crate::sys;
+
+/// Compare-exchanges in a spin round of the software fallback before it yields.
+const SPINS: usize = 64;
+
+static FALLBACKS: AtomicUsize = AtomicUsize::new(0);
+
+/// How many times a shared lock or barrier of this program waited in software because the
+/// kernel's holder table was full.
+pub fn fallbacks() -> usize {
+    FALLBACKS.load(Ordering::Relaxed)
+}
+
+fn tag() -> u64 {
+    crate::current().id().as_usize() as u64
+}
+
+/// A mutual-exclusion lock that threads of several programs may share (it lives in a region
+/// they share). Not recursive; released by the thread that holds it (its guard).
+#[repr(C)]
+pub struct SharedMutex<T> {
+    word: AtomicU64,
+    value: UnsafeCell<T>,
+}
+
+// SAFETY: the lock word serialises access to the value, as for `Mutex`.
+unsafe impl<T: Send> Sync for SharedMutex<T> {}
+// SAFETY: as above.
+unsafe impl<T: Send> Send for SharedMutex<T> {}
+
+/// Owns a [`SharedMutex`] until dropped.
+pub struct SharedMutexGuard<'a, T> {
+    lock: &'a SharedMutex<T>,
+    inherited: bool,
+}
+
+impl<T> SharedMutex<T> {
+    /// An unlocked lock holding `value`.
+    pub const fn new(value: T) -> Self {
+        SharedMutex { word: AtomicU64::new(0), value: UnsafeCell::new(value) }
+    }
+
+    /// Writes an unlocked lock holding `value` at `at` and returns it.
+    ///
+    /// # Safety
+    /// `at` is aligned, writable, nobody uses the memory as a lock yet, and it lives for as
+    /// long as the returned reference is used.
+    pub unsafe fn init_at<'a>(at: *mut Self, value: T) -> &'a Self {
+        // SAFETY: the caller's promise.
+        unsafe {
+            at.write(Self::new(value));
+            &*at
+        }
+    }
+
+    /// The lock word's address (what the kernel calls name).
+    pub fn word(&self) -> usize {
+        &self.word as *const AtomicU64 as usize
+    }
+
+    /// Takes the lock, waiting in the kernel (or, when its table is full, in software).
+    pub fn lock(&self) -> SharedMutexGuard<'_, T> {
+        let me = tag();
+        if self.word.compare_exchange(0, me, Ordering::Acquire, Ordering::Relaxed).is_ok() {
+            return SharedMutexGuard { lock: self, inherited: false };
+        }
+        loop {
+            match sys::s3_lock(self.word(), me as usize) {
+                Ok(0) => return SharedMutexGuard { lock: self, inherited: false },
+                Ok(OWNER_DIED) => return SharedMutexGuard { lock: self, inherited: true },
+                Err(Some(Errno::Again)) => {
+                    FALLBACKS.fetch_add(1, Ordering::Relaxed);
+                    for _ in 0..SPINS {
+                        if self.word.compare_exchange(0, me, Ordering::Acquire, Ordering::Relaxed).is_ok() {
+                            return SharedMutexGuard { lock: self, inherited: false };
+                        }
+                        core::hint::spin_loop();
+                    }
+                    crate::yield_now();
+                }
+                other => panic!("SharedMutex at {:#x}: s3_lock answered {other:?}", self.word()),
+            }
+        }
+    }
+
+    /// Takes the lock if it is free.
+    pub fn try_lock(&self) -> Option<SharedMutexGuard<'_, T>> {
+        self.word.compare_exchange(0, tag(), Ordering::Acquire, Ordering::Relaxed).ok().map(|_| SharedMutexGuard { lock: self, inherited: false })
+    }
+
+    fn unlock(&self) {
+        let me = tag();
+        if self.word.compare_exchange(me, 0, Ordering::Release, Ordering::Relaxed).is_err() {
+            // The waiters bit: the kernel hands the lock to the first waiter.
+            if let Err(e) = sys::s3_unlock(self.word(), me as usize) {
+                panic!("SharedMutex at {:#x}: s3_unlock answered {e:?}", self.word());
+            }
+        }
+    }
+}
+
+impl<T> SharedMutexGuard<'_, T> {
+    /// Whether the lock came to this thread because its previous holder's program ended
+    /// holding it (what it guards may be half-updated).
+    pub fn inherited(&self) -> bool {
+        self.inherited
+    }
+}
+
+impl<T> Deref for SharedMutexGuard<'_, T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        // SAFETY: the guard owns the lock.
+        unsafe { &*self.lock.value.get() }
+    }
+}
+
+impl<T> DerefMut for SharedMutexGuard<'_, T> {
+    fn deref_mut(&mut self) -> &mut T {
+        // SAFETY: the guard owns the lock.
+        unsafe { &mut *self.lock.value.get() }
+    }
+}
+
+impl<T> Drop for SharedMutexGuard<'_, T> {
+    fn drop(&mut self) {
+        self.lock.unlock();
+    }
+}
+
+/// A barrier broke: a program ended while one of its threads waited at it, so the round can
+/// never be completed as planned (every later wait fails too).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BarrierBroken;
+
+/// A barrier for `count` threads of any programs sharing it, with batch release.
+#[repr(C)]
+pub struct SharedBarrier {
+    word: AtomicU64,
+    count: usize,
+}
+
+impl SharedBarrier {
+    /// A barrier for `count` threads. The kernel refuses a `count` of 0 or above
+    /// `tsumugi_abi::s3::MAX_BARRIER_COUNT` (`wait` then panics naming it).
+    pub const fn new(count: usize) -> Self {
+        SharedBarrier { word: AtomicU64::new(0), count }
+    }
+
+    /// Writes a barrier for `count` threads at `at` and returns it.
+    ///
+    /// # Safety
+    /// As [`SharedMutex::init_at`].
+    pub unsafe fn init_at<'a>(at: *mut Self, count: usize) -> &'a Self {
+        // SAFETY: the caller's promise.
+        unsafe {
+            at.write(Self::new(count));
+            &*at
+        }
+    }
+
+    /// The barrier word's address.
+    pub fn word(&self) -> usize {
+        &self.word as *const AtomicU64 as usize
+    }
+
+    /// Waits until `count` threads arrived in this round; `Ok(true)` for the round's last
+    /// arrival (its leader), which released the others.
+    pub fn wait(&self) -> Result<bool, BarrierBroken> {
+        let before = self.word.fetch_add(1, Ordering::AcqRel);
+        if before & barrier::BROKEN != 0 {
+            return Err(BarrierBroken);
+        }
+        let round = before / barrier::ROUND;
+        if (before & barrier::ARRIVED) as usize + 1 >= self.count {
+            let mut now = before + 1;
+            loop {
+                let next = (now & !(barrier::ARRIVED | barrier::SLEEPERS)) + barrier::ROUND;
+                match self.word.compare_exchange(now, next, Ordering::AcqRel, Ordering::Acquire) {
+                    Ok(_) => break,
+                    Err(seen) => now = seen,
+                }
+            }
+            if now & barrier::SLEEPERS != 0 {
+                let _ = sys::s3_wake(self.word(), usize::MAX);
+            }
+            return Ok(true);
+        }
+        loop {
+            let now = self.word.load(Ordering::Acquire);
+            if now & barrier::BROKEN != 0 {
+                return Err(BarrierBroken);
+            }
+            if now / barrier::ROUND != round {
+                return Ok(false);
+            }
+            match sys::s3_barrier(self.word(), now, self.count) {
+                Ok(_) => {}
+                Err(Some(Errno::Srch)) => return Err(BarrierBroken),
+                Err(Some(Errno::Again)) => {
+                    FALLBACKS.fetch_add(1, Ordering::Relaxed);
+                    for _ in 0..SPINS {
+                        if self.word.load(Ordering::Acquire) / barrier::ROUND != round {
+                            break;
+                        }
+                        core::hint::spin_loop();
+                    }
+                    crate::yield_now();
+                }
+                Err(e) => panic!("SharedBarrier at {:#x} for {}: s3_barrier answered {e:?}", self.word(), self.count),
+            }
+        }
+    }
+}
+
+/// How a [`SoftMutex`] waits: the soft-sync baselines S3 is measured against.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SoftStrategy {
+    /// Retry the compare-exchange until it succeeds.
+    Spin,
+    /// Spin a round, then yield the vCPU, and again.
+    SpinThenYield,
+    /// Futex-style (Drepper's three-state mutex): sleep in the kernel with `s3_wait`; a
+    /// release that saw waiters wakes one with `s3_wake`, which must retry.
+    FutexWait,
+}
+
+/// A lock shared between programs that waits without the kernel acquiring for it: the
+/// baselines of the `s3` benchmark.
+#[repr(C)]
+pub struct SoftMutex {
+    word: AtomicU64,
+    strategy: SoftStrategy,
+}
+
+impl SoftMutex {
+    /// A free lock that waits by `strategy`.
+    pub const fn new(strategy: SoftStrategy) -> Self {
+        SoftMutex { word: AtomicU64::new(0), strategy }
+    }
+
+    /// Takes the lock; returns the number of failed attempts (compare-exchanges that lost, or
+    /// wake-ups that found it taken again).
+    pub fn lock(&self) -> usize {
+        let mut failed = 0;
+        match self.strategy {
+            SoftStrategy::Spin | SoftStrategy::SpinThenYield => loop {
+                for _ in 0..SPINS {
+                    if self.word.compare_exchange(0, 1, Ordering::Acquire, Ordering::Relaxed).is_ok() {
+                        return failed;
+                    }
+                    failed += 1;
+                    core::hint::spin_loop();
+                }
+                if self.strategy == SoftStrategy::SpinThenYield {
+                    crate::yield_now();
+                }
+            },
+            SoftStrategy::FutexWait => {
+                // 0 free, 1 held, 2 held with sleepers.
+                let Err(mut seen) = self.word.compare_exchange(0, 1, Ordering::Acquire, Ordering::Relaxed) else { return 0 };
+                loop {
+                    failed += 1;
+                    if seen != 2 {
+                        seen = self.word.swap(2, Ordering::Acquire);
+                        if seen == 0 {
+                            return failed;
+                        }
+                    }
+                    let _ = sys::s3_wait(self.word(), 2);
+                    seen = self.word.swap(2, Ordering::Acquire);
+                    if seen == 0 {
+                        return failed;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Releases the lock.
+    pub fn unlock(&self) {
+        if self.word.swap(0, Ordering::Release) == 2 {
+            let _ = sys::s3_wake(self.word(), 1);
+        }
+    }
+
+    fn word(&self) -> usize {
+        &self.word as *const AtomicU64 as usize
+    }
+}

@@ -1,0 +1,33 @@
+//! The S3 table (seed 002, issue 16): a failed acquisition's cost with the kernel lock holder
+//! against soft-sync, and the paper's barrier model at 1, 2, 4 and 8 vCPUs (`s3_bench`,
+//! `s3_phases_{2,4,8}`).
+
+use super::catalog::{Arches, Bench, Runner, TableInfo, BOOT_TIMEOUT};
+
+/// The S3 table.
+pub const S3_TABLE: TableInfo = TableInfo {
+    table: "s3",
+    note: "S3 (seed 002): a failed acquisition costs software 384 then 258 cycles per retry, S3 \
+           254 then 0; barrier model (64 threads x ~500 instructions, one barrier per phase): \
+           S3 4.5x to 7.7x faster than soft-sync at 16 PEs. Ours: first/later_failure in \
+           instructions (later = what each of the holder's yields costs more with a waiter); \
+           phase_v<vCPUs>_g<groups>: instructions per phase (all CPUs, -icount), useful = 64 x \
+           the work, waste = the rest, s3_pct_of_soft = s3 / spin_then_yield (paper: 1 / 4.5 = 22 %)",
+    x_label: "row",
+    y_label: "instructions",
+    chart: &["s3", "spin_then_yield"],
+};
+
+/// The S3 benchmark: one boot on 8 CPUs running the four programs in turn.
+pub const S3: Bench = Bench {
+    name: "s3",
+    about: "S3 kernel lock holders and barriers vs soft-sync (s3_bench, s3_phases_*)",
+    arches: Arches::All,
+    runner: Runner::Qemu {
+        smp: 8,
+        boot_words: "quiet run=s3_bench,s3_phases_2,s3_phases_4,s3_phases_8",
+    },
+    suffix: "",
+    timeout: BOOT_TIMEOUT,
+    tables: &[S3_TABLE],
+};
