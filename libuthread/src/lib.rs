@@ -44,7 +44,7 @@
 //! - [`sys::perf_open`]`(`[`Event`]`::…)`, then [`sys::perf_start`] / [`sys::perf_read`]:
 //!   per-kernel-thread counters; an event the machine cannot count answers
 //!   `Err(Some(Errno::NotSup))`.
-//! - [`sys::counters`]`(`[`scope`]`::ALL_CPUS)`: the kernel's event counters ([`Counter`]) for
+//! - [`sys::counters`]`(`[`scope`](mod@scope)`::ALL_CPUS)`: the kernel's event counters ([`Counter`]) for
 //!   one CPU ([`scope::cpu`]), all CPUs, or the calling program ([`scope::DOMAIN`]).
 //!
 //! ```rust,ignore

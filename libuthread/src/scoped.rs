@@ -19,7 +19,7 @@ struct ScopeData {
     a_thread_panicked: AtomicBool,
 }
 
-/// A scope to spawn scoped threads in; see [`scope`].
+/// A scope to spawn scoped threads in; see [`scope`](fn@scope).
 pub struct Scope<'scope, 'env: 'scope> {
     data: Arc<ScopeData>,
     /// Invariant in `'scope` and `'env`, as std's (the threads may borrow for `'env`).
