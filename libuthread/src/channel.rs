@@ -10,9 +10,13 @@
 use alloc::collections::VecDeque;
 use alloc::sync::Arc;
 use core::fmt;
+#[cfg(not(loom))]
+use core::time::Duration;
 
-use crate::sched::blocking::{self, WaitList, WaitNode};
+use crate::sched::blocking::{self, WaitList, WaitNode, Waiter};
 use crate::spin::SpinLock;
+#[cfg(not(loom))]
+use crate::sync::timed;
 
 /// What a waiting receiver or sender carries.
 struct Slot<T>(Option<T>);
@@ -52,41 +56,13 @@ impl<T> Chan<T> {
         let mut node = WaitNode::new(Slot(Some(value)));
         let mut outcome = Ok(());
         let mut waited = false;
-        blocking::block(|me| {
-            let mut state = self.state.lock();
-            let value = node.data.0.take().expect("value");
-            if state.receivers == 0 {
-                outcome = Err(TrySendError::Disconnected(value));
-                return false;
-            }
-            let receiver = state.receiving.pop_front();
-            if !receiver.is_null() {
-                // Straight into a waiting receiver's slot.
-                // SAFETY: the receiver's node is live until we wake it; we own the wake-up.
-                unsafe {
-                    (*receiver).data.0 = Some(value);
-                    let waiter = (*receiver).waiter;
-                    drop(state);
-                    blocking::wake(waiter);
-                }
-                return false;
-            }
-            if state.bound.is_none_or(|bound| state.buffer.len() < bound) {
-                state.buffer.push_back(value);
-                return false;
-            }
-            if !block {
-                outcome = Err(TrySendError::Full(value));
-                return false;
-            }
-            node.data.0 = Some(value);
-            node.waiter = me;
-            // SAFETY: the node lives on this stack until a receiver (or the last receiver's
-            // drop) takes it off and wakes us.
-            unsafe { state.sending.push_back(&mut node) };
-            waited = true;
-            true
-        });
+        blocking::block(|me| self.publish_send(&mut node, me, block, &mut outcome, &mut waited));
+        Self::sent(&mut node, outcome, waited)
+    }
+
+    /// A send's outcome once it no longer waits.
+    #[inline(always)]
+    fn sent(node: &mut WaitNode<Slot<T>>, outcome: Result<(), TrySendError<T>>, waited: bool) -> Result<(), TrySendError<T>> {
         if waited {
             // A receiver took the value, or the channel lost its receivers and left it here.
             if let Some(value) = node.data.0.take() {
@@ -96,59 +72,174 @@ impl<T> Chan<T> {
         outcome
     }
 
+    /// Sends `value`, waiting for room until `deadline` (`platform::now_nanos` time).
+    #[cfg(not(loom))]
+    fn send_until(&self, value: T, deadline: u64) -> Result<(), SendTimeoutError<T>> {
+        let value = match self.send(value, false) {
+            Err(TrySendError::Full(value)) if !timed::expired(deadline) => value,
+            Err(TrySendError::Full(value)) => return Err(SendTimeoutError::Timeout(value)),
+            Err(TrySendError::Disconnected(value)) => return Err(SendTimeoutError::Disconnected(value)),
+            Ok(()) => return Ok(()),
+        };
+        let mut node = WaitNode::new(Slot(Some(value)));
+        let node: *mut WaitNode<Slot<T>> = &mut node;
+        let mut outcome = Ok(());
+        let mut waited = false;
+        // SAFETY: `node` is the one `publish_send` queues on `sending`.
+        let cancel = || unsafe { timed::unlink_and_wake(self.state.lock(), sending::<T>, node) };
+        // SAFETY (both derefs): the node lives on this stack until `block_until` returns.
+        let timed_out =
+            timed::block_until(deadline, |me| self.publish_send(unsafe { &mut *node }, me, true, &mut outcome, &mut waited), &cancel);
+        // SAFETY: as above; nobody else touches the node any more.
+        let node = unsafe { &mut *node };
+        if timed_out {
+            return Err(SendTimeoutError::Timeout(node.data.0.take().expect("a cancelled send keeps its value")));
+        }
+        Self::sent(node, outcome, waited).map_err(|e| match e {
+            TrySendError::Disconnected(v) | TrySendError::Full(v) => SendTimeoutError::Disconnected(v),
+        })
+    }
+
+    /// `send`'s publish step: hands the node's value over, buffers it, or (when `block`)
+    /// queues the node. Returns whether the caller must wait.
+    #[inline(always)]
+    fn publish_send(
+        &self,
+        node: &mut WaitNode<Slot<T>>,
+        me: Waiter,
+        block: bool,
+        outcome: &mut Result<(), TrySendError<T>>,
+        waited: &mut bool,
+    ) -> bool {
+        let mut state = self.state.lock();
+        let value = node.data.0.take().expect("value");
+        if state.receivers == 0 {
+            *outcome = Err(TrySendError::Disconnected(value));
+            return false;
+        }
+        let receiver = state.receiving.pop_front();
+        if !receiver.is_null() {
+            // Straight into a waiting receiver's slot.
+            // SAFETY: the receiver's node is live until we wake it; we own the wake-up.
+            unsafe {
+                (*receiver).data.0 = Some(value);
+                let waiter = (*receiver).waiter;
+                drop(state);
+                blocking::wake(waiter);
+            }
+            return false;
+        }
+        if state.bound.is_none_or(|bound| state.buffer.len() < bound) {
+            state.buffer.push_back(value);
+            return false;
+        }
+        if !block {
+            *outcome = Err(TrySendError::Full(value));
+            return false;
+        }
+        node.data.0 = Some(value);
+        node.waiter = me;
+        // SAFETY: the node lives on the sender's stack until a receiver (or the last
+        // receiver's drop, or a timed send's watchdog) takes it off and wakes it.
+        unsafe { state.sending.push_back(node) };
+        *waited = true;
+        true
+    }
+
     /// Receives a value, waiting for one when `block`.
     fn recv(&self, block: bool) -> Result<T, TryRecvError> {
         let mut node: WaitNode<Slot<T>> = WaitNode::new(Slot(None));
         let mut outcome = Err(TryRecvError::Empty);
         let mut waited = false;
-        blocking::block(|me| {
-            let mut state = self.state.lock();
-            if let Some(value) = state.buffer.pop_front() {
-                // Room freed: move the first waiting sender's value in.
-                let sender = state.sending.pop_front();
-                if !sender.is_null() {
-                    // SAFETY: the sender's node is live until woken; we own the wake-up.
-                    unsafe {
-                        let moved = (*sender).data.0.take().expect("sender value");
-                        state.buffer.push_back(moved);
-                        let waiter = (*sender).waiter;
-                        drop(state);
-                        blocking::wake(waiter);
-                    }
-                }
-                outcome = Ok(value);
-                return false;
-            }
-            let sender = state.sending.pop_front();
-            if !sender.is_null() {
-                // Rendezvous: take the value from the waiting sender.
-                // SAFETY: as above.
-                unsafe {
-                    outcome = Ok((*sender).data.0.take().expect("sender value"));
-                    let waiter = (*sender).waiter;
-                    drop(state);
-                    blocking::wake(waiter);
-                }
-                return false;
-            }
-            if state.senders == 0 {
-                outcome = Err(TryRecvError::Disconnected);
-                return false;
-            }
-            if !block {
-                return false;
-            }
-            node.waiter = me;
-            // SAFETY: the node lives on this stack until a sender (or the last sender's drop)
-            // takes it off and wakes us.
-            unsafe { state.receiving.push_back(&mut node) };
-            waited = true;
-            true
-        });
+        blocking::block(|me| self.publish_recv(&mut node, me, block, &mut outcome, &mut waited));
         if waited {
             return node.data.0.take().ok_or(TryRecvError::Disconnected);
         }
         outcome
+    }
+
+    /// Receives a value, waiting for one until `deadline` (`platform::now_nanos` time).
+    #[cfg(not(loom))]
+    fn recv_until(&self, deadline: u64) -> Result<T, RecvTimeoutError> {
+        match self.recv(false) {
+            Err(TryRecvError::Empty) if !timed::expired(deadline) => {}
+            Err(TryRecvError::Empty) => return Err(RecvTimeoutError::Timeout),
+            Err(TryRecvError::Disconnected) => return Err(RecvTimeoutError::Disconnected),
+            Ok(value) => return Ok(value),
+        }
+        let mut node: WaitNode<Slot<T>> = WaitNode::new(Slot(None));
+        let node: *mut WaitNode<Slot<T>> = &mut node;
+        let mut outcome = Err(TryRecvError::Empty);
+        let mut waited = false;
+        // SAFETY: `node` is the one `publish_recv` queues on `receiving`.
+        let cancel = || unsafe { timed::unlink_and_wake(self.state.lock(), receiving::<T>, node) };
+        // SAFETY (both derefs): the node lives on this stack until `block_until` returns.
+        let timed_out =
+            timed::block_until(deadline, |me| self.publish_recv(unsafe { &mut *node }, me, true, &mut outcome, &mut waited), &cancel);
+        if timed_out {
+            // Cancelled while queued: no sender reached the slot.
+            return Err(RecvTimeoutError::Timeout);
+        }
+        if waited {
+            // SAFETY: as above; nobody else touches the node any more.
+            return unsafe { (*node).data.0.take() }.ok_or(RecvTimeoutError::Disconnected);
+        }
+        outcome.map_err(|_| RecvTimeoutError::Disconnected)
+    }
+
+    /// `recv`'s publish step: takes a buffered or a waiting sender's value, or (when `block`)
+    /// queues the node. Returns whether the caller must wait.
+    #[inline(always)]
+    fn publish_recv(
+        &self,
+        node: &mut WaitNode<Slot<T>>,
+        me: Waiter,
+        block: bool,
+        outcome: &mut Result<T, TryRecvError>,
+        waited: &mut bool,
+    ) -> bool {
+        let mut state = self.state.lock();
+        if let Some(value) = state.buffer.pop_front() {
+            // Room freed: move the first waiting sender's value in.
+            let sender = state.sending.pop_front();
+            if !sender.is_null() {
+                // SAFETY: the sender's node is live until woken; we own the wake-up.
+                unsafe {
+                    let moved = (*sender).data.0.take().expect("sender value");
+                    state.buffer.push_back(moved);
+                    let waiter = (*sender).waiter;
+                    drop(state);
+                    blocking::wake(waiter);
+                }
+            }
+            *outcome = Ok(value);
+            return false;
+        }
+        let sender = state.sending.pop_front();
+        if !sender.is_null() {
+            // Rendezvous: take the value from the waiting sender.
+            // SAFETY: as above.
+            unsafe {
+                *outcome = Ok((*sender).data.0.take().expect("sender value"));
+                let waiter = (*sender).waiter;
+                drop(state);
+                blocking::wake(waiter);
+            }
+            return false;
+        }
+        if state.senders == 0 {
+            *outcome = Err(TryRecvError::Disconnected);
+            return false;
+        }
+        if !block {
+            return false;
+        }
+        node.waiter = me;
+        // SAFETY: the node lives on the receiver's stack until a sender (or the last
+        // sender's drop, or a timed receive's watchdog) takes it off and wakes it.
+        unsafe { state.receiving.push_back(node) };
+        *waited = true;
+        true
     }
 
     fn add_sender(&self) {
@@ -188,6 +279,18 @@ impl<T> Chan<T> {
         unsafe { blocking::wake_all(waiting) };
         drop(buffered);
     }
+}
+
+/// The list timed senders wait on (for `timed::unlink_and_wake`).
+#[cfg(not(loom))]
+fn sending<T>(state: &mut State<T>) -> &mut WaitList<Slot<T>> {
+    &mut state.sending
+}
+
+/// The list timed receivers wait on (for `timed::unlink_and_wake`).
+#[cfg(not(loom))]
+fn receiving<T>(state: &mut State<T>) -> &mut WaitList<Slot<T>> {
+    &mut state.receiving
 }
 
 /// The value could not be sent: every receiver is gone. Carries the value back.
@@ -246,6 +349,76 @@ impl<T> fmt::Display for TrySendError<T> {
 }
 impl<T> core::error::Error for TrySendError<T> {}
 
+/// Why a receive with a time-out failed (std's `RecvTimeoutError`).
+#[derive(PartialEq, Eq, Clone, Copy, Debug)]
+pub enum RecvTimeoutError {
+    /// Nothing arrived before the time ran out.
+    Timeout,
+    /// Empty, and every sender is gone.
+    Disconnected,
+}
+
+/// Why a send with a time-out failed (std's `SendTimeoutError`). Carries the value back.
+#[derive(PartialEq, Eq, Clone, Copy)]
+pub enum SendTimeoutError<T> {
+    /// No room (or, for a bound of 0, no receiver) before the time ran out.
+    Timeout(T),
+    /// Every receiver is gone.
+    Disconnected(T),
+}
+
+impl fmt::Display for RecvTimeoutError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RecvTimeoutError::Timeout => f.write_str("timed out waiting on channel"),
+            RecvTimeoutError::Disconnected => f.write_str("channel is empty and sending half is closed"),
+        }
+    }
+}
+impl core::error::Error for RecvTimeoutError {}
+
+impl From<RecvError> for RecvTimeoutError {
+    fn from(_: RecvError) -> Self {
+        RecvTimeoutError::Disconnected
+    }
+}
+
+impl From<RecvError> for TryRecvError {
+    fn from(_: RecvError) -> Self {
+        TryRecvError::Disconnected
+    }
+}
+
+impl<T> From<SendError<T>> for TrySendError<T> {
+    fn from(SendError(value): SendError<T>) -> Self {
+        TrySendError::Disconnected(value)
+    }
+}
+
+impl<T> From<SendError<T>> for SendTimeoutError<T> {
+    fn from(SendError(value): SendError<T>) -> Self {
+        SendTimeoutError::Disconnected(value)
+    }
+}
+
+impl<T> fmt::Debug for SendTimeoutError<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SendTimeoutError::Timeout(_) => f.write_str("Timeout(..)"),
+            SendTimeoutError::Disconnected(_) => f.write_str("Disconnected(..)"),
+        }
+    }
+}
+impl<T> fmt::Display for SendTimeoutError<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SendTimeoutError::Timeout(_) => f.write_str("timed out waiting on send operation"),
+            SendTimeoutError::Disconnected(_) => f.write_str("sending on a closed channel"),
+        }
+    }
+}
+impl<T> core::error::Error for SendTimeoutError<T> {}
+
 impl fmt::Display for RecvError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("receiving on a closed channel")
@@ -273,6 +446,117 @@ fn blocking_recv<T>(chan: &Chan<T>) -> Result<T, RecvError> {
     chan.recv(true).map_err(|_| RecvError)
 }
 
+/// What std gives both kinds of receiver beyond `recv`/`try_recv`/`iter`: `recv_timeout`,
+/// `try_iter` and `IntoIterator` (by reference and owning), written once for [`mpsc`] and
+/// [`mpmc`].
+#[cfg(not(loom))]
+macro_rules! receiver_extras {
+    () => {
+        impl<T> Receiver<T> {
+            /// Receives a value, waiting at most `timeout` for one (std's `recv_timeout`).
+            ///
+            /// ```
+            /// use std::time::Duration;
+            /// use libuthread::mpsc::{self, RecvTimeoutError};
+            /// libuthread::run(1, || {
+            ///     let (tx, rx) = mpsc::channel::<i32>();
+            ///     assert_eq!(rx.recv_timeout(Duration::from_millis(2)), Err(RecvTimeoutError::Timeout));
+            ///     tx.send(1).unwrap();
+            ///     assert_eq!(rx.recv_timeout(Duration::from_millis(2)), Ok(1));
+            ///     drop(tx);
+            ///     assert_eq!(rx.recv_timeout(Duration::from_secs(60)), Err(RecvTimeoutError::Disconnected));
+            /// });
+            /// ```
+            pub fn recv_timeout(&self, timeout: Duration) -> Result<T, RecvTimeoutError> {
+                self.chan.recv_until(timed::deadline_after(timeout))
+            }
+
+            /// Iterates over the values there are right now, without waiting (std's `try_iter`).
+            ///
+            /// ```
+            /// libuthread::run(1, || {
+            ///     let (tx, rx) = libuthread::mpsc::channel();
+            ///     tx.send(1).unwrap();
+            ///     tx.send(2).unwrap();
+            ///     assert_eq!(rx.try_iter().collect::<Vec<_>>(), [1, 2]);
+            ///     assert_eq!(rx.try_iter().count(), 0); // the sender lives, but nothing is there
+            /// });
+            /// ```
+            pub fn try_iter(&self) -> TryIter<'_, T> {
+                TryIter { receiver: self }
+            }
+        }
+
+        /// Non-blocking iterator of [`Receiver::try_iter`].
+        #[derive(Debug)]
+        pub struct TryIter<'a, T> {
+            receiver: &'a Receiver<T>,
+        }
+
+        impl<T> Iterator for TryIter<'_, T> {
+            type Item = T;
+            fn next(&mut self) -> Option<T> {
+                self.receiver.try_recv().ok()
+            }
+        }
+
+        impl<'a, T> IntoIterator for &'a Receiver<T> {
+            type Item = T;
+            type IntoIter = Iter<'a, T>;
+            fn into_iter(self) -> Iter<'a, T> {
+                self.iter()
+            }
+        }
+
+        /// Owning blocking iterator (`for value in receiver`).
+        #[derive(Debug)]
+        pub struct IntoIter<T> {
+            receiver: Receiver<T>,
+        }
+
+        impl<T> Iterator for IntoIter<T> {
+            type Item = T;
+            fn next(&mut self) -> Option<T> {
+                self.receiver.recv().ok()
+            }
+        }
+
+        impl<T> IntoIterator for Receiver<T> {
+            type Item = T;
+            type IntoIter = IntoIter<T>;
+            fn into_iter(self) -> IntoIter<T> {
+                IntoIter { receiver: self }
+            }
+        }
+    };
+}
+
+/// `send_timeout` for a bounded channel's sender, written once for [`mpsc::SyncSender`] and
+/// [`mpmc::Sender`].
+#[cfg(not(loom))]
+macro_rules! send_timeout {
+    ($sender:ident) => {
+        impl<T> $sender<T> {
+            /// Sends a value, waiting at most `timeout` for room (std's `send_timeout`); on
+            /// failure the value comes back in the error.
+            ///
+            /// ```
+            /// use std::time::Duration;
+            /// libuthread::run(1, || {
+            ///     let (tx, rx) = libuthread::mpmc::sync_channel(1);
+            ///     tx.send_timeout(1, Duration::from_millis(2)).unwrap();
+            ///     let full = tx.send_timeout(2, Duration::from_millis(2));
+            ///     assert!(matches!(full, Err(libuthread::mpmc::SendTimeoutError::Timeout(2))));
+            ///     assert_eq!(rx.recv().unwrap(), 1);
+            /// });
+            /// ```
+            pub fn send_timeout(&self, value: T, timeout: Duration) -> Result<(), SendTimeoutError<T>> {
+                self.chan.send_until(value, timed::deadline_after(timeout))
+            }
+        }
+    };
+}
+
 /// Multi-producer, single-consumer channels, shaped like `std::sync::mpsc`.
 ///
 /// ```
@@ -292,7 +576,7 @@ fn blocking_recv<T>(chan: &Chan<T>) -> Result<T, RecvError> {
 pub mod mpsc {
     use super::*;
 
-    pub use super::{RecvError, SendError, TryRecvError, TrySendError};
+    pub use super::{RecvError, RecvTimeoutError, SendError, SendTimeoutError, TryRecvError, TrySendError};
 
     /// An unbounded channel: `send` never waits.
     pub fn channel<T>() -> (Sender<T>, Receiver<T>) {
@@ -432,34 +716,10 @@ pub mod mpsc {
         }
     }
 
-    impl<'a, T> IntoIterator for &'a Receiver<T> {
-        type Item = T;
-        type IntoIter = Iter<'a, T>;
-        fn into_iter(self) -> Iter<'a, T> {
-            self.iter()
-        }
-    }
-
-    /// Owning blocking iterator.
-    #[derive(Debug)]
-    pub struct IntoIter<T> {
-        receiver: Receiver<T>,
-    }
-
-    impl<T> Iterator for IntoIter<T> {
-        type Item = T;
-        fn next(&mut self) -> Option<T> {
-            self.receiver.recv().ok()
-        }
-    }
-
-    impl<T> IntoIterator for Receiver<T> {
-        type Item = T;
-        type IntoIter = IntoIter<T>;
-        fn into_iter(self) -> IntoIter<T> {
-            IntoIter { receiver: self }
-        }
-    }
+    #[cfg(not(loom))]
+    receiver_extras!();
+    #[cfg(not(loom))]
+    send_timeout!(SyncSender);
 }
 
 /// Multi-producer, multi-consumer channels: both halves can be cloned; each value goes to one
@@ -487,7 +747,25 @@ pub mod mpsc {
 pub mod mpmc {
     use super::*;
 
-    pub use super::{RecvError, SendError, TryRecvError, TrySendError};
+    pub use super::{RecvError, RecvTimeoutError, SendError, SendTimeoutError, TryRecvError, TrySendError};
+
+    /// An unbounded channel, under std's `mpmc` name (the same as [`unbounded`]).
+    ///
+    /// ```
+    /// libuthread::run(1, || {
+    ///     let (tx, rx) = libuthread::mpmc::channel();
+    ///     tx.send(1).unwrap();
+    ///     assert_eq!(rx.clone().recv().unwrap(), 1);
+    /// });
+    /// ```
+    pub fn channel<T>() -> (Sender<T>, Receiver<T>) {
+        unbounded()
+    }
+
+    /// A bounded channel, under std's `mpmc` name (the same as [`bounded`]).
+    pub fn sync_channel<T>(bound: usize) -> (Sender<T>, Receiver<T>) {
+        bounded(bound)
+    }
 
     /// An unbounded channel.
     pub fn unbounded<T>() -> (Sender<T>, Receiver<T>) {
@@ -592,4 +870,9 @@ pub mod mpmc {
             self.receiver.recv().ok()
         }
     }
+
+    #[cfg(not(loom))]
+    receiver_extras!();
+    #[cfg(not(loom))]
+    send_timeout!(Sender);
 }

@@ -18,12 +18,13 @@ use alloc::collections::VecDeque;
 use alloc::format;
 use alloc::string::String;
 use alloc::sync::Arc;
+use alloc::vec;
 use alloc::vec::Vec;
 use core::cell::Cell;
 use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use core::time::Duration;
 
-use crate::{mpmc, mpsc, Barrier, Condvar, Mutex, Once, RwLock};
+use crate::{mpmc, mpsc, Barrier, Condvar, Instant, Mutex, MutexGuard, Once, RwLock, RwLockReadGuard, RwLockWriteGuard, TryLockError};
 
 /// One check's verdict.
 pub type Outcome = Result<(), String>;
@@ -46,6 +47,15 @@ pub const CHECKS: &[Check] = &[
     ("sleep_ordering", sleep_ordering),
     ("yield_storm_keeps_identity", yield_storm_keeps_identity),
     ("inline_child_blocks_like_a_thread", inline_child_blocks_like_a_thread),
+    ("condvar_wait_timeout", condvar_wait_timeout),
+    ("channel_timeouts", channel_timeouts),
+    ("channel_iterators_and_names", channel_iterators_and_names),
+    ("scoped_threads_borrow", scoped_threads_borrow),
+    ("lock_accessors_and_guards", lock_accessors_and_guards),
+    ("rwlock_downgrade_and_map", rwlock_downgrade_and_map),
+    ("once_force_and_wait", once_force_and_wait),
+    ("local_key_accessors", local_key_accessors),
+    ("sleep_until_and_parallelism", sleep_until_and_parallelism),
 ];
 
 /// Runs every check in order, calling `report(name, outcome)` after each. Call it from a user
@@ -608,5 +618,285 @@ fn sleep_ordering() -> Outcome {
     let mut sorted = order.clone();
     sorted.sort_unstable();
     ensure!(order == sorted, "woke in order {order:?}");
+    Ok(())
+}
+
+/// A long time-out: a wait that a notification ends must never reach it, however slowly the
+/// host runs (no check here depends on timing).
+const NEVER: Duration = Duration::from_secs(600);
+
+/// `now_nanos` readings, for "no time-out before its time".
+fn nanos_since(begin: u64) -> u64 {
+    crate::platform::now_nanos() - begin
+}
+
+/// `Condvar::wait_timeout` times out without a notification (not before its time, the mutex
+/// re-taken), returns without time-out when notified, and `wait_timeout_while` stops on the
+/// condition; a zero time-out still releases and re-takes the mutex.
+fn condvar_wait_timeout() -> Outcome {
+    let pair = Arc::new((Mutex::new(0u32), Condvar::new()));
+    let (lock, cv) = &*pair;
+    let begin = crate::platform::now_nanos();
+    let (guard, result) = cv.wait_timeout(lock.lock(), Duration::from_millis(20));
+    ensure!(result.timed_out(), "an unnotified wait did not time out");
+    ensure!(nanos_since(begin) >= 20_000_000, "timed out after {} ns of 20 ms", nanos_since(begin));
+    ensure!(lock.is_locked(), "the mutex was not re-taken");
+    drop(guard);
+    let (guard, result) = cv.wait_timeout(lock.lock(), Duration::ZERO);
+    ensure!(result.timed_out() && lock.is_locked(), "zero time-out");
+    drop(guard);
+    // Notified: many times over, so a lost or late cancel would show.
+    for round in 1..=50u32 {
+        let p = pair.clone();
+        let notifier = crate::spawn(move || {
+            *p.0.lock() = round;
+            p.1.notify_one();
+        });
+        let (guard, result) = cv.wait_timeout_while(lock.lock(), NEVER, |value| *value != round);
+        ensure!(!result.timed_out() && *guard == round, "round {round}: timed out {}, value {}", result.timed_out(), *guard);
+        drop(guard);
+        notifier.join().map_err(|_| String::from("notifier panicked"))?;
+    }
+    // Timed and untimed waiters together: notify_all wakes every one, the cancelled ones are
+    // off the list (a later notify_one does not pick a stale node).
+    let (guard, result) = cv.wait_timeout_while(lock.lock(), Duration::from_millis(5), |value| *value != 0);
+    ensure!(result.timed_out() && *guard == 50, "wait_timeout_while: timed out {}, value {}", result.timed_out(), *guard);
+    drop(guard);
+    cv.notify_one();
+    let waiters: Vec<_> = (0..4)
+        .map(|i| {
+            let p = pair.clone();
+            crate::spawn(move || {
+                let guard = p.0.lock();
+                if i % 2 == 0 {
+                    p.1.wait_timeout_while(guard, NEVER, |value| *value != 99).1.timed_out()
+                } else {
+                    drop(p.1.wait_while(guard, |value| *value != 99));
+                    false
+                }
+            })
+        })
+        .collect();
+    crate::yield_now();
+    *lock.lock() = 99;
+    cv.notify_all();
+    for w in waiters {
+        ensure!(!w.join().map_err(|_| String::from("waiter panicked"))?, "a notified timed waiter timed out");
+    }
+    Ok(())
+}
+
+/// `recv_timeout` and `send_timeout`: time-out (not early, the value given back), success,
+/// disconnection, and a rendezvous between a timed sender and a timed receiver.
+fn channel_timeouts() -> Outcome {
+    use mpsc::{RecvTimeoutError, SendTimeoutError};
+    let (tx, rx) = mpsc::sync_channel::<u32>(1);
+    let begin = crate::platform::now_nanos();
+    ensure!(rx.recv_timeout(Duration::from_millis(10)) == Err(RecvTimeoutError::Timeout), "empty recv_timeout");
+    ensure!(nanos_since(begin) >= 10_000_000, "recv timed out early");
+    ensure!(tx.send_timeout(1, Duration::from_millis(10)).is_ok(), "send_timeout with room");
+    let begin = crate::platform::now_nanos();
+    ensure!(matches!(tx.send_timeout(2, Duration::from_millis(10)), Err(SendTimeoutError::Timeout(2))), "full send_timeout");
+    ensure!(nanos_since(begin) >= 10_000_000, "send timed out early");
+    ensure!(rx.recv_timeout(NEVER) == Ok(1), "buffered value");
+    // A waiting timed receiver gets a value sent later.
+    let (tx2, rx2) = mpsc::channel::<u32>();
+    let receiver = crate::spawn(move || rx2.recv_timeout(NEVER));
+    crate::yield_now();
+    tx2.send(7).map_err(|_| String::from("receiver gone"))?;
+    ensure!(receiver.join().map_err(|_| String::from("receiver panicked"))? == Ok(7), "late value");
+    // Rendezvous: a timed sender meets a timed receiver, many times.
+    let (tx0, rx0) = mpmc::sync_channel::<u32>(0);
+    let receiver = crate::spawn(move || (0..100).map(|_| rx0.recv_timeout(NEVER)).filter(Result::is_ok).count());
+    for i in 0..100 {
+        ensure!(tx0.send_timeout(i, NEVER).is_ok(), "rendezvous send {i}");
+    }
+    ensure!(receiver.join().map_err(|_| String::from("receiver panicked"))? == 100, "rendezvous receives");
+    ensure!(matches!(tx0.send_timeout(5, NEVER), Err(SendTimeoutError::Disconnected(5))), "send to a gone receiver");
+    // A timed receiver waiting when the last sender goes.
+    let (tx3, rx3) = mpsc::channel::<u32>();
+    let receiver = crate::spawn(move || rx3.recv_timeout(NEVER));
+    crate::yield_now();
+    drop(tx3);
+    ensure!(
+        receiver.join().map_err(|_| String::from("receiver panicked"))? == Err(RecvTimeoutError::Disconnected),
+        "disconnection while waiting"
+    );
+    drop(tx);
+    ensure!(rx.recv_timeout(NEVER) == Err(RecvTimeoutError::Disconnected), "recv_timeout after the senders");
+    Ok(())
+}
+
+/// `try_iter`, `IntoIterator` (owning and by reference) for both receivers, and mpmc's std names.
+fn channel_iterators_and_names() -> Outcome {
+    let (tx, rx) = mpsc::channel();
+    for i in 0..3 {
+        tx.send(i).map_err(|_| String::from("send"))?;
+    }
+    ensure!(rx.try_iter().collect::<Vec<_>>() == [0, 1, 2], "try_iter");
+    ensure!(rx.try_iter().next().is_none(), "try_iter of an empty channel waited or invented a value");
+    tx.send(3).map_err(|_| String::from("send"))?;
+    drop(tx);
+    let mut by_ref = Vec::new();
+    for v in &rx {
+        by_ref.push(v);
+    }
+    ensure!(by_ref == [3], "for v in &rx: {by_ref:?}");
+    let (tx, rx) = mpmc::channel();
+    let (stx, srx) = mpmc::sync_channel(2);
+    tx.send(1).map_err(|_| String::from("send"))?;
+    stx.send(2).map_err(|_| String::from("send"))?;
+    drop((tx, stx));
+    let owned: Vec<i32> = rx.into_iter().chain(&srx).collect();
+    ensure!(owned == [1, 2], "mpmc iterators: {owned:?}");
+    Ok(())
+}
+
+/// `scope`: threads borrow the caller's data (one of them mutably), results come back through
+/// their handles, and the scope waits for the ones not joined.
+fn scoped_threads_borrow() -> Outcome {
+    let words = ["a", "bb", "ccc"];
+    let mut tally = 0usize;
+    let finished = AtomicUsize::new(0);
+    let lengths = crate::scope(|s| {
+        let handles: Vec<_> = words.iter().map(|w| s.spawn(|| w.len())).collect();
+        s.spawn(|| {
+            crate::yield_now();
+            finished.fetch_add(1, Ordering::SeqCst);
+        });
+        s.spawn(|| tally += 10);
+        handles.into_iter().map(|h| h.join().unwrap_or(0)).collect::<Vec<_>>()
+    });
+    ensure!(lengths == [1, 2, 3], "lengths {lengths:?}");
+    ensure!(finished.load(Ordering::SeqCst) == 1 && tally == 10, "the scope returned before its threads");
+    Ok(())
+}
+
+/// Accessors and guard maps of `Mutex`, `try_lock`'s error, and the std traits.
+fn lock_accessors_and_guards() -> Outcome {
+    fn unwind_safe<T: core::panic::UnwindSafe + core::panic::RefUnwindSafe>() {}
+    unwind_safe::<Mutex<Cell<u8>>>();
+    unwind_safe::<RwLock<Cell<u8>>>();
+    unwind_safe::<Condvar>();
+    unwind_safe::<Once>();
+    unwind_safe::<Barrier>();
+    let m = Mutex::new((1u32, String::from("x")));
+    ensure!(m.get_cloned() == (1, String::from("x")), "get_cloned");
+    m.set((2, String::from("y")));
+    ensure!(m.replace((3, String::new())) == (2, String::from("y")), "replace");
+    ensure!(m.with_mut(|v| core::mem::replace(&mut v.0, 4)) == 3, "with_mut");
+    {
+        let mut part = MutexGuard::map(m.lock(), |v| &mut v.1);
+        part.push('z');
+        ensure!(matches!(m.try_lock(), Err(TryLockError::WouldBlock)), "a mapped guard does not hold the lock");
+    }
+    ensure!(m.try_lock().is_ok(), "the mapped guard did not release");
+    ensure!(MutexGuard::filter_map(m.lock(), |_| None::<&mut u8>).is_err(), "filter_map None");
+    ensure!(m.get_cloned() == (4, String::from("z")), "after the maps");
+    // A contended lock released through a mapped guard hands off to the waiter.
+    let shared = Arc::new(Mutex::new(0u32));
+    let guard = MutexGuard::map(shared.lock(), |v| v);
+    let s = shared.clone();
+    let waiter = crate::spawn(move || s.with_mut(|v| *v += 1));
+    crate::yield_now();
+    drop(guard);
+    waiter.join().map_err(|_| String::from("waiter panicked"))?;
+    ensure!(shared.get_cloned() == 1, "hand-off through a mapped guard");
+    Ok(())
+}
+
+/// `RwLock` accessors, downgrade (readers get in, writers do not), guard maps, and a read
+/// guard that is covariant in `T`.
+fn rwlock_downgrade_and_map() -> Outcome {
+    fn covariant<'a>(guard: RwLockReadGuard<'static, &'static str>) -> RwLockReadGuard<'a, &'a str> {
+        guard
+    }
+    static NAME: RwLock<&str> = RwLock::new("name");
+    ensure!(*covariant(NAME.read()) == "name", "covariant guard");
+    let lock = Arc::new(RwLock::new(vec![1u32]));
+    ensure!(lock.get_cloned() == [1], "get_cloned");
+    lock.set(vec![2]);
+    ensure!(lock.replace(vec![3, 4]) == [2], "replace");
+    ensure!(lock.with(|v| v.len()) == 2 && lock.with_mut(|v| v.pop()) == Some(4), "with / with_mut");
+    let mut w = lock.write();
+    w.push(5);
+    // A reader and a writer queue while we write.
+    let (l1, l2) = (lock.clone(), lock.clone());
+    let reader = crate::spawn(move || l1.read().clone());
+    let writer = crate::spawn(move || l2.write().push(6));
+    crate::yield_now();
+    let r = RwLockWriteGuard::downgrade(w);
+    ensure!(*r == [3, 5], "downgraded value {:?}", *r);
+    ensure!(lock.try_write().is_err(), "a writer got in beside a downgraded guard");
+    let seen = reader.join().map_err(|_| String::from("reader panicked"))?;
+    ensure!(seen == [3, 5], "the reader saw {seen:?}");
+    drop(r);
+    writer.join().map_err(|_| String::from("writer panicked"))?;
+    ensure!(lock.get_cloned() == [3, 5, 6], "after the writer");
+    ensure!(*RwLockReadGuard::map(lock.read(), |v| &v[2]) == 6, "read map");
+    *RwLockWriteGuard::map(lock.write(), |v| &mut v[0]) = 0;
+    ensure!(RwLockReadGuard::filter_map(lock.read(), |v| v.get(9)).is_err(), "read filter_map None");
+    ensure!(lock.try_write().is_ok() && lock.get_cloned() == [0, 5, 6], "after the maps");
+    Ok(())
+}
+
+/// `call_once_force` sees an unpoisoned state, and `wait` returns once a call completed.
+fn once_force_and_wait() -> Outcome {
+    let once = Arc::new(Once::new());
+    let waiters: Vec<_> = (0..3)
+        .map(|_| {
+            let o = once.clone();
+            crate::spawn(move || {
+                o.wait();
+                o.is_completed()
+            })
+        })
+        .collect();
+    crate::yield_now();
+    let mut ran = 0;
+    once.call_once_force(|state| {
+        ran += usize::from(!state.is_poisoned());
+    });
+    once.call_once_force(|_| ran += 10);
+    ensure!(ran == 1, "ran {ran}");
+    for w in waiters {
+        ensure!(w.join().map_err(|_| String::from("waiter panicked"))?, "wait returned before completion");
+    }
+    once.wait();
+    Ok(())
+}
+
+crate::thread_local! {
+    static CELL: Cell<u32> = const { Cell::new(5) };
+    static LIST: core::cell::RefCell<Vec<u32>> = core::cell::RefCell::new(Vec::new());
+}
+
+/// `LocalKey`'s `Cell`/`RefCell` accessors, per user thread, and the `const { }` initialiser.
+fn local_key_accessors() -> Outcome {
+    let child = crate::spawn(|| {
+        CELL.set(1);
+        LIST.with_borrow_mut(|l| l.push(1));
+        (CELL.get(), LIST.take())
+    });
+    ensure!(CELL.get() == 5, "const initialiser");
+    CELL.set(6);
+    ensure!(CELL.replace(7) == 6 && CELL.take() == 7 && CELL.get() == 0, "Cell accessors");
+    LIST.set(vec![2]);
+    ensure!(LIST.with_borrow(|l| l.clone()) == [2] && LIST.replace(vec![]) == [2], "RefCell accessors");
+    ensure!(CELL.try_with(|c| c.get()) == Ok(0), "try_with");
+    let (cell, list) = child.join().map_err(|_| String::from("child panicked"))?;
+    ensure!(cell == 1 && list == [1], "the child's values: {cell}, {list:?}");
+    Ok(())
+}
+
+/// `sleep_until` does not return before its deadline (and at once for a past one);
+/// `available_parallelism` is the runtime's vCPU count.
+fn sleep_until_and_parallelism() -> Outcome {
+    let deadline = Instant::now() + Duration::from_millis(15);
+    crate::sleep_until(deadline);
+    ensure!(Instant::now() >= deadline, "woke before the deadline");
+    crate::sleep_until(deadline); // past: returns at once
+    let n = crate::available_parallelism().map_err(|e| format!("{e:?}"))?.get();
+    ensure!(n == crate::vcpu_count(), "available_parallelism {n} with {} vCPUs", crate::vcpu_count());
     Ok(())
 }

@@ -44,7 +44,7 @@
 //! - [`sys::perf_open`]`(`[`Event`]`::…)`, then [`sys::perf_start`] / [`sys::perf_read`]:
 //!   per-kernel-thread counters; an event the machine cannot count answers
 //!   `Err(Some(Errno::NotSup))`.
-//! - [`sys::counters`]`(`[`scope`]`::ALL_CPUS)`: the kernel's event counters ([`Counter`]) for
+//! - [`sys::counters`]`(`[`scope`](mod@scope)`::ALL_CPUS)`: the kernel's event counters ([`Counter`]) for
 //!   one CPU ([`scope::cpu`]), all CPUs, or the calling program ([`scope::DOMAIN`]).
 //!
 //! ```rust,ignore
@@ -169,6 +169,9 @@ mod runtime;
 mod task;
 #[cfg(not(loom))]
 #[cfg(mn_core)]
+mod scoped;
+#[cfg(not(loom))]
+#[cfg(mn_core)]
 mod thmb;
 #[cfg(not(loom))]
 #[cfg(mn_core)]
@@ -180,11 +183,14 @@ mod unwind;
 #[cfg(mn_core)]
 pub use channel::{mpmc, mpsc};
 #[cfg(mn_core)]
-pub use sync::{Barrier, BarrierWaitResult, Condvar, Mutex, MutexGuard, Once, RwLock, RwLockReadGuard, RwLockWriteGuard};
+pub use sync::{
+    Barrier, BarrierWaitResult, Condvar, MappedMutexGuard, MappedRwLockWriteGuard, Mutex, MutexGuard, Once, OnceState, RwLock,
+    RwLockReadGuard, RwLockWriteGuard, TryLockError, TryLockResult, WaitTimeoutResult,
+};
 
 #[cfg(not(loom))]
 #[cfg(mn_core)]
-pub use local::LocalKey;
+pub use local::{AccessError, LocalKey};
 #[cfg(not(loom))]
 #[cfg(mn_core)]
 pub use runtime::run;
@@ -193,7 +199,13 @@ pub use runtime::run;
 pub use thmb::{Thmb, RESUME_OFFSET, STATE_OFFSET, WINDOW_OFFSET};
 #[cfg(not(loom))]
 #[cfg(mn_core)]
-pub use thread::{current, current_vcpu, sleep, spawn, try_current, vcpu_count, yield_now, Builder, JoinHandle, Thread, ThreadId};
+pub use scoped::{scope, Scope, ScopedJoinHandle};
+#[cfg(not(loom))]
+#[cfg(mn_core)]
+pub use thread::{
+    available_parallelism, current, current_vcpu, sleep, sleep_until, spawn, try_current, vcpu_count, yield_now, Builder, Instant,
+    JoinHandle, Thread, ThreadId,
+};
 
 #[cfg(target_os = "none")]
 mod heap;

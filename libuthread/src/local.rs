@@ -4,6 +4,7 @@
 
 use alloc::boxed::Box;
 use core::any::Any;
+use core::cell::{Cell, RefCell};
 use core::marker::PhantomData;
 
 use crate::platform;
@@ -88,6 +89,111 @@ impl<T: 'static> LocalKey<T> {
     }
 }
 
+impl<T: 'static> LocalKey<T> {
+    /// Like [`with`](Self::with); never fails here (a value is reachable from its thread until
+    /// the thread exits, even from other values' destructors, which then see a fresh value), so
+    /// the `Result` only keeps std's shape.
+    pub fn try_with<F: FnOnce(&T) -> R, R>(&'static self, f: F) -> Result<R, AccessError> {
+        Ok(self.with(f))
+    }
+}
+
+/// The error of [`LocalKey::try_with`] (std's `AccessError`; never returned here).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AccessError;
+
+impl core::fmt::Display for AccessError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str("already destroyed")
+    }
+}
+
+impl core::error::Error for AccessError {}
+
+/// std's accessors for a `Cell` thread-local.
+///
+/// ```
+/// use std::cell::Cell;
+/// libuthread::thread_local!(static N: Cell<u32> = const { Cell::new(1) });
+/// libuthread::run(1, || {
+///     assert_eq!(N.get(), 1);
+///     N.set(2);
+///     assert_eq!(N.replace(3), 2);
+///     assert_eq!(N.take(), 3);
+///     assert_eq!(N.get(), 0);
+/// });
+/// ```
+impl<T: 'static> LocalKey<Cell<T>> {
+    /// Sets the calling thread's value.
+    pub fn set(&'static self, value: T) {
+        self.with(|cell| cell.set(value));
+    }
+
+    /// A copy of the calling thread's value.
+    pub fn get(&'static self) -> T
+    where
+        T: Copy,
+    {
+        self.with(Cell::get)
+    }
+
+    /// Takes the calling thread's value, leaving `T::default()`.
+    pub fn take(&'static self) -> T
+    where
+        T: Default,
+    {
+        self.with(Cell::take)
+    }
+
+    /// Replaces the calling thread's value, returning the old one.
+    pub fn replace(&'static self, value: T) -> T {
+        self.with(|cell| cell.replace(value))
+    }
+}
+
+/// std's accessors for a `RefCell` thread-local.
+///
+/// ```
+/// use std::cell::RefCell;
+/// libuthread::thread_local!(static V: RefCell<Vec<u32>> = RefCell::new(Vec::new()));
+/// libuthread::run(1, || {
+///     V.with_borrow_mut(|v| v.push(1));
+///     assert_eq!(V.with_borrow(|v| v.len()), 1);
+///     V.set(vec![2, 3]);
+///     assert_eq!(V.replace(Vec::new()), [2, 3]);
+///     assert!(V.take().is_empty());
+/// });
+/// ```
+impl<T: 'static> LocalKey<RefCell<T>> {
+    /// Calls `f` with a shared borrow of the calling thread's value.
+    pub fn with_borrow<R, F: FnOnce(&T) -> R>(&'static self, f: F) -> R {
+        self.with(|cell| f(&cell.borrow()))
+    }
+
+    /// Calls `f` with a mutable borrow of the calling thread's value.
+    pub fn with_borrow_mut<R, F: FnOnce(&mut T) -> R>(&'static self, f: F) -> R {
+        self.with(|cell| f(&mut cell.borrow_mut()))
+    }
+
+    /// Sets the calling thread's value.
+    pub fn set(&'static self, value: T) {
+        self.with(|cell| *cell.borrow_mut() = value);
+    }
+
+    /// Takes the calling thread's value, leaving `T::default()`.
+    pub fn take(&'static self) -> T
+    where
+        T: Default,
+    {
+        self.with(RefCell::take)
+    }
+
+    /// Replaces the calling thread's value, returning the old one.
+    pub fn replace(&'static self, value: T) -> T {
+        self.with(|cell| cell.replace(value))
+    }
+}
+
 impl<T: 'static> core::fmt::Debug for LocalKey<T> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("LocalKey").finish_non_exhaustive()
@@ -119,7 +225,8 @@ fn destroy_each(t: *mut Thmb) {
 }
 
 /// Declares user-thread-local statics, like `std::thread_local!`; each is a
-/// [`LocalKey`](crate::LocalKey).
+/// [`LocalKey`](crate::LocalKey). std's `const { … }` initialiser is accepted (the value is
+/// still created on a thread's first access: the ThMB's table has no static slots).
 ///
 /// ```
 /// use std::cell::RefCell;
@@ -132,6 +239,12 @@ fn destroy_each(t: *mut Thmb) {
 #[macro_export]
 macro_rules! thread_local {
     () => {};
+    ($(#[$attr:meta])* $vis:vis static $name:ident: $t:ty = const { $init:expr }; $($rest:tt)*) => {
+        $crate::thread_local!($(#[$attr])* $vis static $name: $t = $init; $($rest)*);
+    };
+    ($(#[$attr:meta])* $vis:vis static $name:ident: $t:ty = const { $init:expr }) => {
+        $crate::thread_local!($(#[$attr])* $vis static $name: $t = $init;);
+    };
     ($(#[$attr:meta])* $vis:vis static $name:ident: $t:ty = $init:expr; $($rest:tt)*) => {
         $(#[$attr])* $vis static $name: $crate::LocalKey<$t> = $crate::LocalKey::new({
             fn __init() -> $t { $init }

@@ -142,6 +142,102 @@ pub fn sleep(duration: Duration) {
     platform::sleep_current(nanos)
 }
 
+/// Blocks the calling thread until `deadline` (std's `thread::sleep_until`); returns at once
+/// when it has passed.
+///
+/// ```
+/// use libuthread::Instant;
+/// use std::time::Duration;
+/// libuthread::run(1, || {
+///     let deadline = Instant::now() + Duration::from_millis(3);
+///     libuthread::sleep_until(deadline);
+///     assert!(Instant::now() >= deadline);
+/// });
+/// ```
+pub fn sleep_until(deadline: Instant) {
+    let now = Instant::now();
+    if deadline > now {
+        sleep(deadline.duration_since(now));
+    }
+}
+
+/// A point in monotonic time, for [`sleep_until`]: hosted, `std::time::Instant` itself; on
+/// Tsumugi a type with the same basic operations over `Clock::MonotonicNanos`.
+#[cfg(not(target_os = "none"))]
+pub use std::time::Instant;
+
+/// A point in monotonic time (nanoseconds since boot), for [`sleep_until`]; the subset of
+/// `std::time::Instant` a program needs.
+#[cfg(target_os = "none")]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Instant(u64);
+
+#[cfg(target_os = "none")]
+impl Instant {
+    /// Now.
+    pub fn now() -> Instant {
+        Instant(platform::now_nanos())
+    }
+
+    /// Time from `earlier` to `self` (zero if `earlier` is later, as std does now).
+    pub fn duration_since(&self, earlier: Instant) -> Duration {
+        Duration::from_nanos(self.0.saturating_sub(earlier.0))
+    }
+
+    /// Same as [`duration_since`](Self::duration_since).
+    pub fn saturating_duration_since(&self, earlier: Instant) -> Duration {
+        self.duration_since(earlier)
+    }
+
+    /// Time since `self`.
+    pub fn elapsed(&self) -> Duration {
+        Instant::now().duration_since(*self)
+    }
+
+    /// `self + duration`, if representable.
+    pub fn checked_add(&self, duration: Duration) -> Option<Instant> {
+        u64::try_from(duration.as_nanos()).ok().and_then(|d| self.0.checked_add(d)).map(Instant)
+    }
+
+    /// `self - duration`, if representable.
+    pub fn checked_sub(&self, duration: Duration) -> Option<Instant> {
+        u64::try_from(duration.as_nanos()).ok().and_then(|d| self.0.checked_sub(d)).map(Instant)
+    }
+}
+
+#[cfg(target_os = "none")]
+impl core::ops::Add<Duration> for Instant {
+    type Output = Instant;
+    fn add(self, duration: Duration) -> Instant {
+        self.checked_add(duration).expect("overflow when adding duration to instant")
+    }
+}
+
+#[cfg(target_os = "none")]
+impl core::ops::Sub<Instant> for Instant {
+    type Output = Duration;
+    fn sub(self, earlier: Instant) -> Duration {
+        self.duration_since(earlier)
+    }
+}
+
+/// How many threads can usefully run at once (std's `thread::available_parallelism`): inside
+/// [`run`](crate::run) the runtime's vCPU count, outside it the platform's default (the
+/// number of CPUs). Never fails here; the `Result` keeps std's shape (with [`Errno`](crate::Errno)
+/// for std's `io::Error`, which a `no_std` library does not have).
+///
+/// ```
+/// libuthread::run(3, || assert_eq!(libuthread::available_parallelism().unwrap().get(), 3));
+/// assert!(libuthread::available_parallelism().unwrap().get() >= 1);
+/// ```
+pub fn available_parallelism() -> Result<NonZeroUsize, crate::Errno> {
+    let n = match vcpu_count() {
+        0 => platform::default_vcpus(),
+        n => n,
+    };
+    Ok(NonZeroUsize::new(n).unwrap_or(NonZeroUsize::MIN))
+}
+
 /// Spawns a thread running `f` with the default settings; see [`Builder`].
 ///
 /// Creation is lazy: this takes a ThMB (from the vCPU's pool, the closure stored inline when

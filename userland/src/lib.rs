@@ -105,6 +105,7 @@ pub mod stress {
             self.next() % n
         }
     }
+}
 
 /// The cross-program S3 test (`s3_waiter+s3_holder`): the waiter makes a region, grants it to
 /// the holder's thread and publishes it; the layout below lies at its start.

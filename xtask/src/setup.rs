@@ -26,6 +26,8 @@ const DEBIAN_CARGO: &str = "/usr/bin/cargo";
 const DEBIAN_TOOLCHAIN_PACKAGES: [&str; 3] = ["rustc-web", "cargo-web", "rust-web-src"];
 /// Debian package that provides `ld.lld`.
 const DEBIAN_LINKER_PACKAGE: &str = "lld";
+/// Debian package that provides the debugger `cargo xtask gdb` starts.
+const DEBIAN_DEBUGGER_PACKAGE: &str = "gdb-multiarch";
 /// File whose presence says the system is Debian or derived from it.
 const DEBIAN_MARKER: &str = "/etc/debian_version";
 /// The LLVM linker as Debian and most distributions install it.
@@ -156,7 +158,25 @@ pub fn run(args: &SetupArgs) -> Result<u8> {
         None => Arch::supported(),
     };
     ensure(&arches)?;
+    ensure_debugger()?;
     Ok(0)
+}
+
+/// Makes sure `cargo xtask gdb`'s debugger is there (installed like the rest when allowed; not
+/// needed to build or boot, so only `setup` itself installs it).
+fn ensure_debugger() -> Result<()> {
+    if crate::cmd::find_in_path(crate::gdb::GDB).is_some() {
+        return Ok(());
+    }
+    if is_root() && Path::new(DEBIAN_MARKER).exists() {
+        eprintln!("setup: installing Debian packages: {DEBIAN_DEBUGGER_PACKAGE}");
+        return install_debian_packages(&[DEBIAN_DEBUGGER_PACKAGE]);
+    }
+    eprintln!(
+        "setup: `{}` (for `cargo xtask gdb`) is missing; on Debian/Ubuntu: sudo apt-get install -y {DEBIAN_DEBUGGER_PACKAGE}",
+        crate::gdb::GDB
+    );
+    Ok(())
 }
 
 /// Finds everything building and booting `arches` needs, installing Debian packages if allowed.
@@ -205,6 +225,7 @@ fn report(tools: &Tools) {
 fn debian_packages() -> Vec<&'static str> {
     let mut packages = DEBIAN_TOOLCHAIN_PACKAGES.to_vec();
     packages.push(DEBIAN_LINKER_PACKAGE);
+    packages.push(DEBIAN_DEBUGGER_PACKAGE);
     for arch in Arch::ALL {
         if !packages.contains(&arch.debian_qemu_package()) {
             packages.push(arch.debian_qemu_package());
@@ -378,7 +399,7 @@ mod tests {
     fn installs_the_documented_package_list() {
         assert_eq!(
             debian_packages().join(" "),
-            "rustc-web cargo-web rust-web-src lld qemu-system-x86 qemu-system-misc qemu-system-arm"
+            "rustc-web cargo-web rust-web-src lld gdb-multiarch qemu-system-x86 qemu-system-misc qemu-system-arm"
         );
     }
 

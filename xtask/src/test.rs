@@ -33,6 +33,8 @@ pub const LOG_TAIL_LINES: usize = 40;
 pub const NEW_PROGRAM_SUITE: &str = "new-program";
 /// Suite booting the programs given with `--program`.
 pub const PROGRAMS_SUITE: &str = "programs";
+/// Name of the suite of the scripted gdb session (`cargo xtask gdb`).
+pub const GDB_SUITE: &str = "gdb";
 /// Name of the crate (and program) the `new-program` suite makes.
 pub const NEW_PROGRAM: &str = "fresh_program";
 /// Name of the crate that does not compile, which the `new-program` suite must see refused.
@@ -119,6 +121,37 @@ fn new_program_suite() -> Suite {
             Check::Halting(0),
         ],
     }
+}
+
+/// The `gdb` suite: the program the scripted gdb session stops in runs to its end on its own;
+/// then (see [`gdb_session`]) `cargo xtask gdb --batch xtask/gdb/selftest.gdb` must show it.
+fn gdb_suite() -> Suite {
+    Suite {
+        name: GDB_SUITE,
+        smp: 1,
+        boot_words: crate::gdb::SELFTEST_BOOT.to_string(),
+        timeout: suites::KERNEL_SUITE_TIMEOUT,
+        expected: Expected::Status(suites::STATUS_SUCCESS),
+        checks: vec![Check::DomainExited { program: "uthread_kn".to_string(), status: 0 }, Check::Halting(0)],
+    }
+}
+
+/// Runs the scripted gdb session on `arch` and records whether it printed what it must.
+fn gdb_session(arch: Arch, artifacts: &Artifacts, tally: &mut Tally) {
+    let group = format!("{arch}/{GDB_SUITE}");
+    let description = format!(
+        "a scripted `cargo xtask gdb` session ({}) lists the program, its CPU and a user thread's backtrace",
+        crate::gdb::SELFTEST_SCRIPT
+    );
+    let (passed, detail) = match crate::gdb::selftest(arch, artifacts) {
+        Ok((missing, _)) if missing.is_empty() => (true, "ok".to_string()),
+        Ok((missing, text)) => {
+            print_tail(&text, &workspace_root().join(format!("target/gdb/{}-gdb.log", arch.name())));
+            (false, format!("missing: {}", missing.join("; ")))
+        }
+        Err(error) => (false, format!("{error:#}")),
+    };
+    tally.record(&group, &CheckResult { description, passed, detail });
 }
 
 /// The `programs` suite: every program named runs and exits with 0.
@@ -220,6 +253,7 @@ pub fn run(args: &TestArgs) -> Result<u8> {
             format!("{arch} is supported but the tests crate defines no suites for it")
         })?;
         suites.push(new_program_suite());
+        suites.push(gdb_suite());
         if !extra_names.is_empty() {
             suites.push(programs_suite(&extra_names));
         }
@@ -278,7 +312,10 @@ pub fn run(args: &TestArgs) -> Result<u8> {
                 if let Some(fixtures) = fixtures {
                     programs.push(fixtures.fresh.clone());
                 }
-                run_arch(tools, *arch, suites, args.release, &programs, &mut tally);
+                let artifacts = run_arch(tools, *arch, suites, args.release, &programs, &mut tally);
+                if let Some(artifacts) = artifacts.filter(|_| suites.iter().any(|s| s.name == GDB_SUITE)) {
+                    gdb_session(*arch, &artifacts, &mut tally);
+                }
                 if let Some(fixtures) = fixtures {
                     refuses_broken_crate(tools, *arch, args.release, &fixtures.broken, &mut tally);
                     docs_build(tools, *arch, args.release, &fixtures.examples, &mut tally);
@@ -396,17 +433,18 @@ fn docs_build(tools: &Tools, arch: Arch, release: bool, examples: &(PathBuf, usi
 
 /// Builds for `arch` (with the programs of `programs` too) and runs its suites, one after
 /// another.
-fn run_arch(tools: &Tools, arch: Arch, suites: &[Suite], release: bool, programs: &[PathBuf], tally: &mut Tally) {
+fn run_arch(tools: &Tools, arch: Arch, suites: &[Suite], release: bool, programs: &[PathBuf], tally: &mut Tally) -> Option<Artifacts> {
     let artifacts = match build::build_with(tools, arch, release, programs) {
         Ok(artifacts) => artifacts,
         Err(error) => {
             tally.could_not_run(arch.name(), "build", &error);
-            return;
+            return None;
         }
     };
     for suite in suites {
         run_suite(arch, suite, &artifacts, tally);
     }
+    Some(artifacts)
 }
 
 /// Where a suite's serial log goes: `target/test-logs/<arch>-<suite>.log`.

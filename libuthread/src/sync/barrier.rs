@@ -1,6 +1,7 @@
 //! A barrier with batch release.
 
 use core::fmt;
+use core::panic::{RefUnwindSafe, UnwindSafe};
 
 use crate::sched::blocking::{self, WaitList, WaitNode};
 use crate::spin::SpinLock;
@@ -81,6 +82,10 @@ impl Barrier {
         BarrierWaitResult(leader)
     }
 }
+
+// As std's: a panic while waiting leaves the barrier usable.
+impl UnwindSafe for Barrier {}
+impl RefUnwindSafe for Barrier {}
 
 impl fmt::Debug for Barrier {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

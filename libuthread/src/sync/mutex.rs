@@ -4,6 +4,8 @@ use core::cell::UnsafeCell;
 use core::fmt;
 use core::marker::PhantomData;
 use core::ops::{Deref, DerefMut};
+use core::panic::{RefUnwindSafe, UnwindSafe};
+use core::ptr::NonNull;
 
 use crate::sched::blocking::{self, WaitList, WaitNode};
 use crate::prim::{AtomicU32, Ordering};
@@ -33,15 +35,44 @@ const WAITERS: u32 = 2;
 /// });
 /// ```
 pub struct Mutex<T: ?Sized> {
-    state: AtomicU32,
-    waiters: SpinLock<WaitList<()>>,
+    raw: RawMutex,
     value: UnsafeCell<T>,
 }
+
+/// The lock itself, apart from the value (what a [`MappedMutexGuard`] releases).
+pub(crate) struct RawMutex {
+    state: AtomicU32,
+    waiters: SpinLock<WaitList<()>>,
+}
+
+/// Why [`Mutex::try_lock`] (and `RwLock::try_read`/`try_write`) failed: std's `TryLockError`
+/// without its `Poisoned` case, since these locks are never poisoned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TryLockError {
+    /// The lock is held (in a conflicting mode) right now.
+    WouldBlock,
+}
+
+/// The result of a `try_lock`/`try_read`/`try_write` (std's `TryLockResult`).
+pub type TryLockResult<Guard> = Result<Guard, TryLockError>;
+
+impl fmt::Display for TryLockError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("try_lock failed because the operation would block")
+    }
+}
+
+impl core::error::Error for TryLockError {}
 
 // SAFETY: the lock hands `&mut T` to one holder at a time, so `T: Send` suffices, as in std.
 unsafe impl<T: ?Sized + Send> Send for Mutex<T> {}
 // SAFETY: as above.
 unsafe impl<T: ?Sized + Send> Sync for Mutex<T> {}
+
+// As std's: never poisoned here, so a panic while holding the lock leaves nothing inconsistent
+// that the type system would have to flag.
+impl<T: ?Sized> UnwindSafe for Mutex<T> {}
+impl<T: ?Sized> RefUnwindSafe for Mutex<T> {}
 
 impl<T> Mutex<T> {
     /// An unlocked mutex holding `value`.
@@ -52,13 +83,13 @@ impl<T> Mutex<T> {
     /// ```
     #[cfg(not(loom))]
     pub const fn new(value: T) -> Self {
-        Mutex { state: AtomicU32::new(0), waiters: SpinLock::new(WaitList::new()), value: UnsafeCell::new(value) }
+        Mutex { raw: RawMutex { state: AtomicU32::new(0), waiters: SpinLock::new(WaitList::new()) }, value: UnsafeCell::new(value) }
     }
 
     /// An unlocked mutex holding `value`.
     #[cfg(loom)]
     pub fn new(value: T) -> Self {
-        Mutex { state: AtomicU32::new(0), waiters: SpinLock::new(WaitList::new()), value: UnsafeCell::new(value) }
+        Mutex { raw: RawMutex { state: AtomicU32::new(0), waiters: SpinLock::new(WaitList::new()) }, value: UnsafeCell::new(value) }
     }
 
     /// The value, consuming the mutex.
@@ -68,6 +99,42 @@ impl<T> Mutex<T> {
     /// ```
     pub fn into_inner(self) -> T {
         self.value.into_inner()
+    }
+
+    /// A copy of the value (std's `Mutex::get_cloned`, without the poison error).
+    ///
+    /// ```
+    /// let m = libuthread::Mutex::new(7);
+    /// libuthread::run(1, move || assert_eq!(m.get_cloned(), 7));
+    /// ```
+    pub fn get_cloned(&self) -> T
+    where
+        T: Clone,
+    {
+        self.lock().clone()
+    }
+
+    /// Stores `value`, dropping the old one (after releasing the lock, as std does).
+    ///
+    /// ```
+    /// let m = libuthread::Mutex::new(1);
+    /// libuthread::run(1, move || {
+    ///     m.set(2);
+    ///     assert_eq!(m.get_cloned(), 2);
+    /// });
+    /// ```
+    pub fn set(&self, value: T) {
+        drop(self.replace(value));
+    }
+
+    /// Stores `value` and returns the old one.
+    ///
+    /// ```
+    /// let m = libuthread::Mutex::new(1);
+    /// libuthread::run(1, move || assert_eq!(m.replace(2), 1));
+    /// ```
+    pub fn replace(&self, value: T) -> T {
+        core::mem::replace(&mut *self.lock(), value)
     }
 }
 
@@ -81,26 +148,37 @@ impl<T: ?Sized> Mutex<T> {
     /// libuthread::run(1, move || *m.lock() += 1);
     /// ```
     pub fn lock(&self) -> MutexGuard<'_, T> {
-        if self.state.compare_exchange(0, LOCKED, Ordering::Acquire, Ordering::Relaxed).is_err() {
-            self.lock_slow();
+        if self.raw.state.compare_exchange(0, LOCKED, Ordering::Acquire, Ordering::Relaxed).is_err() {
+            self.raw.lock_slow();
         }
         MutexGuard { mutex: self, _not_send: PhantomData }
     }
 
-    /// Takes the lock if it is free.
+    /// Calls `f` with the value, under the lock (std's `Mutex::with_mut`).
     ///
     /// ```
+    /// let m = libuthread::Mutex::new(vec![1]);
+    /// libuthread::run(1, move || assert_eq!(m.with_mut(|v| { v.push(2); v.len() }), 2));
+    /// ```
+    pub fn with_mut<R, F: FnOnce(&mut T) -> R>(&self, f: F) -> R {
+        f(&mut self.lock())
+    }
+
+    /// Takes the lock if it is free; otherwise `Err(TryLockError::WouldBlock)`.
+    ///
+    /// ```
+    /// use libuthread::TryLockError;
     /// let m = libuthread::Mutex::new(());
     /// let g = m.try_lock().unwrap();
-    /// assert!(m.try_lock().is_none());
+    /// assert!(matches!(m.try_lock(), Err(TryLockError::WouldBlock)));
     /// drop(g);
-    /// assert!(m.try_lock().is_some());
+    /// assert!(m.try_lock().is_ok());
     /// ```
-    pub fn try_lock(&self) -> Option<MutexGuard<'_, T>> {
-        self.state
-            .compare_exchange(0, LOCKED, Ordering::Acquire, Ordering::Relaxed)
-            .ok()
-            .map(|_| MutexGuard { mutex: self, _not_send: PhantomData })
+    pub fn try_lock(&self) -> TryLockResult<MutexGuard<'_, T>> {
+        match self.raw.state.compare_exchange(0, LOCKED, Ordering::Acquire, Ordering::Relaxed) {
+            Ok(_) => Ok(MutexGuard { mutex: self, _not_send: PhantomData }),
+            Err(_) => Err(TryLockError::WouldBlock),
+        }
     }
 
     /// Whether the lock is held right now (a hint: it may change at once).
@@ -111,7 +189,7 @@ impl<T: ?Sized> Mutex<T> {
     /// assert!(m.is_locked());
     /// ```
     pub fn is_locked(&self) -> bool {
-        self.state.load(Ordering::Relaxed) & LOCKED != 0
+        self.raw.state.load(Ordering::Relaxed) & LOCKED != 0
     }
 
     /// The value, through exclusive access to the mutex itself.
@@ -125,6 +203,27 @@ impl<T: ?Sized> Mutex<T> {
         self.value.get_mut()
     }
 
+    /// Releases the lock held by the caller (the guard's drop).
+    ///
+    /// # Safety
+    /// The caller holds the lock and gives up its guard.
+    pub(crate) unsafe fn unlock(&self) {
+        // SAFETY: forwarded.
+        unsafe { self.raw.unlock() }
+    }
+
+    /// Gives the lock to a thread that is about to wait on a condition variable: like
+    /// `unlock`, but usable from inside `block`'s publish step.
+    ///
+    /// # Safety
+    /// As [`Mutex::unlock`].
+    pub(crate) unsafe fn unlock_for_wait(&self) {
+        // SAFETY: forwarded.
+        unsafe { self.raw.unlock() }
+    }
+}
+
+impl RawMutex {
     #[cold]
     fn lock_slow(&self) {
         let mut node = WaitNode::new(());
@@ -154,11 +253,12 @@ impl<T: ?Sized> Mutex<T> {
         // Here we own the lock: taken in `publish`, or handed over by `unlock`.
     }
 
-    /// Releases the lock held by the caller (the guard's drop).
+    /// Releases the lock held by the caller.
     ///
     /// # Safety
     /// The caller holds the lock and gives up its guard.
-    pub(crate) unsafe fn unlock(&self) {
+    #[inline]
+    unsafe fn unlock(&self) {
         if self.state.compare_exchange(LOCKED, 0, Ordering::Release, Ordering::Relaxed).is_err() {
             self.unlock_slow();
         }
@@ -181,16 +281,6 @@ impl<T: ?Sized> Mutex<T> {
         // SAFETY: we took the node off the list, so the wake-up is ours.
         unsafe { blocking::wake(waiter) };
     }
-
-    /// Gives the lock to a thread that is about to wait on a condition variable: like
-    /// `unlock`, but usable from inside `block`'s publish step.
-    ///
-    /// # Safety
-    /// As [`Mutex::unlock`].
-    pub(crate) unsafe fn unlock_for_wait(&self) {
-        // SAFETY: forwarded.
-        unsafe { self.unlock() }
-    }
 }
 
 impl<T: Default> Default for Mutex<T> {
@@ -202,8 +292,8 @@ impl<T: Default> Default for Mutex<T> {
 impl<T: ?Sized + fmt::Debug> fmt::Debug for Mutex<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.try_lock() {
-            Some(guard) => f.debug_struct("Mutex").field("data", &&*guard).finish(),
-            None => f.debug_struct("Mutex").field("data", &format_args!("<locked>")).finish(),
+            Ok(guard) => f.debug_struct("Mutex").field("data", &&*guard).finish(),
+            Err(_) => f.debug_struct("Mutex").field("data", &format_args!("<locked>")).finish(),
         }
     }
 }
@@ -241,6 +331,102 @@ impl<T: ?Sized> Drop for MutexGuard<'_, T> {
 }
 
 impl<T: ?Sized + fmt::Debug> fmt::Debug for MutexGuard<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&**self, f)
+    }
+}
+
+impl<'a, T: ?Sized> MutexGuard<'a, T> {
+    /// A guard for a part of the locked value (std's `MutexGuard::map`); the lock is released
+    /// when the returned guard drops.
+    ///
+    /// ```
+    /// use libuthread::{Mutex, MutexGuard};
+    /// let m = Mutex::new((1, 2));
+    /// libuthread::run(1, move || {
+    ///     *MutexGuard::map(m.lock(), |pair| &mut pair.1) += 40;
+    ///     assert_eq!(m.get_cloned(), (1, 42));
+    /// });
+    /// ```
+    pub fn map<U: ?Sized, F: FnOnce(&mut T) -> &mut U>(orig: Self, f: F) -> MappedMutexGuard<'a, U> {
+        let raw = &orig.mutex.raw;
+        // SAFETY: the guard proves we hold the lock; `orig` is forgotten below, so the value
+        // is reached only through the mapped guard, which releases the lock.
+        let data = NonNull::from(f(unsafe { &mut *orig.mutex.value.get() }));
+        core::mem::forget(orig);
+        MappedMutexGuard { data, raw, _marker: PhantomData }
+    }
+
+    /// Like [`map`](Self::map), but `f` may decline (then the original guard comes back).
+    ///
+    /// ```
+    /// use libuthread::{Mutex, MutexGuard};
+    /// let m = Mutex::new(vec![1, 2]);
+    /// libuthread::run(1, move || {
+    ///     assert!(MutexGuard::filter_map(m.lock(), |v| v.get_mut(5)).is_err());
+    ///     *MutexGuard::filter_map(m.lock(), |v| v.get_mut(1)).unwrap() = 3;
+    ///     assert_eq!(m.get_cloned(), [1, 3]);
+    /// });
+    /// ```
+    pub fn filter_map<U: ?Sized, F: FnOnce(&mut T) -> Option<&mut U>>(orig: Self, f: F) -> Result<MappedMutexGuard<'a, U>, Self> {
+        let raw = &orig.mutex.raw;
+        // SAFETY: as in `map`; on `None` the borrow ends here and `orig` stays the holder.
+        match f(unsafe { &mut *orig.mutex.value.get() }).map(NonNull::from) {
+            Some(data) => {
+                core::mem::forget(orig);
+                Ok(MappedMutexGuard { data, raw, _marker: PhantomData })
+            }
+            None => Err(orig),
+        }
+    }
+}
+
+/// A [`MutexGuard`] narrowed to a part of the value by [`MutexGuard::map`]; releases the lock
+/// on drop.
+#[must_use = "the lock is released at once if the guard is not kept"]
+pub struct MappedMutexGuard<'a, T: ?Sized> {
+    data: NonNull<T>,
+    raw: &'a RawMutex,
+    _marker: PhantomData<&'a mut T>,
+}
+
+// SAFETY: sharing the guard shares `&T`.
+unsafe impl<T: ?Sized + Sync> Sync for MappedMutexGuard<'_, T> {}
+
+impl<'a, T: ?Sized> MappedMutexGuard<'a, T> {
+    /// Narrows further (std's `MappedMutexGuard::map`).
+    pub fn map<U: ?Sized, F: FnOnce(&mut T) -> &mut U>(mut orig: Self, f: F) -> MappedMutexGuard<'a, U> {
+        // SAFETY: the guard holds the lock and is forgotten below.
+        let data = NonNull::from(f(unsafe { orig.data.as_mut() }));
+        let raw = orig.raw;
+        core::mem::forget(orig);
+        MappedMutexGuard { data, raw, _marker: PhantomData }
+    }
+}
+
+impl<T: ?Sized> Deref for MappedMutexGuard<'_, T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        // SAFETY: the guard holds the lock.
+        unsafe { self.data.as_ref() }
+    }
+}
+
+impl<T: ?Sized> DerefMut for MappedMutexGuard<'_, T> {
+    fn deref_mut(&mut self) -> &mut T {
+        // SAFETY: as above, and `&mut self` is unique.
+        unsafe { self.data.as_mut() }
+    }
+}
+
+impl<T: ?Sized> Drop for MappedMutexGuard<'_, T> {
+    fn drop(&mut self) {
+        // SAFETY: the guard holds the lock, and it is going away.
+        unsafe { self.raw.unlock() };
+    }
+}
+
+impl<T: ?Sized + fmt::Debug> fmt::Debug for MappedMutexGuard<'_, T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         fmt::Debug::fmt(&**self, f)
     }

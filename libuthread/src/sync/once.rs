@@ -1,6 +1,7 @@
 //! One-time initialisation.
 
 use core::fmt;
+use core::panic::{RefUnwindSafe, UnwindSafe};
 
 use crate::sched::blocking::{self, WaitList, WaitNode};
 use crate::prim::{AtomicU32, Ordering};
@@ -46,12 +47,24 @@ impl Once {
 
     /// Runs `f` if no call has completed yet; returns after some call's closure completed.
     pub fn call_once<F: FnOnce()>(&self, f: F) {
+        self.call_once_force(|_| f());
+    }
+
+    /// Like [`call_once`](Self::call_once), with the [`OnceState`] passed to `f` (std's
+    /// `call_once_force`; never poisoned here, see [`OnceState::is_poisoned`]).
+    ///
+    /// ```
+    /// static INIT: libuthread::Once = libuthread::Once::new();
+    /// libuthread::run(1, || INIT.call_once_force(|state| assert!(!state.is_poisoned())));
+    /// assert!(INIT.is_completed());
+    /// ```
+    pub fn call_once_force<F: FnOnce(&OnceState)>(&self, f: F) {
         let mut f = Some(f);
         loop {
             match self.state.compare_exchange(INCOMPLETE, RUNNING, Ordering::Acquire, Ordering::Acquire) {
                 Ok(_) => {
                     let mut finish = Finish { once: self, state: INCOMPLETE };
-                    (f.take().expect("run once"))();
+                    (f.take().expect("run once"))(&OnceState { poisoned: false });
                     finish.state = COMPLETE;
                     return;
                 }
@@ -74,6 +87,21 @@ impl Once {
     }
 }
 
+/// What [`Once::call_once_force`] tells its closure (std's `OnceState`).
+#[derive(Debug)]
+pub struct OnceState {
+    poisoned: bool,
+}
+
+impl OnceState {
+    /// Whether an earlier call's closure panicked. Always `false` here: a `Once` whose
+    /// closure panicked (hosted) returns to incomplete rather than poisoned, so the next call
+    /// simply runs.
+    pub fn is_poisoned(&self) -> bool {
+        self.poisoned
+    }
+}
+
 /// Publishes the outcome of a run (COMPLETE, or INCOMPLETE when the closure unwound) and wakes
 /// the waiters.
 struct Finish<'a> {
@@ -92,6 +120,40 @@ impl Drop for Finish<'_> {
         unsafe { blocking::wake_all(all) };
     }
 }
+
+impl Once {
+    /// Waits (off the vCPU) until some call's closure has completed (std's `Once::wait`).
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// libuthread::run(2, || {
+    ///     let once = Arc::new(libuthread::Once::new());
+    ///     let o = once.clone();
+    ///     let waiter = libuthread::spawn(move || o.wait());
+    ///     once.call_once(|| ());
+    ///     waiter.join().unwrap();
+    /// });
+    /// ```
+    pub fn wait(&self) {
+        while !self.is_completed() {
+            let mut node = WaitNode::new(());
+            blocking::block(|me| {
+                let mut waiters = self.waiters.lock();
+                if self.state.load(Ordering::Acquire) == COMPLETE {
+                    return false;
+                }
+                node.waiter = me;
+                // SAFETY: the node lives on this stack until a `Finish` wakes us.
+                unsafe { waiters.push_back(&mut node) };
+                true
+            });
+        }
+    }
+}
+
+// As std's.
+impl UnwindSafe for Once {}
+impl RefUnwindSafe for Once {}
 
 impl Default for Once {
     fn default() -> Self {

@@ -458,22 +458,29 @@ fn write_outputs(tables: &Tables, out_dir: &Path, mode: &str) -> Result<Vec<Path
         println!();
         let text = render_text(table, table_mode);
         print!("{text}");
-        report.push_str(&report_section(table, &text));
         let stem = format!("{}-{}", table.arch, table.name);
         let csv = out_dir.join(format!("{stem}.csv"));
         std::fs::write(&csv, to_csv(table))
             .with_context(|| format!("writing {}", csv.display()))?;
         files.push(csv);
-        match to_svg(table, table_mode) {
+        let charted = match to_svg(table, table_mode) {
             Ok(Some(svg)) => {
                 let path = out_dir.join(format!("{stem}.svg"));
                 std::fs::write(&path, svg)
                     .with_context(|| format!("writing {}", path.display()))?;
                 files.push(path);
+                true
             }
-            Ok(None) => println!("  (no numeric column: no chart)"),
-            Err(error) => println!("  (no chart: {error:#})"),
-        }
+            Ok(None) => {
+                println!("  (no numeric column: no chart)");
+                false
+            }
+            Err(error) => {
+                println!("  (no chart: {error:#})");
+                false
+            }
+        };
+        report.push_str(&report_section(table, &text, charted));
     }
     println!();
     let path = out_dir.join(REPORT);
@@ -485,13 +492,16 @@ fn write_outputs(tables: &Tables, out_dir: &Path, mode: &str) -> Result<Vec<Path
 /// Every table of a run in one Markdown file, under `target/bench`.
 pub const REPORT: &str = "report.md";
 
-/// One table's section of [`REPORT`]: a heading, the text table as printed, and its files.
-fn report_section(table: &Table, text: &str) -> String {
+/// One table's section of [`REPORT`]: a heading, the text table as printed, its chart (the SVG
+/// beside the report, shown inline by Markdown viewers) when one was drawn, and its files.
+fn report_section(table: &Table, text: &str, charted: bool) -> String {
     let stem = format!("{}-{}", table.arch, table.name);
-    format!(
-        "\n## {} ({})\n\n```text\n{text}```\n\nFiles: `{stem}.csv`, `{stem}.svg`.\n",
-        table.name, table.arch
-    )
+    let (chart, files) = if charted {
+        (format!("\n![{} ({})]({stem}.svg)\n", table.name, table.arch), format!("`{stem}.csv`, `{stem}.svg`"))
+    } else {
+        (String::new(), format!("`{stem}.csv`"))
+    };
+    format!("\n## {} ({})\n\n```text\n{text}```\n{chart}\nFiles: {files}.\n", table.name, table.arch)
 }
 
 #[cfg(test)]
@@ -502,9 +512,14 @@ mod tests {
     fn report_sections_hold_the_printed_table() {
         let tables = crate::bench::test_support::cubix_tables();
         let text = render_text(&tables.tables[0], "tcg");
-        let section = report_section(&tables.tables[0], &text);
+        let section = report_section(&tables.tables[0], &text, true);
         assert!(section.starts_with("\n## cubix (x86_64)\n\n```text\ncubix (x86_64, tcg)\n"));
-        assert!(section.ends_with("```\n\nFiles: `x86_64-cubix.csv`, `x86_64-cubix.svg`.\n"));
+        assert!(
+            section.ends_with("```\n\n![cubix (x86_64)](x86_64-cubix.svg)\n\nFiles: `x86_64-cubix.csv`, `x86_64-cubix.svg`.\n"),
+            "{section}"
+        );
+        let without = report_section(&tables.tables[0], &text, false);
+        assert!(without.ends_with("```\n\nFiles: `x86_64-cubix.csv`.\n"), "{without}");
     }
 
     #[test]
