@@ -163,8 +163,8 @@ pub fn run(args: &SetupArgs) -> Result<u8> {
 }
 
 /// Makes sure `cargo xtask gdb`'s debugger is there (installed like the rest when allowed; not
-/// needed to build or boot, so only `setup` itself installs it).
-fn ensure_debugger() -> Result<()> {
+/// needed to build or boot, so `setup` and `test` — whose `gdb` suites use it — install it).
+pub fn ensure_debugger() -> Result<()> {
     if crate::cmd::find_in_path(crate::gdb::GDB).is_some() {
         return Ok(());
     }

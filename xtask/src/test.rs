@@ -287,7 +287,8 @@ pub fn run(args: &TestArgs) -> Result<u8> {
         None
     } else {
         let arches: Vec<Arch> = plan.iter().map(|(arch, _)| *arch).collect();
-        match setup::ensure(&arches) {
+        // The `gdb` suites need the debugger: install it too where setup may install.
+        match setup::ensure(&arches).and_then(|tools| setup::ensure_debugger().map(|()| tools)) {
             Ok(tools) => Some(tools),
             Err(error) => {
                 tally.could_not_run("setup", "cannot build or boot the kernel", &error);
