@@ -143,7 +143,11 @@ fn console_read(frame: &mut TrapFrame, buf: u64, len: u64) -> SysResult {
     if len == 0 {
         return Ok(0);
     }
-    check_user(buf, len, MapFlags::WRITE)?;
+    // Refuse a buffer the caller may not write before blocking; its pages are filled only
+    // when the input is copied out (`copy_out` checks again then: the view may change while
+    // the call waits).
+    let view = my_view()?;
+    views::with(|s, _| s.check(view, buf, len, MapFlags::WRITE)).map_err(|_| Errno::Fault)?;
     let n = crate::notify::blocking(frame, || {
         let mut chunk = [0u8; COPY_CHUNK];
         let want = (len as usize).min(COPY_CHUNK);

@@ -37,6 +37,10 @@ pub struct Vcpu {
     pub parked: Option<Arc<Thread>>,
     /// An unpark came while it was not parked: the next park returns at once.
     pub token: bool,
+    /// The spare activation a blocking call handed this vCPU to, and the upcall it is to
+    /// enter with: (its thread id, upcall arguments). At most one at a time: the vCPU runs
+    /// nothing else (so blocks nothing else) until that spare has taken it.
+    pub handoff: Option<(u64, [u64; 4])>,
 }
 
 /// What changes while the program runs.
@@ -52,8 +56,6 @@ pub struct State {
     pub parked: usize,
     /// Spare activations, parked until a blocking call hands them a vCPU.
     pub spares: Vec<Arc<Thread>>,
-    /// Spares woken with work: (thread id, vCPU, upcall arguments).
-    pub assigned: Vec<(u64, usize, [u64; 4])>,
     /// Contexts saved in the kernel's own memory, by vCPU (the `kn=sa` baseline only).
     pub c_area: Vec<Option<super::sa_copy::Saved>>,
     /// The program has finished: nothing is posted any more.
@@ -75,7 +77,7 @@ impl DomainKn {
     pub const fn new() -> Self {
         DomainKn {
             config: Once::new(),
-            state: Mutex::new(State { tail: 0, held: VecDeque::new(), vcpus: Vec::new(), parked: 0, spares: Vec::new(), assigned: Vec::new(), c_area: Vec::new(), released: false }),
+            state: Mutex::new(State { tail: 0, held: VecDeque::new(), vcpus: Vec::new(), parked: 0, spares: Vec::new(), c_area: Vec::new(), released: false }),
             upcalls: [const { AtomicU64::new(0) }; 8],
             sleeping: AtomicUsize::new(0),
         }
@@ -111,7 +113,7 @@ impl DomainKn {
         }
         self.config.call_once(|| config);
         state.tail = tail;
-        state.vcpus = (0..vcpus).map(|_| Vcpu { parked: None, token: false }).collect();
+        state.vcpus = (0..vcpus).map(|_| Vcpu { parked: None, token: false, handoff: None }).collect();
         Ok(())
     }
 

@@ -138,12 +138,12 @@ fn spare_main() -> ! {
 pub fn hand_to_spare(domain: &Domain, view: Option<crate::mm::view::ViewId>, vcpu: usize, args: [u64; 4]) -> bool {
     let spare = {
         let mut st = domain.kn.state();
-        let Some(i) = st.spares.iter().position(|t| t.view() == view) else { return false };
-        if st.assigned.try_reserve(1).is_err() {
+        if st.vcpus.get(vcpu).is_none_or(|v| v.handoff.is_some()) {
             return false;
         }
+        let Some(i) = st.spares.iter().position(|t| t.view() == view) else { return false };
         let t = st.spares.swap_remove(i);
-        st.assigned.push((t.id, vcpu, args));
+        st.vcpus[vcpu].handoff = Some((t.id, args));
         t
     };
     spare.last_cpu.store(arch::cpu::cpu_index(), Ordering::Relaxed);
@@ -178,9 +178,10 @@ pub fn serve_as_spare() -> ! {
             let me = scheduler::current().expect("an activation");
             let domain = me.domain.clone().expect("an activation has a program");
             let mut st = domain.kn.state();
-            let job = st.assigned.iter().position(|a| a.0 == me.id).map(|i| st.assigned.swap_remove(i));
+            let vcpu = st.vcpus.iter().position(|v| v.handoff.is_some_and(|(id, _)| id == me.id));
+            let job = vcpu.and_then(|v| Some((v, st.vcpus[v].handoff.take()?.1)));
             drop(st);
-            job.and_then(|(_, vcpu, args)| {
+            job.and_then(|(vcpu, args)| {
                 let cfg = domain.kn.config()?;
                 me.vcpu.store(vcpu, Ordering::Release);
                 super::count_upcall(&domain, args[0]);
@@ -286,7 +287,9 @@ pub fn release(domain: &Domain) {
         st.released = true;
         st.held.clear();
         st.spares.clear();
-        st.assigned.clear();
+        for v in st.vcpus.iter_mut() {
+            v.handoff = None;
+        }
         st.parked = 0;
         st.vcpus.iter_mut().filter_map(|v| v.parked.take()).collect()
     };
