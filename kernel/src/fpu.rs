@@ -292,30 +292,33 @@ pub fn switch_to(next: &Arc<Thread>) {
         arch::fpu::enable();
         return;
     }
-    // The default mode is tested first; the baselines pay the extra compare.
+    // A thread that never used FP needs nothing but the lazy trap, in every mode but eager
+    // (which saves the owner's registers now): the common switch decides on one load.
+    if !next.fp.used.load(Ordering::Acquire) {
+        if MODE.load(Ordering::Relaxed) == Mode::Eager as u8 {
+            save_owner(cpu);
+        }
+        arch::fpu::disable();
+        return;
+    }
+    // An FP user. The default mode is tested first; the baselines pay the extra compare.
     let mode = mode();
     if mode == Mode::Adaptive {
-        // A thread that never used FP needs nothing but the lazy trap.
-        if next.fp.used.load(Ordering::Relaxed) {
-            // A steady FP user: load its registers now rather than at a trap.
-            let streak = next.fp.streak.load(Ordering::Relaxed);
-            if streak >= HOT {
-                save_owner(cpu);
-                take_ownership(next);
-                return;
-            }
-            // Its last slice did not touch FP: the streak is broken.
-            if !next.fp.trapped.swap(false, Ordering::Relaxed) {
-                next.fp.streak.store(0, Ordering::Relaxed);
-            }
-        }
-    } else if mode == Mode::Eager {
-        if next.fp.used.load(Ordering::Acquire) {
+        // A steady FP user: load its registers now rather than at a trap.
+        let streak = next.fp.streak.load(Ordering::Relaxed);
+        if streak >= HOT {
             save_owner(cpu);
             take_ownership(next);
             return;
         }
+        // Its last slice did not touch FP: the streak is broken.
+        if !next.fp.trapped.swap(false, Ordering::Relaxed) {
+            next.fp.streak.store(0, Ordering::Relaxed);
+        }
+    } else if mode == Mode::Eager {
         save_owner(cpu);
+        take_ownership(next);
+        return;
     }
     arch::fpu::disable();
 }

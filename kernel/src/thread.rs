@@ -284,13 +284,20 @@ impl Thread {
     /// a `set_view` racing the load of the current root (attack-surface finding 4) can make the
     /// root just loaded here stale, and freeing it would leave this CPU on a freed table. Those
     /// stay on the list for the thread's next switch or reload.
+    #[inline]
     pub fn drop_stale_views(&self) {
         // The flag is set under the lock after the push; a set this load misses is one the
         // lock-taking version could have missed as well (the change raced with this switch,
         // and its kick reloads the root and comes back here).
-        if !self.has_stale.load(Ordering::Acquire) {
-            return;
+        if self.has_stale.load(Ordering::Acquire) {
+            self.detach_stale_views();
         }
+    }
+
+    /// [`Thread::drop_stale_views`] when there may be some (out of line: the switch path).
+    #[cold]
+    #[inline(never)]
+    fn detach_stale_views(&self) {
         let mut stale = {
             let mut slot = self.view.lock();
             self.has_stale.store(false, Ordering::Relaxed);

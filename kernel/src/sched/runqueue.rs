@@ -307,6 +307,41 @@ impl<T: Copy + Eq + Debug> RunQueue<T> {
         Some((node.thread, view))
     }
 
+    /// A [`push`](Self::push) then a [`pop`](Self::pop), in one call: the running thread goes
+    /// back (a yield or preemption) and the next one comes out, which is `thread` itself when
+    /// nothing queued is due before it. Its view group stays in the order when the next thread
+    /// is of the same view (a pop before the push would empty it and put it back).
+    #[inline]
+    pub fn requeue_and_pop(&mut self, thread: T, view: ViewKey, affine: bool) -> (T, ViewKey) {
+        debug_assert!(!self.contains(thread), "{thread:?} is already queued");
+        // The common case in place: the thread would join the list the next one leaves (the
+        // FIFO, or the head group of its view with turns left, so no rotation): its first node
+        // takes the thread and moves to the list's back, which is exactly push-then-pop.
+        if !self.policy.affinity {
+            if self.fifo_first != NIL {
+                let (next, view_out, first, last) = self.rotate_list(self.fifo_first, self.fifo_last, thread, view, affine);
+                (self.fifo_first, self.fifo_last) = (first, last);
+                return (next, view_out);
+            }
+        } else if affine && self.head != NIL {
+            let g = self.head as usize;
+            let group = self.groups[g];
+            let rotates = self.order_len > 1 && self.head_turns >= self.policy.effective_group_bound();
+            if group.shared && group.view == view && !rotates {
+                let (next, _, first, last) = self.rotate_list(group.first, group.last, thread, view, affine);
+                (self.groups[g].first, self.groups[g].last) = (first, last);
+                self.head_turns = self.head_turns.saturating_add(1);
+                return (next, view);
+            }
+        }
+        self.push(thread, view, affine);
+        match self.pop() {
+            Some(next) => next,
+            // A queue holding a thread always pops one.
+            None => unreachable!("a run queue lost the thread pushed into it"),
+        }
+    }
+
     /// Takes a queued thread out (it was killed); whether it was queued.
     pub fn remove(&mut self, thread: T) -> bool {
         if !self.policy.affinity {
@@ -443,7 +478,16 @@ impl<T: Copy + Eq + Debug> RunQueue<T> {
             self.fifo_last = at;
             return;
         }
-        let found = if affine { self.shared.get(view) } else { None };
+        // The back group is the common one (a yield between threads of one view): its view's
+        // shared group is unique, so finding it there spares the search.
+        let tail = self.tail;
+        let found = if !affine {
+            None
+        } else if tail != NIL && self.groups[tail as usize].shared && self.groups[tail as usize].view == view {
+            Some(tail)
+        } else {
+            self.shared.get(view)
+        };
         let g = match found {
             Some(g) => {
                 if self.groups[g as usize].len == 0 {
@@ -479,6 +523,23 @@ impl<T: Copy + Eq + Debug> RunQueue<T> {
             group.len += 1;
             self.nodes[last as usize].next = at;
         }
+    }
+
+    /// For [`RunQueue::requeue_and_pop`]: the list `first..last` (not empty) gives up its first
+    /// thread, whose node takes `thread` and moves to the back. Returns the thread given up,
+    /// its view and the list's new ends.
+    #[inline]
+    fn rotate_list(&mut self, first: u32, last: u32, thread: T, view: ViewKey, affine: bool) -> (T, ViewKey, u32, u32) {
+        let node = &mut self.nodes[first as usize];
+        let (out, out_view) = (node.thread, node.view);
+        (node.thread, node.view, node.affine) = (thread, view, affine);
+        if first == last {
+            return (out, out_view, first, last);
+        }
+        let next = node.next;
+        node.next = NIL;
+        self.nodes[last as usize].next = first;
+        (out, out_view, next, first)
     }
 
     /// Every queued thread in run order, leaving the queue empty (`len` untouched).
@@ -1001,6 +1062,10 @@ mod tests {
         Pop,
         /// Push back the thread popped last (preempted), if it is not queued.
         Requeue,
+        /// The thread popped last yields: `requeue_and_pop` (if it is not queued).
+        Yield,
+        /// `Yield` of this thread.
+        YieldOf(u32, ViewKey, bool),
         Remove(u32),
         Steal,
         SetPolicy(Policy),
@@ -1023,6 +1088,8 @@ mod tests {
             3 => Just(vec![Op::Pop]),
             6 => Just(vec![Op::Pop, Op::Requeue]),
             1 => Just(vec![Op::Requeue]),
+            4 => Just(vec![Op::Pop, Op::Yield]),
+            2 => Just(vec![Op::Yield]),
             1 => (0..pool).prop_map(|t| vec![Op::Remove(t)]),
             1 => Just(vec![Op::Steal]),
             policy_weight => policy().prop_map(|p| vec![Op::SetPolicy(p)]),
@@ -1041,6 +1108,29 @@ mod tests {
         max_queued: usize,
     }
 
+    /// Checks a pop against the model and takes the thread out of it; returns the thread with
+    /// its view and flag.
+    fn check_pop(
+        q: &RunQueue<u32>,
+        waiting: &mut BTreeMap<u32, Waiting>,
+        fifo: &mut VecDeque<u32>,
+        pops: &mut u64,
+        (t, view): (u32, ViewKey),
+    ) -> Result<(u32, ViewKey, bool), TestCaseError> {
+        *pops += 1;
+        let w = waiting.remove(&t).expect("popped thread was queued");
+        prop_assert_eq!(view, w.view);
+        if !q.policy().affinity {
+            prop_assert_eq!(Some(t), fifo.pop_front(), "FIFO order");
+        } else {
+            fifo.retain(|&x| x != t);
+        }
+        let waited = *pops - w.since_pop;
+        let bound = q.policy().wait_bound(w.max_queued as u64);
+        prop_assert!(waited <= bound, "{t} waited {waited} > {bound} ({w:?})");
+        Ok((t, w.view, w.affine))
+    }
+
     /// Runs `ops` against the queue and a model; checks (a) no thread lost or duplicated,
     /// (b) FIFO order with affinity off, (c) the wait bound.
     fn check_against_model(start: Policy, ops: Vec<Op>) -> Result<(), TestCaseError> {
@@ -1052,10 +1142,25 @@ mod tests {
         for op in ops {
             let op = match (op, last_popped) {
                 (Op::Requeue, Some((t, view, affine))) => Op::Push(t, view, affine),
+                (Op::Yield, Some((t, view, affine))) => Op::YieldOf(t, view, affine),
                 (op, _) => op,
             };
             match op {
-                Op::Requeue => {}
+                Op::Requeue | Op::Yield => {}
+                Op::YieldOf(t, view, affine) => {
+                    if waiting.contains_key(&t) {
+                        continue;
+                    }
+                    // The model: a push, then a pop.
+                    let peak = q.len() + 1;
+                    for w in waiting.values_mut() {
+                        w.max_queued = w.max_queued.max(peak);
+                    }
+                    waiting.insert(t, Waiting { view, affine, since_pop: pops, max_queued: peak });
+                    fifo.push_back(t);
+                    let popped = q.requeue_and_pop(t, view, affine);
+                    last_popped = Some(check_pop(&q, &mut waiting, &mut fifo, &mut pops, popped)?);
+                }
                 Op::Push(t, view, affine) => {
                     if waiting.contains_key(&t) {
                         continue;
@@ -1078,19 +1183,8 @@ mod tests {
                         prop_assert_eq!(popped, None);
                         continue;
                     }
-                    let (t, view) = popped.expect("model has threads");
-                    pops += 1;
-                    let w = waiting.remove(&t).expect("popped thread was queued");
-                    prop_assert_eq!(view, w.view);
-                    last_popped = Some((t, w.view, w.affine));
-                    if !q.policy().affinity {
-                        prop_assert_eq!(Some(t), fifo.pop_front(), "FIFO order");
-                    } else {
-                        fifo.retain(|&x| x != t);
-                    }
-                    let waited = pops - w.since_pop;
-                    let bound = q.policy().wait_bound(w.max_queued as u64);
-                    prop_assert!(waited <= bound, "{t} waited {waited} > {bound} ({w:?})");
+                    let popped = popped.expect("model has threads");
+                    last_popped = Some(check_pop(&q, &mut waiting, &mut fifo, &mut pops, popped)?);
                 }
                 Op::Remove(t) => {
                     prop_assert_eq!(q.remove(t), waiting.remove(&t).is_some());
@@ -1154,7 +1248,57 @@ mod tests {
         Ok(())
     }
 
+    /// `requeue_and_pop` (with its in-place shortcut) against the push and pop it stands for:
+    /// the same threads out, the same order left, the same group statistics.
+    fn check_requeue_is_push_then_pop(start: Policy, ops: Vec<Op>) -> Result<(), TestCaseError> {
+        let (mut fast, mut slow) = (RunQueue::new(start), RunQueue::new(start));
+        let mut last_popped = None;
+        for op in ops {
+            match (op, last_popped) {
+                (Op::Push(t, view, affine), _) | (Op::Requeue, Some((t, view, affine))) => {
+                    if !slow.contains(t) {
+                        fast.push(t, view, affine);
+                        slow.push(t, view, affine);
+                    }
+                }
+                (Op::Pop, _) => {
+                    let before = slow.run_order();
+                    let popped = fast.pop();
+                    prop_assert_eq!(popped, slow.pop());
+                    if let Some((t, _)) = popped {
+                        last_popped = before.into_iter().find(|e| e.0 == t);
+                    }
+                }
+                (Op::Yield, Some((t, view, affine))) | (Op::YieldOf(t, view, affine), _) => {
+                    if !slow.contains(t) {
+                        let got = fast.requeue_and_pop(t, view, affine);
+                        slow.push(t, view, affine);
+                        let before = slow.run_order();
+                        prop_assert_eq!(Some(got), slow.pop());
+                        last_popped = before.into_iter().find(|e| e.0 == got.0);
+                    }
+                }
+                (Op::Remove(t), _) => prop_assert_eq!(fast.remove(t), slow.remove(t)),
+                (Op::Steal, _) => prop_assert_eq!(fast.steal(), slow.steal()),
+                (Op::SetPolicy(p), _) => {
+                    fast.set_policy(p);
+                    slow.set_policy(p);
+                }
+                (Op::Requeue | Op::Yield, None) => {}
+            }
+            prop_assert_eq!(fast.run_order(), slow.run_order());
+            prop_assert_eq!(fast.len(), slow.len());
+            prop_assert_eq!(fast.group_stats(), slow.group_stats());
+        }
+        Ok(())
+    }
+
     proptest! {
+        #[test]
+        fn requeue_is_push_then_pop(start in policy(), ops in ops(POOL, true, false)) {
+            check_requeue_is_push_then_pop(start, ops)?;
+        }
+
         /// (a), (b), (c) under every operation, including policy changes.
         #[test]
         fn matches_model(start in policy(), ops in ops(POOL, true, false)) {
@@ -1185,7 +1329,9 @@ mod tests {
                     (op, _) => op,
                 };
                 match op {
-                    Op::Requeue => {}
+                    // `requeue_and_pop` is a push and a pop; those are checked one by one here
+                    // (`matches_model` checks it as one operation).
+                    Op::Requeue | Op::Yield | Op::YieldOf(..) => {}
                     Op::Push(t, view, affine) => {
                         if !q.contains(t) {
                             q.push(t, view, affine);

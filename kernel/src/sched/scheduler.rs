@@ -40,6 +40,19 @@ pub enum Then {
     Migrate,
 }
 
+/// What the next context finishes for the thread a CPU switched away from (`Cpu::prev`).
+#[derive(Clone, Copy, Debug)]
+enum Prev {
+    /// Nothing (the switch came from the idle loop).
+    Nothing,
+    /// The thread is back in a run queue already (a yield or preemption, [`requeue_and_switch`]):
+    /// the `current` reference moved into the queue, so only `on_cpu` is left to clear.
+    Queued(*const Thread),
+    /// The thread with the `current` reference (an `Arc` leaked into the pointer), and what to
+    /// do with it.
+    Owned(*const Thread, Then),
+}
+
 /// A reference to a thread held by a run queue (one strong count of the `Arc`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ThreadRef(*const Thread);
@@ -78,7 +91,7 @@ pub struct Cpu {
     /// The idle loop's context (the CPU's boot stack).
     idle: UnsafeCell<KernelContext>,
     /// Work left for the next context: the previous thread and what to do with it.
-    prev: UnsafeCell<Option<(Arc<Thread>, Then)>>,
+    prev: UnsafeCell<Prev>,
     /// Frame number of the loaded root.
     loaded_root: AtomicU64,
     /// Tick at which the current thread's quantum began.
@@ -107,7 +120,7 @@ const CPU_INIT: Cpu = Cpu {
     pinned_queued: AtomicUsize::new(0),
     current: AtomicPtr::new(core::ptr::null_mut()),
     idle: UnsafeCell::new(KernelContext::EMPTY),
-    prev: UnsafeCell::new(None),
+    prev: UnsafeCell::new(Prev::Nothing),
     loaded_root: AtomicU64::new(0),
     slice_start: AtomicU64::new(0),
     idle_now: AtomicBool::new(false),
@@ -135,9 +148,36 @@ impl Cpu {
         let mut q = self.runqueue.lock();
         q.push(ThreadRef::new(t), view, affine);
         if pinned {
-            self.pinned_queued.fetch_add(1, Ordering::Relaxed);
+            self.count_pinned(1);
         }
         self.publish_len(q.len());
+    }
+
+    /// Queues the running thread `prev` and takes the next thread, under one lock (a yield or
+    /// preemption with something queued here). `prev`'s `current` reference moves into the
+    /// queue; the result may be `prev` itself (nothing else is due before it). `prev` is
+    /// marked `Ready` and is still on this CPU (`on_cpu`): a CPU that steals it meanwhile puts
+    /// it back, as it does with any thread still on a CPU (`pick_queued`).
+    fn requeue_and_pop(&self, prev: &Thread, prev_ptr: *const Thread) -> Arc<Thread> {
+        let (view, affine, pinned) = (prev.root.load(Ordering::Relaxed), prev.affine, prev.pinned());
+        prev.mark(State::Ready);
+        let mut q = self.runqueue.lock();
+        let (r, _) = q.requeue_and_pop(ThreadRef(prev_ptr), view, affine);
+        let next = r.take();
+        match (pinned, next.pinned()) {
+            (true, false) => self.count_pinned(1),
+            (false, true) => self.count_pinned(-1),
+            _ => {}
+        }
+        self.publish_len(q.len());
+        next
+    }
+
+    /// Adds `delta` to `pinned_queued`. Call with the queue locked: the lock orders every
+    /// change, so a plain load and store do (no read-modify-write).
+    fn count_pinned(&self, delta: isize) {
+        let n = self.pinned_queued.load(Ordering::Relaxed);
+        self.pinned_queued.store(n.wrapping_add_signed(delta), Ordering::Relaxed);
     }
 
     /// Takes this CPU's next thread, if any.
@@ -146,7 +186,7 @@ impl Cpu {
         let (r, _) = q.pop()?;
         let t = r.take();
         if t.pinned() {
-            self.pinned_queued.fetch_sub(1, Ordering::Relaxed);
+            self.count_pinned(-1);
         }
         self.publish_len(q.len());
         Some(t)
@@ -333,6 +373,9 @@ pub fn schedule(then: Then) -> bool {
     let index = arch::cpu::cpu_index();
     let cpu = &CPUS[index];
     let prev_ptr = cpu.current.load(Ordering::Relaxed);
+    if then == Then::Requeue && !prev_ptr.is_null() && cpu.len.load(Ordering::Relaxed) > 0 {
+        return requeue_and_switch(cpu, prev_ptr);
+    }
     let next = pick_next(index, prev_ptr);
     let next = match next {
         // The running thread itself: it was woken (and queued) before it finished blocking.
@@ -349,26 +392,67 @@ pub fn schedule(then: Then) -> bool {
             // loop last switched to a thread, or this is a thread that never ran from idle
             // (impossible: every thread is first run by a switch from some context).
             unsafe {
-                let prev = Arc::from_raw(prev_ptr);
                 // The user LTN register belongs to the thread, as in `switch_to`: keep its value
                 // for the CPU that runs it next, which loads it from here.
-                prev.ltn.store(arch::cpu::user_ltn(), Ordering::Relaxed);
-                let prev_ctx = prev.context.get();
-                *cpu.prev.get() = Some((prev, then));
-                cpu.current.store(core::ptr::null_mut(), Ordering::Relaxed);
-                load_root(cpu, KERNEL_ROOT.load(Ordering::Relaxed));
-                context::switch(prev_ctx, cpu.idle.get());
+                (*prev_ptr).ltn.store(arch::cpu::user_ltn(), Ordering::Relaxed);
+                switch_to_idle(cpu, Prev::Owned(prev_ptr, then));
             }
-            finish_switch();
             return true;
         }
     };
-    switch_to(cpu, prev_ptr, next, then);
+    switch_to(cpu, prev_ptr, next, Prev::Owned(prev_ptr, then));
     true
 }
 
-/// Switches from the current context (thread `prev_ptr`, or the idle loop if null) to `next`.
-fn switch_to(cpu: &Cpu, prev_ptr: *mut Thread, next: Arc<Thread>, then: Then) {
+/// A yield or preemption of `prev_ptr` (the running thread) while this CPU's queue holds
+/// threads: requeue and pick under one lock, and leave only `on_cpu` for the next context.
+/// Returns whether another thread ran.
+fn requeue_and_switch(cpu: &'static Cpu, prev_ptr: *mut Thread) -> bool {
+    // SAFETY: the current thread lives while it runs here.
+    let prev = unsafe { &*prev_ptr };
+    let next = cpu.requeue_and_pop(prev, prev_ptr);
+    if core::ptr::eq(Arc::as_ptr(&next), prev_ptr) {
+        // Nothing else is due: the queue's reference is `current`'s again.
+        next.mark(State::Running);
+        let _ = Arc::into_raw(next);
+        return false;
+    }
+    if next.on_cpu.load(Ordering::Acquire) {
+        // Rare: a thread woken while its CPU is still leaving its stack. Waiting for it could
+        // deadlock (that CPU may wait for `prev`, which is queued now), so it goes back to its
+        // own CPU as in `pick_queued`, and this CPU runs its idle loop, which picks again.
+        CPUS[next.home_cpu()].push(next);
+        prev.ltn.store(arch::cpu::user_ltn(), Ordering::Relaxed);
+        // SAFETY: prev is queued with `current`'s reference; its context stays valid until
+        // `on_cpu` is cleared on the idle stack.
+        unsafe { switch_to_idle(cpu, Prev::Queued(prev_ptr)) };
+        return true;
+    }
+    switch_to(cpu, prev_ptr, next, Prev::Queued(prev_ptr));
+    true
+}
+
+/// Switches from the current thread to this CPU's idle loop, leaving `leftover` for it.
+///
+/// # Safety
+/// Interrupts are off; `leftover` names the current thread, whose LTN is saved already.
+unsafe fn switch_to_idle(cpu: &Cpu, leftover: Prev) {
+    let (Prev::Queued(prev) | Prev::Owned(prev, _)) = leftover else { return };
+    // SAFETY: the caller's; the thread's context stays valid until the idle loop has
+    // finished the switch (`on_cpu`).
+    unsafe {
+        let prev_ctx = (*prev).context.get();
+        *cpu.prev.get() = leftover;
+        cpu.current.store(core::ptr::null_mut(), Ordering::Relaxed);
+        load_root(cpu, KERNEL_ROOT.load(Ordering::Relaxed));
+        context::switch(prev_ctx, cpu.idle.get());
+    }
+    finish_switch();
+}
+
+/// Switches from the current context (thread `prev_ptr`, or the idle loop if null) to `next`;
+/// `leftover` is what the next context does with `prev_ptr`.
+fn switch_to(cpu: &Cpu, prev_ptr: *mut Thread, next: Arc<Thread>, leftover: Prev) {
     if next.on_cpu.load(Ordering::Acquire) {
         wait_off_cpu(&next);
     }
@@ -420,14 +504,8 @@ fn switch_to(cpu: &Cpu, prev_ptr: *mut Thread, next: Arc<Thread>, then: Then) {
     // saved by a switch away from it or made by KernelContext::new, and nobody else runs it
     // (on_cpu).
     unsafe {
-        let from = if prev_ptr.is_null() {
-            cpu.idle.get()
-        } else {
-            let prev = Arc::from_raw(prev_ptr);
-            let ctx = prev.context.get();
-            *cpu.prev.get() = Some((prev, then));
-            ctx
-        };
+        let from = if prev_ptr.is_null() { cpu.idle.get() } else { (*prev_ptr).context.get() };
+        *cpu.prev.get() = leftover;
         context::switch(from, next_ctx);
     }
     finish_switch();
@@ -509,8 +587,18 @@ pub fn cpus_with_root(root: u64) -> impl Iterator<Item = usize> {
 pub fn finish_switch() {
     let cpu = this_cpu();
     // SAFETY: only this CPU touches its `prev`, with interrupts off.
-    let prev = unsafe { (*cpu.prev.get()).take() };
-    let Some((prev, then)) = prev else { return };
+    let leftover = unsafe { core::mem::replace(&mut *cpu.prev.get(), Prev::Nothing) };
+    let (prev, then) = match leftover {
+        Prev::Nothing => return,
+        Prev::Queued(prev) => {
+            // SAFETY: a queued thread lives at least until a CPU runs it to its end, which
+            // waits for this store; it is the last access.
+            unsafe { (*prev).on_cpu.store(false, Ordering::Release) };
+            return;
+        }
+        // SAFETY: the `current` reference the switch left here.
+        Prev::Owned(prev, then) => (unsafe { Arc::from_raw(prev) }, then),
+    };
     prev.on_cpu.store(false, Ordering::Release);
     match then {
         Then::Requeue => {
@@ -541,7 +629,7 @@ pub fn idle_loop() -> ! {
     loop {
         arch::cpu::disable_interrupts();
         match pick_next(index, core::ptr::null()) {
-            Some(next) => switch_to(cpu, core::ptr::null_mut(), next, Then::Block),
+            Some(next) => switch_to(cpu, core::ptr::null_mut(), next, Prev::Nothing),
             None => {
                 cpu.idle_now.store(true, Ordering::SeqCst);
                 core::sync::atomic::fence(Ordering::SeqCst);
