@@ -41,6 +41,8 @@ pub struct Vcpu {
     /// enter with: (its thread id, upcall arguments). At most one at a time: the vCPU runs
     /// nothing else (so blocks nothing else) until that spare has taken it.
     pub handoff: Option<(u64, [u64; 4])>,
+    /// The library's `fp_live` word of this vCPU was set (it only ever goes 0 -> 1).
+    pub fp_live_told: bool,
 }
 
 /// What changes while the program runs.
@@ -113,7 +115,7 @@ impl DomainKn {
         }
         self.config.call_once(|| config);
         state.tail = tail;
-        state.vcpus = (0..vcpus).map(|_| Vcpu { parked: None, token: false, handoff: None }).collect();
+        state.vcpus = (0..vcpus).map(|_| Vcpu { parked: None, token: false, handoff: None, fp_live_told: false }).collect();
         Ok(())
     }
 

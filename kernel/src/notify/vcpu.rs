@@ -180,10 +180,15 @@ pub fn serve_as_spare() -> ! {
             let mut st = domain.kn.state();
             let vcpu = st.vcpus.iter().position(|v| v.handoff.is_some_and(|(id, _)| id == me.id));
             let job = vcpu.and_then(|v| Some((v, st.vcpus[v].handoff.take()?.1)));
+            // This activation's FP state comes with it (see `tell_fp_live`).
+            let tell = job.is_some_and(|(v, _)| crate::fpu::has_used_fp(&me) && !core::mem::replace(&mut st.vcpus[v].fp_live_told, true));
             drop(st);
             job.and_then(|(vcpu, args)| {
                 let cfg = domain.kn.config()?;
                 me.vcpu.store(vcpu, Ordering::Release);
+                if tell {
+                    tell_fp_live(&me, vcpu);
+                }
                 super::count_upcall(&domain, args[0]);
                 Some((cfg.handler, cfg.upcall_stacks[vcpu], args))
             })
@@ -205,6 +210,23 @@ pub fn note_fp_use(me: &Thread) {
     if v == NOT_A_VCPU {
         return;
     }
+    let Some(domain) = &me.domain else { return };
+    let first = domain.kn.state().vcpus.get_mut(v).is_some_and(|slot| !core::mem::replace(&mut slot.fp_live_told, true));
+    if first {
+        tell_fp_live(me, v);
+    }
+}
+
+/// Sets the library's `fp_live` word of vCPU `v` for `me`, an activation with live FP state.
+///
+/// The word is per vCPU, but FP state is per kernel thread, and a spare activation serves
+/// whichever vCPU a blocking call hands it: one that used FP serving vCPU `w` brings its state
+/// (another user thread's xmm registers and MXCSR) to a vCPU `v` whose word may still be 0.
+/// Then the library's window switches on `v` would neither save nor load the FP environment
+/// while every user thread there shares the activation's registers — a thread resumed there
+/// got another's MXCSR (regmix saw it under load). So the word is set for the vCPU a spare
+/// takes too ([`serve_as_spare`]), once per vCPU.
+fn tell_fp_live(me: &Thread, v: usize) {
     let (Some(domain), Some(view)) = (&me.domain, me.view()) else { return };
     let word = domain.kn.config().map_or(0, |c| c.fp_live);
     if word != 0 {
