@@ -231,6 +231,13 @@ impl SharedBarrier {
             if now / barrier::ROUND != round {
                 return Ok(false);
             }
+            if (now & barrier::ARRIVED) as usize >= self.count {
+                // The last arrival counted itself and is about to open the next round (its
+                // compare-exchange): nothing to sleep on (the kernel refuses a complete round
+                // with EINVAL). Let it run — it may be waiting for this vCPU.
+                crate::yield_now();
+                continue;
+            }
             match sys::s3_barrier(self.word(), now, self.count) {
                 Ok(_) => {}
                 Err(Some(Errno::Srch)) => return Err(BarrierBroken),
