@@ -88,9 +88,13 @@ fn my_view() -> Result<ViewId, Errno> {
 }
 
 /// Checks `[ptr, ptr+len)` against the caller's view for `need` and backs any zero-on-touch
-/// pages. The copy that follows may still fault if the view changes meanwhile (a grant or
+/// pages: at once when the loaded table maps the range so already (`user_access::mapped_for`),
+/// else through the view space. The copy that follows may still fault if the view changes meanwhile (a grant or
 /// revoke by another thread); it goes through `user_access`, which turns that into `EFAULT`.
 fn check_user(ptr: u64, len: u64, need: MapFlags) -> Result<(), Errno> {
+    if crate::user_access::mapped_for(ptr, len, need) {
+        return Ok(());
+    }
     let view = my_view()?;
     views::with(|s, m| {
         s.check(view, ptr, len, need).map_err(|_| Errno::Fault)?;
@@ -146,12 +150,19 @@ fn console_read(frame: &mut TrapFrame, buf: u64, len: u64) -> SysResult {
     // Refuse a buffer the caller may not write before blocking; its pages are filled only
     // when the input is copied out (`copy_out` checks again then: the view may change while
     // the call waits).
-    let view = my_view()?;
-    views::with(|s, _| s.check(view, buf, len, MapFlags::WRITE)).map_err(|_| Errno::Fault)?;
+    if !crate::user_access::mapped_for(buf, len, MapFlags::WRITE) {
+        let view = my_view()?;
+        views::with(|s, _| s.check(view, buf, len, MapFlags::WRITE)).map_err(|_| Errno::Fault)?;
+    }
     let n = crate::notify::blocking(frame, || {
-        let mut chunk = [0u8; COPY_CHUNK];
+        // Only the bytes the caller asked for are initialised (zeroing the whole chunk cost
+        // more than the rest of a one-byte read's kernel side).
+        let mut chunk = [core::mem::MaybeUninit::<u8>::uninit(); COPY_CHUNK];
         let want = (len as usize).min(COPY_CHUNK);
-        let n = crate::console_input::read_blocking(&mut chunk[..want]);
+        chunk[..want].fill(core::mem::MaybeUninit::new(0));
+        // SAFETY: the first `want` bytes were just initialised; MaybeUninit<u8> has u8's layout.
+        let chunk = unsafe { &mut *(&mut chunk[..want] as *mut [core::mem::MaybeUninit<u8>] as *mut [u8]) };
+        let n = crate::console_input::read_blocking(chunk);
         match copy_out(buf, &chunk[..n]) {
             Ok(()) => n,
             Err(e) => encode_result(Err(e)),
