@@ -337,7 +337,8 @@ fn region_create_charged(me: &Arc<Thread>, domain: &Arc<crate::domain::Domain>, 
         .filter_map(thread::find)
         .filter(|t| t.id != me.id && t.state() != crate::thread::State::Dead && (whole_program || t.view() == Some(my_view)))
         .collect();
-    if let Err(e) = change_rights(me, id, rights) {
+    // The lock is held already; the creator's own CPU reloads at once (nothing to wait for).
+    if let Err(e) = RightsChange::new(id, rights).apply(me) {
         // Nobody holds it: drop it at once.
         views::with(|s, m| s.release_region(m, id)).ok();
         return Err(e);
@@ -348,6 +349,8 @@ fn region_create_charged(me: &Arc<Thread>, domain: &Arc<crate::domain::Domain>, 
         // A mate that raced into another view keeps its view; the creator's succeeded.
         let _ = change.apply(&t);
     }
+    // Not waited for: a region only adds rights, and a mate that touches it before its CPU
+    // reloads takes a fault that reloads its root (`trap::user_page_fault`).
     Ok(start.as_u64() as usize)
 }
 
@@ -360,11 +363,19 @@ struct RightsChange {
     rights: MapFlags,
     /// (old view, new view, new root) of the moves made so far.
     made: alloc::vec::Vec<(ViewId, ViewId, u64)>,
+    /// Reloads asked of CPUs running moved threads, to wait for once no lock is held.
+    reloads: alloc::vec::Vec<crate::smp::Ticket>,
 }
 
 impl RightsChange {
     fn new(id: crate::mm::view::RegionId, rights: MapFlags) -> Self {
-        RightsChange { id, rights, made: alloc::vec::Vec::new() }
+        RightsChange { id, rights, made: alloc::vec::Vec::new(), reloads: alloc::vec::Vec::new() }
+    }
+
+    /// Waits until every CPU that ran a moved thread has loaded its new view (call with no
+    /// lock held): when the syscall returns, no CPU reaches memory through an old view.
+    fn finish(self) {
+        crate::smp::wait_reloaded(&self.reloads);
     }
 
     /// Moves `t` to its view changed by this change, making the CPU running it switch.
@@ -391,17 +402,34 @@ impl RightsChange {
         if known.is_none() && self.made.try_reserve(1).is_ok() {
             self.made.push((old, new, root));
         }
-        move_to_view(t, new, root)
+        // Room for the ticket first: a move whose reload could not be waited for would make
+        // the syscall return before the change holds everywhere.
+        self.reloads.try_reserve(1).map_err(|_| Errno::NoMem)?;
+        if let Some(ticket) = move_to_view(t, new, root)? {
+            self.reloads.push(ticket);
+        }
+        Ok(())
     }
 }
 
-/// Moves `t` to the view with `rights` on region `id`, making the CPU running it switch.
+/// Moves `t` (a thread of the caller's own program) to the view with `rights` on region `id`,
+/// and returns once the CPU running it uses that view. One change of the program's views at a
+/// time (its `region_lock`, as `region_create` and foreign grants take it), so two concurrent
+/// changes of one thread's rights both hold: each builds its view from the other's result.
 fn change_rights(t: &Arc<Thread>, id: crate::mm::view::RegionId, rights: MapFlags) -> Result<(), Errno> {
-    RightsChange::new(id, rights).apply(t)
+    let mut change = RightsChange::new(id, rights);
+    {
+        let domain = t.domain.clone().ok_or(Errno::Srch)?;
+        let _changing = domain.region_lock.lock();
+        change.apply(t)?;
+    }
+    change.finish();
+    Ok(())
 }
 
-/// Puts `t` in view `new` (already attached for it), whose table's root is `root`.
-fn move_to_view(t: &Arc<Thread>, new: ViewId, root: u64) -> Result<(), Errno> {
+/// Puts `t` in view `new` (already attached for it), whose table's root is `root`. Returns the
+/// reload to wait for if `t` runs on another CPU (the running thread reloads at once).
+fn move_to_view(t: &Arc<Thread>, new: ViewId, root: u64) -> Result<Option<crate::smp::Ticket>, Errno> {
     if !t.set_view(new, root) {
         // `t` ended meanwhile: nobody else will detach the view made for it.
         views::with(|s, m| s.detach(m, new)).map_err(view_errno)?;
@@ -410,12 +438,18 @@ fn move_to_view(t: &Arc<Thread>, new: ViewId, root: u64) -> Result<(), Errno> {
     let me_id = scheduler::with_current(|c| c.map(|c| c.id));
     if Some(t.id) == me_id {
         scheduler::reload_current_root();
-    } else if t.state() == crate::thread::State::Running {
-        let cpu = t.last_cpu.load(Ordering::Relaxed);
-        scheduler::this_cpu().counters.bump(Counter::ShootdownsSent);
-        crate::smp::kick(cpu);
+        return Ok(None);
     }
-    Ok(())
+    // The new root is stored (set_view); a switch that puts `t` on a CPU stores `last_cpu` and
+    // its state, then loads the root. A SeqCst fence on each side between the store and the
+    // load: either this sees `t` running (and where), or that switch loads the new root.
+    core::sync::atomic::fence(Ordering::SeqCst);
+    if t.state() != crate::thread::State::Running {
+        return Ok(None);
+    }
+    let cpu = t.last_cpu.load(Ordering::Acquire);
+    scheduler::this_cpu().counters.bump(Counter::ShootdownsSent);
+    Ok(crate::smp::request_reload(cpu))
 }
 
 /// The region at `addr` and the caller's rights on it.
@@ -486,12 +520,15 @@ fn region_grant(addr: u64, rights_bits: usize, tid: u64) -> SysResult {
         return Err(Errno::Perm);
     }
     let domain = target.domain.clone().expect("a user thread");
-    // One change of the target program's views at a time, as its own `region_create` does.
-    let _changing = domain.region_lock.lock();
     let mut change = RightsChange::new(region, rights);
-    for t in mates_of(&target) {
-        change.apply(&t)?;
+    {
+        // One change of the target program's views at a time, as its own `region_create` does.
+        let _changing = domain.region_lock.lock();
+        for t in mates_of(&target) {
+            change.apply(&t)?;
+        }
     }
+    change.finish();
     Ok(0)
 }
 
@@ -509,11 +546,15 @@ fn region_revoke(addr: u64, tid: u64) -> SysResult {
         return Err(Errno::Perm);
     }
     let domain = target.domain.clone().expect("a user thread");
-    let _changing = domain.region_lock.lock();
     let mut change = RightsChange::new(region, MapFlags::empty());
-    for t in mates_of(&target) {
-        change.apply(&t)?;
+    {
+        let _changing = domain.region_lock.lock();
+        for t in mates_of(&target) {
+            change.apply(&t)?;
+        }
     }
+    // When the call returns, no CPU reaches the region through the revoked threads.
+    change.finish();
     Ok(0)
 }
 
