@@ -600,11 +600,19 @@ fn counters(which: usize, buf: u64, len: u64) -> SysResult {
     Ok(scheduler::online_cpus())
 }
 
+/// `sched_affinity`: reads the scheduler's thread-view affinity switch (`usize::MAX`) or sets
+/// it. The switch is machine-wide, so only a program running alone may set it (`EPERM` while
+/// another program runs: it would change how that program is scheduled); anyone may read it.
 fn sched_affinity(arg: usize) -> SysResult {
     let mut policy = scheduler::policy();
     let previous = policy.affinity;
     match arg {
         0 | 1 => {
+            let me = me();
+            let domain = me.domain.as_ref().ok_or(Errno::Perm)?;
+            if crate::domain::others_running(domain) {
+                return Err(Errno::Perm);
+            }
             policy.affinity = arg == 1;
             scheduler::set_policy(policy);
         }
