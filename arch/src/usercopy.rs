@@ -96,6 +96,13 @@ impl Access {
         Access { _window: port::Window::open() }
     }
 
+    /// Whether `[addr, addr + len)` lies in the user half (what every access of the window
+    /// checks first; for per-port routines built on the window).
+    #[inline(always)]
+    pub fn may_access(&self, addr: u64, len: usize) -> bool {
+        in_user_half(addr, len)
+    }
+
     /// Reads the 8-byte-aligned word at user address `src`.
     #[inline(always)]
     pub fn get_u64(&self, src: u64) -> Result<u64, UserFault> {

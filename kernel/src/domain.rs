@@ -75,6 +75,16 @@ pub fn for_each_live(mut f: impl FnMut(&Domain)) {
     }
 }
 
+/// Whether a program other than `me` is running (started and not finished): a machine-wide
+/// setting may be changed only by a program that runs alone, so no program changes how
+/// another is treated (issue 15's authority model).
+pub fn others_running(me: &Domain) -> bool {
+    let list = LIVE.lock();
+    list.iter()
+        .filter_map(|w| w.upgrade())
+        .any(|d| !core::ptr::eq(&*d, me) && d.outcome().is_none())
+}
+
 /// The id of the live program that owns region `region` (S3: whose thread holds a lock).
 pub fn owner_of(region: RegionId) -> Option<u64> {
     let list = LIVE.lock();

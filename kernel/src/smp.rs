@@ -3,7 +3,7 @@
 use arch::addr::{Frame, PhysAddr, VirtAddr, PAGE_SIZE};
 use arch::bootinfo::BootInfo;
 use arch::mapping::MapFlags;
-use core::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 use crate::mm::kernel_space::{self, phys_to_virt, AllocatorFrames, DirectMap};
 use crate::mm::kernel_stack::KernelStack;
@@ -62,6 +62,65 @@ pub fn kick(index: usize) {
     if index != arch::cpu::cpu_index() {
         scheduler::this_cpu().counters.bump(tsumugi_abi::stats::Counter::IpisSent);
         send_ipi(index, Ipi::Kick);
+    }
+}
+
+/// Root reloads asked of each CPU (a shoot-down's ticket counter; see [`request_reload`]).
+#[allow(clippy::declare_interior_mutable_const)]
+const ZERO: AtomicU64 = AtomicU64::new(0);
+static RELOADS_ASKED: [AtomicU64; MAX_CPUS] = [ZERO; MAX_CPUS];
+/// The highest ticket each CPU has served: it reloaded its current thread's root after it saw
+/// that many requests.
+static RELOADS_DONE: [AtomicU64; MAX_CPUS] = [ZERO; MAX_CPUS];
+
+/// A reload asked of a CPU, to wait for with [`wait_reloaded`].
+#[derive(Clone, Copy, Debug)]
+pub struct Ticket {
+    cpu: usize,
+    number: u64,
+}
+
+/// Asks CPU `index` to reload its running thread's root (a view change made before this call
+/// — `Thread::set_view` — becomes the one that CPU uses) and kicks it. Returns the ticket to
+/// wait for; `None` for this CPU, which reloads at once.
+pub fn request_reload(index: usize) -> Option<Ticket> {
+    if index == arch::cpu::cpu_index() || index >= MAX_CPUS {
+        scheduler::reload_current_root();
+        return None;
+    }
+    // Release: the view change before this is visible to the CPU that takes the ticket.
+    let number = RELOADS_ASKED[index].fetch_add(1, Ordering::AcqRel) + 1;
+    kick(index);
+    Some(Ticket { cpu: index, number })
+}
+
+/// Serves the reload requests made of this CPU (its kick IPI, or polled while it waits for
+/// another CPU's): reloads the current thread's root, then publishes the requests served.
+pub fn serve_reloads() {
+    let me = arch::cpu::cpu_index();
+    let asked = RELOADS_ASKED[me].load(Ordering::Acquire);
+    scheduler::reload_current_root();
+    if RELOADS_DONE[me].load(Ordering::Relaxed) < asked {
+        RELOADS_DONE[me].fetch_max(asked, Ordering::Release);
+    }
+}
+
+/// Waits until every CPU of `tickets` has reloaded (a revoke then means it: no CPU reaches the
+/// region through the old view any more). Call with no lock held: the CPUs waited for may need
+/// them before they take their interrupt. Requests made of this CPU meanwhile are served while
+/// it waits, so two CPUs waiting for each other both get through.
+pub fn wait_reloaded(tickets: &[Ticket]) {
+    for t in tickets {
+        while RELOADS_DONE[t.cpu].load(Ordering::Acquire) < t.number {
+            if !scheduler::CPUS[t.cpu].online.load(Ordering::Acquire) {
+                break;
+            }
+            let me = arch::cpu::cpu_index();
+            if RELOADS_DONE[me].load(Ordering::Relaxed) < RELOADS_ASKED[me].load(Ordering::Acquire) {
+                serve_reloads();
+            }
+            core::hint::spin_loop();
+        }
     }
 }
 

@@ -88,9 +88,13 @@ fn my_view() -> Result<ViewId, Errno> {
 }
 
 /// Checks `[ptr, ptr+len)` against the caller's view for `need` and backs any zero-on-touch
-/// pages. The copy that follows may still fault if the view changes meanwhile (a grant or
+/// pages: at once when the loaded table maps the range so already (`user_access::mapped_for`),
+/// else through the view space. The copy that follows may still fault if the view changes meanwhile (a grant or
 /// revoke by another thread); it goes through `user_access`, which turns that into `EFAULT`.
 fn check_user(ptr: u64, len: u64, need: MapFlags) -> Result<(), Errno> {
+    if crate::user_access::mapped_for(ptr, len, need) {
+        return Ok(());
+    }
     let view = my_view()?;
     views::with(|s, m| {
         s.check(view, ptr, len, need).map_err(|_| Errno::Fault)?;
@@ -146,12 +150,19 @@ fn console_read(frame: &mut TrapFrame, buf: u64, len: u64) -> SysResult {
     // Refuse a buffer the caller may not write before blocking; its pages are filled only
     // when the input is copied out (`copy_out` checks again then: the view may change while
     // the call waits).
-    let view = my_view()?;
-    views::with(|s, _| s.check(view, buf, len, MapFlags::WRITE)).map_err(|_| Errno::Fault)?;
+    if !crate::user_access::mapped_for(buf, len, MapFlags::WRITE) {
+        let view = my_view()?;
+        views::with(|s, _| s.check(view, buf, len, MapFlags::WRITE)).map_err(|_| Errno::Fault)?;
+    }
     let n = crate::notify::blocking(frame, || {
-        let mut chunk = [0u8; COPY_CHUNK];
+        // Only the bytes the caller asked for are initialised (zeroing the whole chunk cost
+        // more than the rest of a one-byte read's kernel side).
+        let mut chunk = [core::mem::MaybeUninit::<u8>::uninit(); COPY_CHUNK];
         let want = (len as usize).min(COPY_CHUNK);
-        let n = crate::console_input::read_blocking(&mut chunk[..want]);
+        chunk[..want].fill(core::mem::MaybeUninit::new(0));
+        // SAFETY: the first `want` bytes were just initialised; MaybeUninit<u8> has u8's layout.
+        let chunk = unsafe { &mut *(&mut chunk[..want] as *mut [core::mem::MaybeUninit<u8>] as *mut [u8]) };
+        let n = crate::console_input::read_blocking(chunk);
         match copy_out(buf, &chunk[..n]) {
             Ok(()) => n,
             Err(e) => encode_result(Err(e)),
@@ -326,7 +337,8 @@ fn region_create_charged(me: &Arc<Thread>, domain: &Arc<crate::domain::Domain>, 
         .filter_map(thread::find)
         .filter(|t| t.id != me.id && t.state() != crate::thread::State::Dead && (whole_program || t.view() == Some(my_view)))
         .collect();
-    if let Err(e) = change_rights(me, id, rights) {
+    // The lock is held already; the creator's own CPU reloads at once (nothing to wait for).
+    if let Err(e) = RightsChange::new(id, rights).apply(me) {
         // Nobody holds it: drop it at once.
         views::with(|s, m| s.release_region(m, id)).ok();
         return Err(e);
@@ -337,6 +349,8 @@ fn region_create_charged(me: &Arc<Thread>, domain: &Arc<crate::domain::Domain>, 
         // A mate that raced into another view keeps its view; the creator's succeeded.
         let _ = change.apply(&t);
     }
+    // Not waited for: a region only adds rights, and a mate that touches it before its CPU
+    // reloads takes a fault that reloads its root (`trap::user_page_fault`).
     Ok(start.as_u64() as usize)
 }
 
@@ -349,11 +363,19 @@ struct RightsChange {
     rights: MapFlags,
     /// (old view, new view, new root) of the moves made so far.
     made: alloc::vec::Vec<(ViewId, ViewId, u64)>,
+    /// Reloads asked of CPUs running moved threads, to wait for once no lock is held.
+    reloads: alloc::vec::Vec<crate::smp::Ticket>,
 }
 
 impl RightsChange {
     fn new(id: crate::mm::view::RegionId, rights: MapFlags) -> Self {
-        RightsChange { id, rights, made: alloc::vec::Vec::new() }
+        RightsChange { id, rights, made: alloc::vec::Vec::new(), reloads: alloc::vec::Vec::new() }
+    }
+
+    /// Waits until every CPU that ran a moved thread has loaded its new view (call with no
+    /// lock held): when the syscall returns, no CPU reaches memory through an old view.
+    fn finish(self) {
+        crate::smp::wait_reloaded(&self.reloads);
     }
 
     /// Moves `t` to its view changed by this change, making the CPU running it switch.
@@ -380,17 +402,34 @@ impl RightsChange {
         if known.is_none() && self.made.try_reserve(1).is_ok() {
             self.made.push((old, new, root));
         }
-        move_to_view(t, new, root)
+        // Room for the ticket first: a move whose reload could not be waited for would make
+        // the syscall return before the change holds everywhere.
+        self.reloads.try_reserve(1).map_err(|_| Errno::NoMem)?;
+        if let Some(ticket) = move_to_view(t, new, root)? {
+            self.reloads.push(ticket);
+        }
+        Ok(())
     }
 }
 
-/// Moves `t` to the view with `rights` on region `id`, making the CPU running it switch.
+/// Moves `t` (a thread of the caller's own program) to the view with `rights` on region `id`,
+/// and returns once the CPU running it uses that view. One change of the program's views at a
+/// time (its `region_lock`, as `region_create` and foreign grants take it), so two concurrent
+/// changes of one thread's rights both hold: each builds its view from the other's result.
 fn change_rights(t: &Arc<Thread>, id: crate::mm::view::RegionId, rights: MapFlags) -> Result<(), Errno> {
-    RightsChange::new(id, rights).apply(t)
+    let mut change = RightsChange::new(id, rights);
+    {
+        let domain = t.domain.clone().ok_or(Errno::Srch)?;
+        let _changing = domain.region_lock.lock();
+        change.apply(t)?;
+    }
+    change.finish();
+    Ok(())
 }
 
-/// Puts `t` in view `new` (already attached for it), whose table's root is `root`.
-fn move_to_view(t: &Arc<Thread>, new: ViewId, root: u64) -> Result<(), Errno> {
+/// Puts `t` in view `new` (already attached for it), whose table's root is `root`. Returns the
+/// reload to wait for if `t` runs on another CPU (the running thread reloads at once).
+fn move_to_view(t: &Arc<Thread>, new: ViewId, root: u64) -> Result<Option<crate::smp::Ticket>, Errno> {
     if !t.set_view(new, root) {
         // `t` ended meanwhile: nobody else will detach the view made for it.
         views::with(|s, m| s.detach(m, new)).map_err(view_errno)?;
@@ -399,12 +438,18 @@ fn move_to_view(t: &Arc<Thread>, new: ViewId, root: u64) -> Result<(), Errno> {
     let me_id = scheduler::with_current(|c| c.map(|c| c.id));
     if Some(t.id) == me_id {
         scheduler::reload_current_root();
-    } else if t.state() == crate::thread::State::Running {
-        let cpu = t.last_cpu.load(Ordering::Relaxed);
-        scheduler::this_cpu().counters.bump(Counter::ShootdownsSent);
-        crate::smp::kick(cpu);
+        return Ok(None);
     }
-    Ok(())
+    // The new root is stored (set_view); a switch that puts `t` on a CPU stores `last_cpu` and
+    // its state, then loads the root. A SeqCst fence on each side between the store and the
+    // load: either this sees `t` running (and where), or that switch loads the new root.
+    core::sync::atomic::fence(Ordering::SeqCst);
+    if t.state() != crate::thread::State::Running {
+        return Ok(None);
+    }
+    let cpu = t.last_cpu.load(Ordering::Acquire);
+    scheduler::this_cpu().counters.bump(Counter::ShootdownsSent);
+    Ok(crate::smp::request_reload(cpu))
 }
 
 /// The region at `addr` and the caller's rights on it.
@@ -475,12 +520,15 @@ fn region_grant(addr: u64, rights_bits: usize, tid: u64) -> SysResult {
         return Err(Errno::Perm);
     }
     let domain = target.domain.clone().expect("a user thread");
-    // One change of the target program's views at a time, as its own `region_create` does.
-    let _changing = domain.region_lock.lock();
     let mut change = RightsChange::new(region, rights);
-    for t in mates_of(&target) {
-        change.apply(&t)?;
+    {
+        // One change of the target program's views at a time, as its own `region_create` does.
+        let _changing = domain.region_lock.lock();
+        for t in mates_of(&target) {
+            change.apply(&t)?;
+        }
     }
+    change.finish();
     Ok(0)
 }
 
@@ -498,11 +546,15 @@ fn region_revoke(addr: u64, tid: u64) -> SysResult {
         return Err(Errno::Perm);
     }
     let domain = target.domain.clone().expect("a user thread");
-    let _changing = domain.region_lock.lock();
     let mut change = RightsChange::new(region, MapFlags::empty());
-    for t in mates_of(&target) {
-        change.apply(&t)?;
+    {
+        let _changing = domain.region_lock.lock();
+        for t in mates_of(&target) {
+            change.apply(&t)?;
+        }
     }
+    // When the call returns, no CPU reaches the region through the revoked threads.
+    change.finish();
     Ok(0)
 }
 
@@ -548,11 +600,19 @@ fn counters(which: usize, buf: u64, len: u64) -> SysResult {
     Ok(scheduler::online_cpus())
 }
 
+/// `sched_affinity`: reads the scheduler's thread-view affinity switch (`usize::MAX`) or sets
+/// it. The switch is machine-wide, so only a program running alone may set it (`EPERM` while
+/// another program runs: it would change how that program is scheduled); anyone may read it.
 fn sched_affinity(arg: usize) -> SysResult {
     let mut policy = scheduler::policy();
     let previous = policy.affinity;
     match arg {
         0 | 1 => {
+            let me = me();
+            let domain = me.domain.as_ref().ok_or(Errno::Perm)?;
+            if crate::domain::others_running(domain) {
+                return Err(Errno::Perm);
+            }
             policy.affinity = arg == 1;
             scheduler::set_policy(policy);
         }

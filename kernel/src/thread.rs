@@ -379,17 +379,20 @@ extern "C" fn thread_start(arg: usize) -> ! {
     }
 }
 
-/// Leaves the kernel for user mode with `frame`, abandoning the running thread's kernel stack:
-/// the frame goes where traps from user mode put theirs (the top of the stack), as in
+/// Leaves the kernel for user mode with the frame `frame` makes of a default user frame (entry
+/// 0, stack 0), abandoning the running thread's kernel stack: the frame goes where traps from user mode put theirs (the top of the stack), as in
 /// `thread_start`. Nothing on the stack may still own anything (it is never unwound). For an
 /// activation that is reused for a new upcall (`notify`'s spare activations).
-pub fn enter_user(frame: TrapFrame) -> ! {
+pub fn enter_user(frame: impl FnOnce(&mut TrapFrame)) -> ! {
     let top = scheduler::with_current(|t| t.expect("entering user mode from a thread").stack_top);
     let frame_addr = top - size_of::<TrapFrame>() as u64;
     // SAFETY: the frame slot at the top of this thread's own stack lies above every live kernel
-    // frame (kernel code runs below it); `enter` abandons this stack.
+    // frame (kernel code runs below it); `enter` abandons this stack. The frame is built in its
+    // slot (a default user frame `frame` then fills in), not built elsewhere and copied.
     unsafe {
-        core::ptr::write(frame_addr as *mut TrapFrame, frame);
+        let slot = frame_addr as *mut TrapFrame;
+        core::ptr::write(slot, TrapFrame::new_user(0, 0, 0));
+        frame(&mut *slot);
         arch::trap::enter(frame_addr as *const TrapFrame)
     }
 }

@@ -59,7 +59,7 @@ fn handle_other(frame: &mut TrapFrame) {
                 IpiKind::Reschedule => {}
                 IpiKind::Kick | IpiKind::Shootdown => {
                     scheduler::this_cpu().counters.bump(Counter::ShootdownsReceived);
-                    scheduler::reload_current_root();
+                    crate::smp::serve_reloads();
                 }
                 IpiKind::FpuSave => crate::fpu::serve_request(),
             }

@@ -33,3 +33,49 @@ pub fn copy_in(out: &mut [u8], src: u64) -> Result<(), UserFault> {
     // SAFETY: as in `copy_out`.
     unsafe { arch::usercopy::copy_from_user(out, src) }
 }
+
+/// Most pages [`mapped_for`] walks before it leaves the answer to the view space.
+const QUICK_PAGES: u64 = 4;
+
+/// Whether the page table loaded on this CPU — the running thread's view — maps every page of
+/// `[addr, addr + len)` as user memory with `need`: the quick answer for the checks syscalls
+/// make before they copy or block, without the view-space lock. `false` means only "not known
+/// here" (a zero-on-touch page not yet backed, a page another view filled, a long range, a
+/// range outside the user half): then the caller asks the view space, which also backs pages.
+///
+/// A yes can be stale only as the copy itself can be (a revoke on another CPU whose reload this
+/// CPU has not yet taken): the copy goes through the same table and its fix-up turns a fault
+/// into `EFAULT`, so nothing is lost by answering from the table.
+pub fn mapped_for(addr: u64, len: u64, need: arch::mapping::MapFlags) -> bool {
+    use crate::mm::kernel_space::DirectMap;
+    use crate::mm::page_table::PageTable;
+    use arch::addr::VirtAddr;
+    const PAGE: u64 = arch::addr::PAGE_SIZE;
+    if len == 0 {
+        return true;
+    }
+    let Some(end) = addr.checked_add(len) else { return false };
+    if end > arch::layout::USER_END {
+        return false;
+    }
+    let (first, last) = (addr & !(PAGE - 1), (end - 1) & !(PAGE - 1));
+    if (last - first) / PAGE >= QUICK_PAGES {
+        return false;
+    }
+    // SAFETY: the root loaded on this CPU is a live table (a CPU's loaded view is never freed
+    // while loaded: `drop_stale_views`); this only reads aligned entries, which a concurrent
+    // edit (a page backed on another CPU) replaces whole.
+    let table = unsafe { PageTable::<arch::PageFormat>::from_root(arch::tlb::current_root()) };
+    let want = need | arch::mapping::MapFlags::USER;
+    let mut page = first;
+    loop {
+        match table.translate(&DirectMap, VirtAddr::new(page)) {
+            Some((_, flags)) if flags.contains(want) => {}
+            _ => return false,
+        }
+        if page == last {
+            return true;
+        }
+        page += PAGE;
+    }
+}

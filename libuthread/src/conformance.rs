@@ -820,16 +820,23 @@ fn rwlock_downgrade_and_map() -> Outcome {
     ensure!(lock.with(|v| v.len()) == 2 && lock.with_mut(|v| v.pop()) == Some(4), "with / with_mut");
     let mut w = lock.write();
     w.push(5);
-    // A reader and a writer queue while we write.
-    let (l1, l2) = (lock.clone(), lock.clone());
+    // A reader queues (or has not run yet) while we write: the downgrade lets it in. Only a
+    // reader: a writer queued ahead of it would keep it out until the downgraded guard goes
+    // (waiting writers come first, as with std's), and joining the reader before dropping the
+    // guard would then never return — at 4 vCPUs the two used to queue in either order.
+    let l1 = lock.clone();
     let reader = crate::spawn(move || l1.read().clone());
-    let writer = crate::spawn(move || l2.write().push(6));
     crate::yield_now();
     let r = RwLockWriteGuard::downgrade(w);
     ensure!(*r == [3, 5], "downgraded value {:?}", *r);
     ensure!(lock.try_write().is_err(), "a writer got in beside a downgraded guard");
     let seen = reader.join().map_err(|_| String::from("reader panicked"))?;
     ensure!(seen == [3, 5], "the reader saw {seen:?}");
+    // A writer waits for the downgraded guard and gets in once it is dropped.
+    let l2 = lock.clone();
+    let writer = crate::spawn(move || l2.write().push(6));
+    crate::yield_now();
+    ensure!(*r == [3, 5], "a writer got in beside a downgraded guard");
     drop(r);
     writer.join().map_err(|_| String::from("writer panicked"))?;
     ensure!(lock.get_cloned() == [3, 5, 6], "after the writer");

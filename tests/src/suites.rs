@@ -490,7 +490,7 @@ pub fn views_suite(name: &'static str, smp: u8) -> Suite {
         name,
         smp,
         boot_words: format!(
-            "{}=share_writer+share_reader,readonly_view+twin,revoke_faults,twin+twin,oom_regions,name_owner+name_thief,schedstat,copy_race,grabber+grab_victim",
+            "{}=share_writer+share_reader,readonly_view+twin,revoke_faults,twin+twin,oom_regions,name_owner+name_thief,schedstat,copy_race,revoke_sync+revoke_sync_target,grabber+grab_victim",
             bootopt::RUN
         ),
         timeout: KERNEL_SUITE_TIMEOUT,
@@ -518,8 +518,13 @@ pub fn views_suite(name: &'static str, smp: u8) -> Suite {
             exited("grabber"),
             exited("grab_victim"),
             Check::LogContains("grabber: revoking the owner's region from the owner: Err(Some(Perm))".to_string()),
+            Check::LogContains("grabber: switching the scheduler's affinity off while another program runs: Err(Some(Perm)) (reading it: true)".to_string()),
             Check::LogContains("grab_victim: its region stayed its own and its threads stayed view-mates".to_string()),
             Check::GroupFramesBalanced("grabber+grab_victim".to_string()),
+            exited("revoke_sync"),
+            killed("revoke_sync_target", "page fault: write of "),
+            Check::LogContains("wrote nothing after region_revoke returned".to_string()),
+            Check::GroupFramesBalanced("revoke_sync+revoke_sync_target".to_string()),
             Check::Halting(0),
         ],
     }

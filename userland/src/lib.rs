@@ -69,6 +69,15 @@ pub mod grab {
     pub const PATTERN: usize = 0x5eed_f00d;
 }
 
+/// Revocation that holds when the call returns (`revoke_sync+revoke_sync_target`, issue 15
+/// item 2).
+pub mod revoke_sync {
+    /// The target's thread id (it runs pinned to another CPU than the owner's).
+    pub const TARGET_TID_KEY: usize = 0x5253_0001;
+    /// The owner's region the target writes.
+    pub const REGION_KEY: usize = 0x5253_0002;
+}
+
 /// The fuzzer and the victim beside it (`fuzz_victim+fuzz`).
 pub mod fuzz {
     /// Published by the fuzzer before it starts; gone when it ends (names go with their program).

@@ -99,6 +99,7 @@ impl PageTableFormat for Aarch64 {
         e | (attr << bits::ATTR_INDEX_SHIFT)
     }
 
+    #[inline]
     fn decode(entry: u64, level: usize) -> Entry {
         if entry & bits::VALID == 0 {
             return Entry::Empty;

@@ -86,6 +86,7 @@ impl PageTableFormat for Sv48 {
         e
     }
 
+    #[inline]
     fn decode(entry: u64, level: usize) -> Entry {
         if entry & bits::VALID == 0 {
             return Entry::Empty;

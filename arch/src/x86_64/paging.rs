@@ -69,6 +69,7 @@ impl PageTableFormat for X86_64 {
         e
     }
 
+    #[inline]
     fn decode(entry: u64, level: usize) -> Entry {
         if entry & bits::PRESENT == 0 {
             return Entry::Empty;

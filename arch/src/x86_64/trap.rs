@@ -56,6 +56,15 @@ const _: () = assert!(size_of::<TrapFrame>() == 22 * 8);
 const _: () = assert!(size_of::<TrapFrame>() % 16 == 0);
 const _: () = assert!(offset_of!(TrapFrame, vector) == 15 * 8);
 const _: () = assert!(offset_of!(TrapFrame, cs) == 18 * 8);
+// `user_store_frame` (usercopy.rs) reads these slots and writes the ABI's FullFrame order.
+const _: () = assert!(offset_of!(TrapFrame, r15) == 0 && offset_of!(TrapFrame, rax) == 14 * 8);
+const _: () = assert!(offset_of!(TrapFrame, rip) == 17 * 8 && offset_of!(TrapFrame, rflags) == 19 * 8 && offset_of!(TrapFrame, rsp) == 20 * 8);
+const _: () = {
+    use tsumugi_abi::kn::FullFrame as F;
+    assert!(offset_of!(F, rax) == 0 && offset_of!(F, r15) == 14 * 8);
+    assert!(offset_of!(F, rip) == 15 * 8 && offset_of!(F, rsp) == 16 * 8 && offset_of!(F, rflags) == 17 * 8);
+    assert!(size_of::<F>() == 18 * 8);
+};
 
 /// What the manuals call the instruction pointer (for reports).
 pub const IP_REGISTER: &str = "rip";
@@ -226,10 +235,18 @@ impl TrapFrame {
     /// through an open user-access window (the fast ThMB save).
     #[inline]
     pub fn store_full_frame(&self, user: &crate::usercopy::Access, dst: u64) -> Result<(), crate::usercopy::UserFault> {
-        let full = self.to_full_frame();
-        // SAFETY: FullFrame is #[repr(C)] plain u64 fields: its bytes are initialised.
-        let bytes = unsafe { core::slice::from_raw_parts(&full as *const _ as *const u8, size_of::<tsumugi_abi::kn::FullFrame>()) };
-        user.copy_to(dst, bytes)
+        extern "C" {
+            fn user_store_frame(dst: u64, frame: *const TrapFrame) -> usize;
+        }
+        if !user.may_access(dst, size_of::<tsumugi_abi::kn::FullFrame>()) {
+            return Err(crate::usercopy::UserFault);
+        }
+        // SAFETY: `dst..+size` lies in the user half (checked) and the window is open (`user`);
+        // the routine reads this frame and stores into user memory between the fix-up labels.
+        match unsafe { user_store_frame(dst, self) } {
+            0 => Ok(()),
+            _ => Err(crate::usercopy::UserFault),
+        }
     }
 
     /// Turns the frame into an upcall: on return to user mode the CPU enters `handler` with

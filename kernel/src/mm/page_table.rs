@@ -231,6 +231,7 @@ impl<F: PageTableFormat> PageTable<F> {
     }
 
     /// The physical address and rights `va` translates to, if mapped.
+    #[inline]
     pub fn translate(&self, mem: &impl PhysMemory, va: VirtAddr) -> Option<(PhysAddr, MapFlags)> {
         let mut table = self.root;
         for l in (0..F::LEVELS).rev() {

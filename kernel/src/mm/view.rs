@@ -505,13 +505,21 @@ impl<F: PageTableFormat> ViewSpace<F> {
             return Ok(());
         }
         let end = addr.checked_add(len).ok_or(RangeError::Overflow)?;
+        // The view's set once; each region found by one search of the start index and one of
+        // the region table (a range within one region, the usual case, costs one round).
+        let set = self.views.get(&v).map_or(&[][..], |view| view.set.as_slice());
         let mut at = addr;
         while at < end {
-            let r = self.region_at(at).ok_or(RangeError::Unmapped(at))?;
-            if !self.rights(v, r).contains(need) {
+            let (_, id) = self.by_start.range(..=at).next_back().ok_or(RangeError::Unmapped(at))?;
+            let region_end = self.regions[id].end();
+            if region_end <= at {
+                return Err(RangeError::Unmapped(at));
+            }
+            let rights = set.binary_search_by_key(id, |(r, _)| *r).map_or(MapFlags::empty(), |i| set[i].1);
+            if !rights.contains(need) {
                 return Err(RangeError::Denied(at));
             }
-            at = self.regions[&r].end();
+            at = region_end;
         }
         Ok(())
     }
@@ -583,6 +591,13 @@ impl<F: PageTableFormat> ViewSpace<F> {
     /// Regions freed since the last call (so their address ranges can be handed out again).
     pub fn take_freed(&mut self) -> Vec<RegionId> {
         core::mem::take(&mut self.freed)
+    }
+
+    /// Whether regions or view roots were freed since they were last taken (the common case
+    /// after a view-space call is no: then there is nothing to reclaim).
+    #[inline]
+    pub fn has_freed(&self) -> bool {
+        !self.freed.is_empty() || !self.freed_roots.is_empty()
     }
 
     /// Roots of the views freed since the last call.

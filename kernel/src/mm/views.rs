@@ -90,6 +90,9 @@ impl Space {
 
     /// Gives back the ranges whose last region was freed, and the TLB tags of freed views.
     fn reclaim(&mut self) {
+        if !self.views.has_freed() {
+            return;
+        }
         for root in self.views.take_freed_roots() {
             super::tags::release(root.number());
         }

@@ -88,9 +88,18 @@ mod machine {
     /// Appends `event` to `domain`'s ring (or holds it back, in order, when full) and wakes a
     /// parked vCPU to read it.
     pub fn post(domain: &Domain, event: Event) {
+        post_as(domain, event, runs_in(domain))
+    }
+
+    /// [`post`] from a stop path of the running thread of `domain` (its table is loaded).
+    fn post_own(domain: &Domain, event: Event) {
+        post_as(domain, event, true)
+    }
+
+    /// [`post`]; `own`: a thread of `domain` runs here, so the fast path may write through the
+    /// loaded table (only a thread of this program has it).
+    fn post_as(domain: &Domain, event: Event, own: bool) {
         let Some(cfg) = domain.kn.config() else { return };
-        // The fast path writes through the loaded table: only a thread of this program has it.
-        let own = runs_in(domain);
         let overflow = {
             let mut st = domain.kn.state();
             if st.released {
@@ -180,7 +189,7 @@ mod machine {
             }
             Ok(thmb) => {
                 let domain = me.domain.as_ref().expect("a vCPU has a domain");
-                post(domain, Event { kind: EventKind::Preempted as u64, thread: thmb, arg0: vcpu as u64, arg1: 0 });
+                post_own(domain, Event { kind: EventKind::Preempted as u64, thread: thmb, arg0: vcpu as u64, arg1: 0 });
                 scheduler::preempt();
                 upcall(&me, frame, vcpu, [EventKind::Preempted as u64, thmb, vcpu as u64, 0]);
             }
@@ -198,7 +207,7 @@ mod machine {
             Err(Refused::NoThmb) => kill(&me, format!("{} — in the library's critical section or notification handler (LTN = 0), so no upcall", report())),
             Ok(thmb) => {
                 let domain = me.domain.as_ref().expect("a vCPU has a domain");
-                post(domain, Event { kind: EventKind::Fault as u64, thread: thmb, arg0: address, arg1: access });
+                post_own(domain, Event { kind: EventKind::Fault as u64, thread: thmb, arg0: address, arg1: access });
                 upcall(&me, frame, vcpu, [EventKind::Fault as u64, thmb, vcpu as u64, address]);
                 true
             }
@@ -227,7 +236,7 @@ mod machine {
             Err(Refused::Bad(bad)) => kill(&me, bad),
         };
         let domain = me.domain.clone().expect("a vCPU has a domain");
-        post(&domain, Event { kind: EventKind::Blocked as u64, thread: thmb, arg0: vcpu as u64, arg1: 0 });
+        post_own(&domain, Event { kind: EventKind::Blocked as u64, thread: thmb, arg0: vcpu as u64, arg1: 0 });
         let cfg = domain.kn.config().expect("checked registered");
         me.vcpu.store(NOT_A_VCPU, Ordering::Release);
         let args = [EventKind::Blocked as u64, thmb, vcpu as u64, 0];
@@ -294,7 +303,7 @@ mod machine {
                 Err(Refused::Bad(bad)) => return Decided::Bad(bad),
             };
             // BLOCKED first: once the entry is queued, a tick on another CPU may post UNBLOCKED.
-            post(domain, Event { kind: EventKind::Blocked as u64, thread: thmb, arg0: vcpu as u64, arg1: 0 });
+            post_own(domain, Event { kind: EventKind::Blocked as u64, thread: thmb, arg0: vcpu as u64, arg1: 0 });
             let deadline = arch::timer::nanos().saturating_add(nanos.max(1));
             let queued = {
                 let mut q = SLEEPERS.lock();

@@ -194,10 +194,8 @@ pub fn serve_as_spare() -> ! {
             })
         };
         if let Some((handler, stack, args)) = job {
-            let mut frame = arch::trap::TrapFrame::new_user(handler, stack, 0);
-            frame.set_upcall(handler, stack, args);
             arch::cpu::set_user_ltn(0);
-            thread::enter_user(frame);
+            thread::enter_user(|frame| frame.set_upcall(handler, stack, args));
         }
         // Woken without work (a wake-up meant for another reason): park again.
     }

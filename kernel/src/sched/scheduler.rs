@@ -465,6 +465,10 @@ fn switch_to(cpu: &Cpu, prev_ptr: *mut Thread, next: Arc<Thread>, leftover: Prev
         crate::perf::switch_out(prev);
     }
     next.last_cpu.store(arch::cpu::cpu_index(), Ordering::Relaxed);
+    // Pairs with the fence of a rights change (`syscall::move_to_view`) between its root store
+    // and its look at where `next` runs: either it sees `next` running here and waits for this
+    // CPU's reload, or the root loaded below is the new one.
+    core::sync::atomic::fence(Ordering::SeqCst);
     cpu.counters.bump(Counter::ContextSwitches);
     if let Some(d) = &next.domain {
         d.counters.bump(Counter::ContextSwitches);

@@ -335,19 +335,18 @@ unsafe fn free_thmb_to_heap(t: *mut Thmb) {
 /// Queues a READY thread: on an idle vCPU if there is one (preferring `home`), which is then
 /// unparked — MULiTh's "hand it straight to an idle processor" — else on `home`.
 fn make_ready(t: *mut Thmb, home: usize) {
-    match IDLE.claim(home) {
-        Some(v) => {
-            // A queued thread's `vcpu` names the queue it is on (`run_inline` looks there).
-            // SAFETY: the caller owns the READY thread until it is queued.
-            unsafe { (*t).vcpu.store(v, Ordering::Relaxed) };
-            VCPUS[v].push(t);
-            platform::unpark(v);
-        }
-        None => {
-            // SAFETY: as above.
-            unsafe { (*t).vcpu.store(home, Ordering::Relaxed) };
-            VCPUS[home].push(t)
-        }
+    // Publish first, then claim (the idle protocol's order, `idle.rs`): a vCPU that announces
+    // itself idle after the claim has looked finds the thread in its re-check. Claiming first
+    // lost wake-ups: with no vCPU idle at the claim, `home` could announce, re-check its
+    // still-empty queue and park just before the push — the thread stranded on a parked vCPU
+    // (every vCPU parked, the hosted conformance run hung about once in 50).
+    // A queued thread's `vcpu` names the queue it is on (`run_inline` looks there).
+    // SAFETY: the caller owns the READY thread until it is queued.
+    unsafe { (*t).vcpu.store(home, Ordering::Relaxed) };
+    VCPUS[home].push(t);
+    // An idle vCPU other than `home` takes it from `home`'s queue by stealing.
+    if let Some(v) = IDLE.claim(home) {
+        platform::unpark(v);
     }
 }
 

@@ -140,7 +140,8 @@ pub fn counters(scope: usize) -> Result<([u64; Counter::COUNT], usize), Option<E
 }
 
 /// Sets the kernel's thread-view-affinity switch (`Some(on)`), or only reads it (`None`);
-/// returns the previous setting.
+/// returns the previous setting. The switch is machine-wide: setting it is refused with
+/// `Perm` while another program runs.
 pub fn sched_affinity(set: Option<bool>) -> Result<bool, Option<Errno>> {
     let arg = match set {
         Some(true) => 1,

@@ -26,7 +26,16 @@ fn main() -> i32 {
     let Ok(mine) = sys::region_create(4096, rights::READ | rights::WRITE, 0) else { return 1 };
     let push = sys::region_grant(mine, rights::READ, victim);
     println!("grabber: pushing its own region into one victim thread: {push:?}");
-    let ok = seen == PATTERN && revoke == Err(Some(Errno::Perm)) && pass_on == Err(Some(Errno::Perm)) && push == Ok(0);
+    // A machine-wide setting, while the victim runs: refused (reading it is not).
+    let flip = sys::sched_affinity(Some(false));
+    let read = sys::sched_affinity(None);
+    println!("grabber: switching the scheduler's affinity off while another program runs: {flip:?} (reading it: {})", read.is_ok());
+    let ok = seen == PATTERN
+        && revoke == Err(Some(Errno::Perm))
+        && pass_on == Err(Some(Errno::Perm))
+        && push == Ok(0)
+        && flip == Err(Some(Errno::Perm))
+        && read.is_ok();
     let _ = sys::publish(ATTACKER_DONE_KEY, mine);
     // Stay (names go with their program) until the victim has read that name: it says so in
     // the second word of its region, which this thread may read (and which lives on in this
