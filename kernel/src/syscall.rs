@@ -115,7 +115,10 @@ fn exit(status: usize) -> SysResult {
 }
 
 fn console_write(ptr: u64, len: u64) -> SysResult {
+    // The whole buffer must be readable (a region-granular check, bounded whatever `len`), as
+    // before the cap; then at most CONSOLE_WRITE_MAX bytes go out.
     check_user(ptr, len, MapFlags::READ)?;
+    let len = len.min(tsumugi_abi::syscall::CONSOLE_WRITE_MAX as u64);
     let mut buf = [0u8; COPY_CHUNK];
     let mut done = 0u64;
     while done < len {

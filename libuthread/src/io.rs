@@ -22,7 +22,7 @@ impl Console {
     /// Writes what is gathered.
     pub fn flush(&mut self) {
         if self.len > 0 {
-            let _ = crate::sys::console_write(&self.buf[..self.len]);
+            let _ = crate::sys::console_write_all(&self.buf[..self.len]);
             self.len = 0;
         }
     }

@@ -2,7 +2,13 @@
 # stop where the kernel has just saved a user thread into its ThMB and posts the event
 # (BLOCKED for a sleep, PREEMPTED for a tick), then list what the extension sees.
 python
-post = gdb.lookup_global_symbol("kernel::notify::machine::post") or gdb.lookup_symbol("kernel::notify::machine::post")[0]
+# Every event goes through `post_as` (the stop paths call it directly, other posters through
+# `post`); a file-local function, so it is a static symbol.
+post = None
+for name in ("kernel::notify::machine::post_as", "kernel::notify::machine::post"):
+    post = gdb.lookup_static_symbol(name) or gdb.lookup_global_symbol(name)
+    if post is not None:
+        break
 # At the entry address itself (a breakpoint after the prologue may land in inlined code).
 gdb.Breakpoint("*0x%x" % int(post.value().address))
 for _ in range(200):

@@ -13,7 +13,8 @@ pub enum Syscall {
     /// `exit(status: usize) -> !`: end the calling program with `status`.
     Exit = 0,
     /// `console_write(ptr: *const u8, len: usize) -> usize`: write bytes to the console; returns
-    /// the number written. The buffer must lie in memory the caller may read.
+    /// the number written, at most 4,096 per call (the kernel bounds the work of one call; write
+    /// the rest with further calls). The whole buffer must lie in memory the caller may read.
     ConsoleWrite = 1,
     /// `clock(which: usize) -> u64`: read a clock (see [`Clock`]).
     Clock = 2,
@@ -228,6 +229,11 @@ impl Clock {
             .find(|c| *c as usize == number)
     }
 }
+
+/// Most bytes one `console_write` writes. The kernel runs with interrupts off, so the work of a
+/// call must be bounded (4 KiB through the UART is a few hundred thousand instructions); the
+/// caller writes the rest with further calls, as with a POSIX `write` that returns short.
+pub const CONSOLE_WRITE_MAX: usize = 4096;
 
 /// Error codes returned (negated) by syscalls.
 #[repr(isize)]

@@ -207,5 +207,5 @@ pub fn exit_process(code: i32) -> ! {
 
 /// Writes to the console.
 pub fn console_write(bytes: &[u8]) {
-    let _ = sys::console_write(bytes);
+    let _ = sys::console_write_all(bytes);
 }

@@ -41,9 +41,22 @@ pub fn exit(status: usize) -> ! {
     }
 }
 
-/// Writes bytes to the console; returns how many were written.
+/// Writes bytes to the console; returns how many were written: at most 4 KiB per call (the
+/// kernel bounds the work of one call), so a longer buffer needs [`console_write_all`].
 pub fn console_write(bytes: &[u8]) -> SysResult {
     call(Syscall::ConsoleWrite as usize, [bytes.as_ptr() as usize, bytes.len(), 0, 0, 0, 0])
+}
+
+/// Writes all of `bytes` to the console, a call per 4 KiB; stops at the first error.
+pub fn console_write_all(mut bytes: &[u8]) -> SysResult {
+    let total = bytes.len();
+    while !bytes.is_empty() {
+        match console_write(bytes)? {
+            0 => return Ok(total - bytes.len()),
+            n => bytes = &bytes[n.min(bytes.len())..],
+        }
+    }
+    Ok(total)
 }
 
 /// Reads a clock.

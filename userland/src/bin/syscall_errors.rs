@@ -24,6 +24,14 @@ fn expect(what: &str, got: sys::SysResult, want: Result<usize, Option<Errno>>) -
     }
 }
 
+/// A write longer than one call's bound: 4,095 spaces and a newline, then more.
+static LONG: [u8; 5000] = {
+    let mut b = [b' '; 5000];
+    b[4095] = b'\n';
+    b[4999] = b'\n';
+    b
+};
+
 fn main() -> i32 {
     let write = Syscall::ConsoleWrite as usize;
     let msg = b"syscall_errors: a good write works\n";
@@ -36,6 +44,7 @@ fn main() -> i32 {
         expect("bad clock selector", sys::call(Syscall::Clock as usize, [BOGUS_CLOCK, 0, 0, 0, 0, 0]), Err(Some(Errno::Inval))),
         expect("good write", sys::console_write(msg), Ok(msg.len())),
         expect("empty write", sys::call(write, [0, 0, 0, 0, 0, 0]), Ok(0)),
+        expect("a long write is cut at 4 KiB", sys::console_write(&LONG), Ok(4096)),
     ];
     if checks.iter().all(|&ok| ok) {
         0
