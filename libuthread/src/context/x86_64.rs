@@ -255,6 +255,7 @@ core::arch::global_asm!(
     "    lea rax, [rsp + 8]",
     "    mov [rdi + {r_rsp}], rax",
     "    mov r9, [rdi + {fp_area}]",
+    "    stmxcsr dword ptr [r9 + 24]",            // take the #NM first (see `resume_full`)
     "    mov r10, qword ptr [rip + {native_format}]",
     "    mov r11, rdx",                           // keep `entry`
     "    cmp r10, {fmt_xsave}",
@@ -338,6 +339,13 @@ core::arch::global_asm!(
     //   3. each GPR with `mov reg, gs:[off]` (movs leave flags alone);
     //   4. rsp last, then `jmp gs:[rip]`.
     // Restartable like the window resume: the kernel writes only `to.header`, never `to.resume`.
+    //
+    // The `ldmxcsr` of the saved MXCSR (offset 24 in the FXSAVE and XSAVE layouts; xrstor loads
+    // it again) is there for QEMU's TCG, which raises #NM for SSE instructions but not for
+    // `xsave`/`xrstor` while CR0.TS is set: an `xrstor` there would load the registers of this
+    // CPU's FP owner — another activation — behind the kernel's back, which saved them as its
+    // own at the next trap, and this one got its stale state (regmix saw another thread's xmm
+    // registers and MXCSR, about once in 30 runs under load). Real hardware traps either way.
     ".globl libuthread_resume_full",
     ".hidden libuthread_resume_full",
     ".type libuthread_resume_full, @function",
@@ -346,6 +354,7 @@ core::arch::global_asm!(
     "    test rdx, rdx",                          // 0. FP/SIMD state saved with the frame?
     "    jz 3f",                                  //    (LTN is still 0: a stop here resumes
     "    mov rcx, [rdi + {fp_area}]",             //    in place, FP registers kept)
+    "    ldmxcsr dword ptr [rcx + 24]",           //    take the #NM first (see below)
     "    cmp rdx, {fmt_xsave}",
     "    jne 4f",
     "    mov eax, {xcomponents}",                 //    x87 | SSE | AVX
