@@ -3,9 +3,11 @@
 //!
 //! The expected file has one line per figure, `table,row,column,value`, under that header. Only
 //! numbers measured under `-icount shift=0` go there (never host timings, never words such as
-//! `unsupported`). Every figure is a cost (instructions, misses, bytes, an overhead), so a rise
-//! beyond [`TOLERANCE`] is a regression; a fall is an improvement to record with `--bless`,
-//! which rewrites the file from the run (keeping the tables the run did not measure).
+//! `unsupported`). A figure is a cost (instructions, misses, bytes, an overhead), so a rise
+//! beyond [`TOLERANCE`] is a regression — except a comparison of a baseline with our mechanism
+//! (`ratio*`, `*_over_*`, `*speedup*` columns: how many times ours is faster), where a fall is
+//! ([`higher_is_better`]). The other way is an improvement to record with `--bless`, which
+//! rewrites the file from the run (keeping the tables the run did not measure).
 
 use std::fmt::Write as _;
 
@@ -208,8 +210,15 @@ impl Comparison {
     }
 }
 
-/// Compares the run's figures with the expected ones; a rise of more than `tolerance` (a share
-/// of the expected value, or any rise from 0) is a regression.
+/// Whether a column is a comparison in our favour (a baseline's cost over ours), so that a fall
+/// is the regression: `ratio_to_window`, `baseline_over_kn`, speed-ups.
+pub fn higher_is_better(column: &str) -> bool {
+    column.starts_with("ratio") || column.contains("_over_") || column.contains("speedup")
+}
+
+/// Compares the run's figures with the expected ones; a change for the worse of more than
+/// `tolerance` (a share of the expected value, or any rise of a cost from 0) is a regression —
+/// a rise of a cost, a fall of a [`higher_is_better`] comparison.
 pub fn compare(expected: &[Figure], run: &[Figure], tolerance: f64) -> Comparison {
     let mut out = Comparison::default();
     for figure in run {
@@ -222,7 +231,8 @@ pub fn compare(expected: &[Figure], run: &[Figure], tolerance: f64) -> Compariso
             expected_text: old.text.clone(),
             expected: old.value,
         };
-        let delta = figure.value - old.value;
+        // `delta` > 0: worse.
+        let delta = if higher_is_better(&figure.column) { old.value - figure.value } else { figure.value - old.value };
         if delta > tolerance * old.value.abs() {
             out.regressions.push(change);
         } else if delta > 0.0 {
@@ -429,6 +439,19 @@ mod tests {
         assert_eq!(c.unmeasured_tables, ["u"]);
         assert!(!c.passed());
         assert!(compare(&expected[..1], &run[..1], TOLERANCE).passed());
+    }
+
+    #[test]
+    fn a_comparison_in_our_favour_regresses_when_it_falls() {
+        assert!(higher_is_better("baseline_over_kn") && higher_is_better("ratio_to_window") && higher_is_better("speedup_v8"));
+        assert!(!higher_is_better("instructions") && !higher_is_better("fk_overhead_pct"));
+        let expected = [figure("k", "sa", "baseline_over_kn", "2.00"), figure("k", "sig", "baseline_over_kn", "2.00")];
+        let run = [figure("k", "sa", "baseline_over_kn", "1.90"), figure("k", "sig", "baseline_over_kn", "2.50")];
+        let c = compare(&expected, &run, TOLERANCE);
+        assert_eq!(c.regressions.len(), 1);
+        assert_eq!(c.regressions[0].figure.row, "sa");
+        assert_eq!(c.improvements.len(), 1);
+        assert_eq!(c.improvements[0].figure.row, "sig");
     }
 
     #[test]
