@@ -1,7 +1,9 @@
 //! Hardware event counting on aarch64 with PMUv3: the cycle counter `PMCCNTR_EL0` for cycles and
 //! event counter 0 programmed with `INST_RETIRED` (0x08) for instructions, counting at EL0 and
 //! EL1. Instructions are offered only with PMUv3p5 (64-bit event counters, `PMCR_EL0.LP`), so a
-//! per-thread difference can never be cut by a 32-bit wrap. QEMU's TCG has no TLB-refill events:
+//! per-thread difference can never be cut by a 32-bit wrap, and only where `PMCEID0_EL0` says the
+//! CPU implements `INST_RETIRED` (QEMU's TCG does only with `-icount`; without it the counter
+//! reads 0, so the kernel answers `NotSup` rather than a silent zero). QEMU's TCG has no TLB-refill events:
 //! TLB misses are unsupported (the kernel's software counters stand in, labelled as such).
 //!
 //! Each CPU's cycle counter starts when that CPU enables it, so the secondary CPUs' counters
@@ -146,8 +148,11 @@ pub fn init_this_cpu() {
     } else {
         align_with_boot_cpu();
     }
+    let ceid0: u64;
+    // SAFETY: reading an ID register of the PMU has no side effects.
+    unsafe { asm!("mrs {}, PMCEID0_EL0", out(reg) ceid0, options(nomem, nostack, preserves_flags)) };
     CYCLES.store(true, Ordering::Relaxed);
-    INSTRUCTIONS.store(wide_events, Ordering::Relaxed);
+    INSTRUCTIONS.store(wide_events && ceid0 & (1 << INST_RETIRED) != 0, Ordering::Relaxed);
 }
 
 /// Whether `event` can be counted on this machine.

@@ -30,7 +30,20 @@ fn main() -> i32 {
     for e in [Event::Instructions, Event::DtlbMiss, Event::ItlbMiss] {
         match sys::perf_open(e) {
             Ok(h) => {
-                println!("perf_test: {} supported here", e.name());
+                // Supported means counted: a thousand loop iterations read as more than zero.
+                let _ = sys::perf_start(h);
+                let mut x = 0u64;
+                for i in 0..1000u64 {
+                    x = core::hint::black_box(x.wrapping_add(i));
+                }
+                let _ = sys::perf_stop(h);
+                let n = sys::perf_read(h).unwrap_or(0);
+                if e == Event::Instructions && n < 1000 {
+                    println!("perf_test: FAILED: {} opens but counted {n} over a 1,000-iteration loop ({x})", e.name());
+                    ok = false;
+                } else {
+                    println!("perf_test: {} supported here ({n} over a 1,000-iteration loop)", e.name());
+                }
                 let _ = sys::perf_close(h);
             }
             Err(Some(Errno::NotSup)) => println!("perf_test: {}: unsupported (ENOTSUP), as it should say", e.name()),
