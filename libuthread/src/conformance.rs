@@ -589,26 +589,29 @@ fn sleep_ordering() -> Outcome {
     // queue is FIFO), so the order in which they record themselves is checked there; with
     // several vCPUs two released threads may run on different vCPUs, and which one records
     // first is up to how fast the host runs each vCPU, so only the deadlines are checked.
+    // The deadlines are fixed before any thread starts (one base, not a clock reading per
+    // thread): a host that stalls a thread between its reading and its sleep must not reorder
+    // the deadlines themselves (a per-thread base did, under load: [80, 40, ...]). A thread
+    // whose deadline passed before it ran returns at once — ahead of every later deadline,
+    // since it was queued before their sleepers were released.
     const MILLIS: [u64; 5] = [200, 40, 160, 80, 120];
     let order = Arc::new(Mutex::new(Vec::new()));
-    let start = Arc::new(Barrier::new(MILLIS.len()));
+    let base = crate::platform::now_nanos();
     let handles: Vec<_> = MILLIS
         .iter()
         .map(|&ms| {
-            let (order, start) = (order.clone(), start.clone());
+            let order = order.clone();
             crate::spawn(move || {
-                start.wait();
-                let begin = crate::platform::now_nanos();
-                crate::sleep(Duration::from_millis(ms));
-                let slept = crate::platform::now_nanos() - begin;
+                crate::platform::sleep_current_until(base + ms * 1_000_000);
+                let woke = crate::platform::now_nanos();
                 order.lock().push(ms);
-                slept
+                woke
             })
         })
         .collect();
     for (h, ms) in handles.into_iter().zip(MILLIS) {
-        let slept = h.join().map_err(|_| String::from("a thread panicked"))?;
-        ensure!(slept >= ms * 1_000_000, "a {ms} ms sleep took {slept} ns");
+        let woke = h.join().map_err(|_| String::from("a thread panicked"))?;
+        ensure!(woke >= base + ms * 1_000_000, "a sleep until {ms} ms woke at {} ns", woke - base);
     }
     if crate::vcpu_count() > 1 {
         ensure!(order.lock().len() == MILLIS.len(), "not every sleeper recorded itself");

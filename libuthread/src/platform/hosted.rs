@@ -228,7 +228,16 @@ pub fn sleep_current(nanos: u64) {
         std::thread::sleep(std::time::Duration::from_nanos(nanos));
         return;
     }
-    let deadline = now_nanos().saturating_add(nanos);
+    sleep_current_until(now_nanos().saturating_add(nanos));
+}
+
+/// Blocks the calling user thread until [`now_nanos`] reaches `deadline` (at once if it has):
+/// the deadline itself goes to the timer, with no second clock reading in between.
+pub fn sleep_current_until(deadline: u64) {
+    if ltn().is_null() {
+        std::thread::sleep(std::time::Duration::from_nanos(deadline.saturating_sub(now_nanos())));
+        return;
+    }
     let timer = timer();
     let generation = crate::sched::generation();
     crate::sched::blocking::block(|me| {

@@ -9,6 +9,7 @@
 //! | `park(v)` / `unpark(v)` | futex on a per-vCPU token | `vcpu_park` / `vcpu_unpark` |
 //! | `retire_vcpu(v) -> !` | the OS thread ends | the vCPU parks for good |
 //! | `sleep_current(ns)` | timer thread + library block | blocking syscall (`BLOCKED`/`UNBLOCKED`) |
+//! | `sleep_current_until(deadline)` | the same, with the deadline itself | one clock read, then `sleep_current` |
 //! | `now_nanos()` | monotonic clock | `Clock::MonotonicNanos` |
 //! | `alloc_stack(size)` / `free_stack(base, len)` | `mmap` with a guard page | stack region |
 //! | `exit_process(code)` / `console_write(bytes)` | `std::process::exit` / stderr | syscalls |

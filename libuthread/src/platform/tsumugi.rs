@@ -180,6 +180,15 @@ pub fn sleep_current(nanos: u64) {
     let _ = sys::sleep_nanos(nanos);
 }
 
+/// Blocks the calling thread until [`now_nanos`] reaches `deadline` (at once if it has; the
+/// kernel's sleep is relative, so the wait is computed from one clock reading).
+pub fn sleep_current_until(deadline: u64) {
+    let now = now_nanos();
+    if deadline > now {
+        sleep_current(deadline - now);
+    }
+}
+
 /// Monotonic nanoseconds.
 pub fn now_nanos() -> u64 {
     sys::clock(crate::Clock::MonotonicNanos).unwrap_or(0) as u64
