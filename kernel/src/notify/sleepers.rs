@@ -85,6 +85,11 @@ impl<T> Queue<T> {
         self.heap.retain(|Reverse(e)| keep(&e.item));
     }
 
+    /// Whether some pending item satisfies `f` (a signal asking whether a thread sleeps).
+    pub fn any(&self, mut f: impl FnMut(&T) -> bool) -> bool {
+        self.heap.iter().any(|Reverse(e)| f(&e.item))
+    }
+
     /// Pending waits.
     pub fn len(&self) -> usize {
         self.heap.len()
