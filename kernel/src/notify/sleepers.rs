@@ -124,6 +124,17 @@ mod tests {
         assert_eq!(q.earliest(), u64::MAX);
     }
 
+    #[test]
+    fn any_sees_exactly_the_pending_items() {
+        let mut q = Queue::new();
+        assert!(!q.any(|_: &u32| true));
+        q.push(3, 7u32).unwrap();
+        q.push(9, 8u32).unwrap();
+        assert!(q.any(|&x| x == 8) && !q.any(|&x| x == 9));
+        assert_eq!(q.pop_due(3), Some(7));
+        assert!(!q.any(|&x| x == 7));
+    }
+
     proptest! {
         /// Against a model: a list kept sorted by (deadline, arrival).
         #[test]
