@@ -589,6 +589,7 @@ pub fn signal_suite(name: &'static str, smp: u8) -> Suite {
             Check::GroupFramesBalanced("signal_default".to_string()),
             Check::GroupHeapBalanced { group: "signal_default".to_string(), slack: HEAP_CACHE_SLACK },
             Check::LogContains("signal_self: 10 of 10 signals to a running thread ran the handler with that thread's id".to_string()),
+            Check::LogContains("refused with EAGAIN; each taken one ran the handler once: true".to_string()),
             Check::LogContains("signal_self: the handler ran for a thread asleep in the kernel (asleep: true,".to_string()),
             Check::LogContains("all with its id: true), which slept on: true".to_string()),
             Check::LogContains("signal_self: 2 of 2 program-wide signals ran the handler with no thread".to_string()),

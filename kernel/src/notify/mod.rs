@@ -135,11 +135,10 @@ mod machine {
         if st.released {
             return Err(Errno::Srch);
         }
-        if !st.held.is_empty() {
-            super::ring::flush_held(cfg, &mut st, own);
-            if !st.held.is_empty() {
-                return Err(Errno::Again);
-            }
+        // Events held back go first (they may fit now); the library is woken for any that moved.
+        if !st.held.is_empty() && (!super::ring::flush_held(cfg, &mut st, own) || !st.held.is_empty()) {
+            super::vcpu::wake_one(&mut st);
+            return Err(Errno::Again);
         }
         st.held.try_reserve(1).map_err(|_| Errno::NoMem)?;
         st.held.push_back(event);
@@ -148,6 +147,7 @@ mod machine {
             // It did not fit: take it back (the ring's `held_back` word is rewritten).
             st.held.pop_back();
             super::ring::flush_held(cfg, &mut st, own);
+            super::vcpu::wake_one(&mut st);
             return Err(Errno::Again);
         }
         super::vcpu::wake_one(&mut st);

@@ -1,7 +1,8 @@
 //! Signals within a Kernel-Notification program (issue 16 part 3): bad numbers and targets are
 //! refused; signals sent to a running user thread run the registered handler once each, with
 //! that thread's id; a signal sent to a thread asleep in the kernel runs the handler while the
-//! thread sleeps on (the kernel says it was asleep); signals to the program reach the handler
+//! thread sleeps on (the kernel says it was asleep); a flood is taken or refused (`EAGAIN`)
+//! signal by signal, the handler running once per taken one; signals to the program reach the handler
 //! with no thread; an ignored number without a handler changes nothing; and a number whose
 //! default action ends the program, sent with no handler registered, ends it with status
 //! 128 + n (the suite checks 140 for USER2).
@@ -16,6 +17,8 @@ use tsumugi_abi::signal::scope;
 
 /// Signals sent to the running thread.
 const SENDS: usize = 10;
+/// Signals of the flood.
+const FLOOD: usize = 1000;
 
 /// Handler runs.
 static RAN: AtomicUsize = AtomicUsize::new(0);
@@ -97,6 +100,32 @@ fn main() -> i32 {
         let matched = MATCHED.load(Ordering::SeqCst);
         println!("signal_self: {matched} of {SENDS} signals to a running thread ran the handler with that thread's id");
         ok &= matched == SENDS && RAN.load(Ordering::SeqCst) == SENDS;
+
+        // 1b. A flood at the calling thread itself: each send is taken whole or refused whole
+        // (EAGAIN: the ring is full; a signal is never held in the kernel), and the handler runs
+        // exactly once per taken one.
+        RAN.store(0, Ordering::SeqCst);
+        MATCHED.store(0, Ordering::SeqCst);
+        EXPECTED.store(me, Ordering::SeqCst);
+        let me_id = libuthread::current().id();
+        let (mut taken, mut full) = (0, 0);
+        for _ in 0..FLOOD {
+            match signal::send(me_id, USER1) {
+                Ok(_) => taken += 1,
+                Err(Some(Errno::Again)) => full += 1,
+                Err(e) => {
+                    println!("signal_self: FAILED: flood: {e:?}");
+                    return 1;
+                }
+            }
+        }
+        until_ran(taken);
+        for _ in 0..200 {
+            libuthread::yield_now();
+        }
+        let once_each = RAN.load(Ordering::SeqCst) == taken && MATCHED.load(Ordering::SeqCst) == taken;
+        println!("signal_self: a flood of {FLOOD}: {taken} taken, {full} refused with EAGAIN; each taken one ran the handler once: {once_each}");
+        ok &= once_each && taken + full == FLOOD;
 
         // 2. A thread asleep in the kernel: every send runs the handler; send until the kernel
         // says the thread was asleep (it gets there after a few; bounded).
