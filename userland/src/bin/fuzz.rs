@@ -12,7 +12,8 @@
 //! pointers that are invalid or inside the fuzzer's own sacrificial regions (never its image,
 //! stacks or stack pool); a new thread either has bad arguments or runs a function that exits at
 //! once; joins never target a thread that might not end; a console read only gets arguments that
-//! fail before it blocks. At the end, helper threads blocked in every way the kernel offers
+//! fail before it blocks; a signal that would end a program by default goes only to other
+//! programs' threads (which never accepted the fuzzer's: `EPERM`) or to no thread. At the end, helper threads blocked in every way the kernel offers
 //! (sleeping for ever, reading the console, joining, spinning, waiting on an S3 word) are killed by the program's
 //! `exit`: teardown must finish.
 //!
