@@ -165,6 +165,8 @@ pub struct Domain {
     /// Serialises region creation (which changes several threads' views) and the start of
     /// Kernel Notification activations (which copy a thread's view): see `notify::vcpu::start_activation`.
     pub region_lock: Mutex<()>,
+    /// The programs it accepts signals from (`signal_allow`; ARCHITECTURE.md "Signals").
+    pub signal_senders: Mutex<crate::signals::Accepted>,
 }
 
 impl Domain {
@@ -248,6 +250,7 @@ impl Domain {
             initial_view: regions,
             kn: crate::notify::DomainKn::new(),
             region_lock: Mutex::new(()),
+            signal_senders: Mutex::new(crate::signals::Accepted::new()),
         }))
     }
 
@@ -447,6 +450,11 @@ impl Domain {
                 let _ = s.release_region(m, id);
             }
         });
+    }
+
+    /// Whether the program is ending or has ended (an outcome is recorded: `exit`, a kill).
+    pub fn ending(&self) -> bool {
+        self.inner.lock().outcome.is_some()
     }
 
     /// How the domain ended (`None` while it runs).

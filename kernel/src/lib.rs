@@ -19,6 +19,7 @@ pub mod names;
 pub mod notify;
 pub mod s3;
 pub mod sched;
+pub mod signals;
 pub mod stats;
 
 #[cfg(target_os = "none")]

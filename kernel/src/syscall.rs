@@ -73,6 +73,8 @@ pub fn dispatch(frame: &mut TrapFrame) {
             Syscall::S3Wait => crate::s3::wait_on(frame, a[0] as u64, a[1] as u64),
             Syscall::S3Wake => crate::s3::wake(a[0] as u64, a[1]),
             Syscall::S3Barrier => crate::s3::barrier_wait(frame, a[0] as u64, a[1] as u64, a[2]),
+            Syscall::Signal => crate::signals::send(&me(), a[0] as u64, a[1], a[2]),
+            Syscall::SignalAllow => crate::signals::allow(&me(), a[0] as u64, a[1]),
         },
     };
     frame.set_syscall_result(encode_result(result));

@@ -215,6 +215,8 @@ pub mod io;
 pub mod rt;
 #[cfg(target_os = "none")]
 pub mod sys;
+#[cfg(all(target_os = "none", mn_core))]
+pub mod signal;
 
 pub use tsumugi_abi::perf::Event;
 pub use tsumugi_abi::stats::{scope, Counter};

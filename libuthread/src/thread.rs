@@ -28,6 +28,12 @@ impl ThreadId {
     pub fn as_usize(self) -> usize {
         self.0.get()
     }
+
+    /// The id of the ThMB at `addr` (`None` for 0).
+    #[allow(dead_code)] // used by the Tsumugi-only `signal` module
+    pub(crate) fn from_usize(addr: usize) -> Option<ThreadId> {
+        NonZeroUsize::new(addr).map(ThreadId)
+    }
 }
 
 /// A handle to the calling thread, from [`current`]. It cannot leave the thread (not `Send`),

@@ -391,6 +391,8 @@ pub fn x86_64() -> Vec<Suite> {
         teardown_suite("teardown-smp4", SMP_SUITE_CPUS),
         s3_suite("s3", 1),
         s3_suite("s3-smp4", SMP_SUITE_CPUS),
+        signal_suite("signal", 1),
+        signal_suite("signal-smp4", SMP_SUITE_CPUS),
         Suite {
             name: "panic-report",
             smp: 1,
@@ -561,6 +563,58 @@ pub fn s3_suite(name: &'static str, smp: u8) -> Suite {
     }
 }
 
+/// User signals (issue 16 part 3), on `smp` CPUs: a program without Kernel Notification
+/// refuses bad arguments, ignores what it ignores by default and is ended with a report by
+/// TERMINATE sent to its thread asleep in the kernel; a libuthread program's handler runs for
+/// signals to a running thread, to a thread asleep in the kernel (which sleeps on) and to the
+/// program, and a number it has no handler for ends it with status 128 + n; another program is
+/// refused (`EPERM`, the victim unaffected) until the victim accepts it, and again after.
+pub fn signal_suite(name: &'static str, smp: u8) -> Suite {
+    let exited = |p: &str, status: u64| Check::DomainExited { program: p.to_string(), status };
+    let group = "signal_victim+signal_sender";
+    Suite {
+        name,
+        smp,
+        boot_words: format!("{}=signal_default,signal_self,{group}", bootopt::RUN),
+        timeout: KERNEL_SUITE_TIMEOUT,
+        expected: Expected::Status(0),
+        checks: vec![
+            Check::LogContains("signal_default: bad arguments refused, ignored signals changed nothing".to_string()),
+            Check::DomainKilled {
+                program: "signal_default".to_string(),
+                reason: "signal 15 (TERMINATE) from thread ".to_string(),
+            },
+            Check::LogContains("(signal_default) to thread ".to_string()),
+            Check::LogContains(": its default action ends the program (no Kernel Notification, so no handler)".to_string()),
+            Check::GroupFramesBalanced("signal_default".to_string()),
+            Check::GroupHeapBalanced { group: "signal_default".to_string(), slack: HEAP_CACHE_SLACK },
+            Check::LogContains("signal_self: 10 of 10 signals to a running thread ran the handler with that thread's id".to_string()),
+            Check::LogContains("refused with EAGAIN; each taken one ran the handler once: true".to_string()),
+            Check::LogContains("signal_self: the handler ran for a thread asleep in the kernel (asleep: true,".to_string()),
+            Check::LogContains("all with its id: true), which slept on: true".to_string()),
+            Check::LogContains("signal_self: 2 of 2 program-wide signals ran the handler with no thread".to_string()),
+            Check::LogContains("signal_self: all checks passed".to_string()),
+            Check::LogContains("libuthread: signal 12 (USER2) from kernel thread ".to_string()),
+            exited("signal_self", tsumugi_abi::signal::exit_status(tsumugi_abi::signal::USER2) as u64),
+            Check::GroupFramesBalanced("signal_self".to_string()),
+            Check::GroupHeapBalanced { group: "signal_self".to_string(), slack: HEAP_CACHE_SLACK },
+            Check::LogContains(
+                "signal_sender: without the victim's consent: [Err(Some(Perm)), Err(Some(Perm)), Err(Some(Perm)), Err(Some(Perm))]".to_string(),
+            ),
+            Check::LogContains("signal_sender: with it: [Ok(0), Ok(0)]".to_string()),
+            Check::LogContains("signal_sender: after the victim withdrew it: Err(Some(Perm))".to_string()),
+            Check::LogContains(
+                "signal_victim: 0 handled before it accepted the sender; then 2 of 2 ran the handler from the sender's thread; 2 after it withdrew the right".to_string(),
+            ),
+            exited("signal_victim", 0),
+            exited("signal_sender", 0),
+            Check::GroupFramesBalanced(group.to_string()),
+            Check::GroupHeapBalanced { group: group.to_string(), slack: HEAP_CACHE_SLACK },
+            Check::Halting(0),
+        ],
+    }
+}
+
 /// Threads and the scheduler: affinity halves view switches, preemption on every CPU, the
 /// group bound prevents starvation, a revoke shoots down a running thread's view.
 pub fn sched_suite(name: &'static str, smp: u8) -> Suite {
@@ -679,6 +733,8 @@ mod tests {
                 "teardown-smp4",
                 "s3",
                 "s3-smp4",
+                "signal",
+                "signal-smp4",
                 "panic-report",
                 "exception-report",
                 "hang-timeout"

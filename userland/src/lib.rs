@@ -168,3 +168,21 @@ pub mod s3 {
         pub broken: SharedBarrier,
     }
 }
+
+/// The cross-program signal test (`signal_victim+signal_sender`): who may signal whom.
+pub mod signal_test {
+    /// Where the victim publishes one of its kernel threads (its first).
+    pub const VICTIM_TID_KEY: usize = 0x5347_0001;
+    /// Where the sender publishes its thread id.
+    pub const SENDER_TID_KEY: usize = 0x5347_0002;
+    /// The sender has tried without the victim's consent.
+    pub const REFUSED_KEY: usize = 0x5347_0003;
+    /// The victim accepts signals from the sender now.
+    pub const ALLOWED_KEY: usize = 0x5347_0004;
+    /// The victim no longer accepts them.
+    pub const DENIED_KEY: usize = 0x5347_0005;
+    /// The sender has tried once more after the denial.
+    pub const DONE_KEY: usize = 0x5347_0006;
+    /// Signals the sender sends once allowed.
+    pub const ALLOWED_SENDS: usize = 2;
+}

@@ -19,7 +19,7 @@ use crate::program::RUNTIME_CRATE;
 use crate::setup::{self, Tools};
 
 /// Files whose examples are built, relative to the workspace root.
-pub const EXAMPLE_FILES: [&str; 2] = ["README.md", "libuthread/src/lib.rs"];
+pub const EXAMPLE_FILES: [&str; 3] = ["README.md", "libuthread/src/lib.rs", "libuthread/src/signal.rs"];
 /// What marks a code block as a program example.
 const EXAMPLE_MARK: &str = "libuthread::entry!(";
 /// rustdoc flags: every warning (an unresolved link, a bad code-block attribute) is an error.

@@ -261,7 +261,8 @@ pub enum EventKind {
     /// Thread `thread` faulted at `arg0` (`arg1`: 1 read, 2 write, 3 execute); its state is in
     /// its ThMB.
     Fault = 4,
-    /// Signal number `arg0` arrived for the program.
+    /// Signal number `arg0` arrived (`crate::signal`), sent by kernel thread `arg1`, for user
+    /// thread `thread` (0: for the program). The library runs the registered handler.
     Signal = 5,
     /// A new vCPU (`arg0` = its index) starts.
     VcpuGranted = 6,

@@ -13,6 +13,7 @@ pub mod kn;
 pub mod log;
 pub mod perf;
 pub mod s3;
+pub mod signal;
 pub mod stats;
 pub mod syscall;
 

@@ -123,6 +123,25 @@ pub enum Syscall {
     /// `expected` counts `count` arrivals already; `EPIPE`-like `ESRCH`: the barrier is broken
     /// (a program ended while one of its threads waited at it).
     S3Barrier = 35,
+    /// `signal(target, number, scope) -> 0 | 1`: sends signal `number` (`1..=`
+    /// [`crate::signal::MAX`]) to what `target` names under `scope` ([`crate::signal::scope`]:
+    /// a kernel thread, the program of one, or a user thread of the caller's own
+    /// Kernel-Notification program). Delivery: a Kernel-Notification program gets `SIGNAL`
+    /// (its library runs the registered handler); any other program the number's default
+    /// action ([`crate::signal::default_action`]); [`crate::signal::KILL`] ends any program. A
+    /// thread waiting in the kernel keeps waiting. 1 instead of 0: the user thread was asleep
+    /// in the kernel ([`crate::signal::TARGET_ASLEEP`]). `EINVAL`: a bad number or scope, a
+    /// user thread named by a program without Kernel Notification or at an address that is
+    /// not a ThMB's (unaligned, 0); `EFAULT`: a user thread outside the caller's writable
+    /// memory; `ESRCH`: no such thread, an ended thread, a kernel thread, or a program that is
+    /// ending; `EPERM`: another program that has not accepted signals from the caller's
+    /// (`signal_allow`); `EAGAIN`: the target's event ring is full (nothing was sent).
+    Signal = 36,
+    /// `signal_allow(tid, allow) -> 0`: the caller's program accepts (`allow` = 1) or no longer
+    /// accepts (0) signals from the program of thread `tid`. At most
+    /// [`crate::signal::MAX_ALLOWED`] programs at once (`ENOMEM`); `ESRCH` for an unknown
+    /// thread or a kernel thread, `EINVAL` for another `allow`.
+    SignalAllow = 37,
 }
 
 /// Rights bits of region syscalls.
@@ -163,7 +182,7 @@ pub struct ViewEntry {
 
 impl Syscall {
     /// Every syscall, in number order.
-    pub const ALL: [Syscall; 36] = [
+    pub const ALL: [Syscall; 38] = [
         Syscall::Exit,
         Syscall::ConsoleWrite,
         Syscall::Clock,
@@ -200,6 +219,8 @@ impl Syscall {
         Syscall::S3Wait,
         Syscall::S3Wake,
         Syscall::S3Barrier,
+        Syscall::Signal,
+        Syscall::SignalAllow,
     ];
 
     /// Decodes a syscall number.

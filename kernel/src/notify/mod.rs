@@ -124,6 +124,41 @@ mod machine {
         }
     }
 
+    /// Posts a user signal's `SIGNAL` event to `domain`'s ring only if it fits now: a signal is
+    /// never held back, so no sender can grow the kernel's held events or make the program end
+    /// for a full ring (`signals.rs`). `EAGAIN`: the ring is full (or events wait for room
+    /// already); `ESRCH`: the program is not registered or has finished.
+    pub fn post_signal(domain: &Domain, event: Event) -> Result<(), Errno> {
+        let Some(cfg) = domain.kn.config() else { return Err(Errno::Srch) };
+        let own = runs_in(domain);
+        let mut st = domain.kn.state();
+        if st.released {
+            return Err(Errno::Srch);
+        }
+        // Events held back go first (they may fit now); the library is woken for any that moved.
+        if !st.held.is_empty() && (!super::ring::flush_held(cfg, &mut st, own) || !st.held.is_empty()) {
+            super::vcpu::wake_one(&mut st);
+            return Err(Errno::Again);
+        }
+        st.held.try_reserve(1).map_err(|_| Errno::NoMem)?;
+        st.held.push_back(event);
+        super::ring::flush_held(cfg, &mut st, own);
+        if !st.held.is_empty() {
+            // It did not fit: take it back (the ring's `held_back` word is rewritten).
+            st.held.pop_back();
+            super::ring::flush_held(cfg, &mut st, own);
+            super::vcpu::wake_one(&mut st);
+            return Err(Errno::Again);
+        }
+        super::vcpu::wake_one(&mut st);
+        Ok(())
+    }
+
+    /// Whether user thread `thmb` of `domain` is asleep in the kernel (a timed wait).
+    pub fn asleep(domain: &Domain, thmb: u64) -> bool {
+        SLEEPERS.lock().any(|s| core::ptr::eq(Arc::as_ptr(&s.domain), domain) && s.thmb == thmb)
+    }
+
     /// Counts an upcall about to be delivered.
     pub(super) fn count_upcall(domain: &Domain, kind: u64) {
         scheduler::with_current(|t| {

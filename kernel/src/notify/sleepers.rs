@@ -85,6 +85,11 @@ impl<T> Queue<T> {
         self.heap.retain(|Reverse(e)| keep(&e.item));
     }
 
+    /// Whether some pending item satisfies `f` (a signal asking whether a thread sleeps).
+    pub fn any(&self, mut f: impl FnMut(&T) -> bool) -> bool {
+        self.heap.iter().any(|Reverse(e)| f(&e.item))
+    }
+
     /// Pending waits.
     pub fn len(&self) -> usize {
         self.heap.len()
@@ -117,6 +122,17 @@ mod tests {
         let order: Vec<u32> = core::iter::from_fn(|| q.pop_due(5)).collect();
         assert_eq!(order, (0..10).collect::<Vec<_>>());
         assert_eq!(q.earliest(), u64::MAX);
+    }
+
+    #[test]
+    fn any_sees_exactly_the_pending_items() {
+        let mut q = Queue::new();
+        assert!(!q.any(|_: &u32| true));
+        q.push(3, 7u32).unwrap();
+        q.push(9, 8u32).unwrap();
+        assert!(q.any(|&x| x == 8) && !q.any(|&x| x == 9));
+        assert_eq!(q.pop_due(3), Some(7));
+        assert!(!q.any(|&x| x == 7));
     }
 
     proptest! {

@@ -147,7 +147,8 @@ pub fn drain_events() {
                 crate::println!("libuthread: thread {:#x} faulted at {:#x} (access {}); ending the program", e.thread, e.arg0, e.arg1);
                 sys::exit(tsumugi_abi::exit::STATUS_USER_PANIC as usize);
             }
-            Some(EventKind::Signal) | Some(EventKind::VcpuGranted) | Some(EventKind::VcpuRevoked) | None => {}
+            Some(EventKind::Signal) => crate::signal::deliver(&e),
+            Some(EventKind::VcpuGranted) | Some(EventKind::VcpuRevoked) | None => {}
         }
     }
     DRAINING.store(false, Ordering::Release);

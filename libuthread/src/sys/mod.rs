@@ -329,3 +329,21 @@ pub fn s3_wake(word: usize, n: usize) -> SysResult {
 pub fn s3_barrier(word: usize, expected: u64, count: usize) -> SysResult {
     call(Syscall::S3Barrier as usize, [word, expected as usize, count, 0, 0, 0])
 }
+
+/// `signal`: sends signal `number` to what `target` names under `scope`
+/// (`tsumugi_abi::signal::scope`); `Ok(1)` if the user thread was asleep in the kernel. Most
+/// programs want [`crate::signal`].
+pub fn signal(target: usize, number: usize, scope: usize) -> SysResult {
+    call(Syscall::Signal as usize, [target, number, scope, 0, 0, 0])
+}
+
+/// `signal_allow`: the caller's program accepts (`true`) or no longer accepts signals from the
+/// program of kernel thread `tid`.
+pub fn signal_allow(tid: usize, allow: bool) -> SysResult {
+    call(Syscall::SignalAllow as usize, [tid, usize::from(allow), 0, 0, 0, 0])
+}
+
+/// `signal_allow` with a raw `allow` word (tests of the kernel's checks).
+pub fn signal_allow_raw(tid: usize, allow: usize) -> SysResult {
+    call(Syscall::SignalAllow as usize, [tid, allow, 0, 0, 0, 0])
+}

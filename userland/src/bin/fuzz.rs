@@ -12,7 +12,8 @@
 //! pointers that are invalid or inside the fuzzer's own sacrificial regions (never its image,
 //! stacks or stack pool); a new thread either has bad arguments or runs a function that exits at
 //! once; joins never target a thread that might not end; a console read only gets arguments that
-//! fail before it blocks. At the end, helper threads blocked in every way the kernel offers
+//! fail before it blocks; a signal that would end a program by default goes only to other
+//! programs' threads (which never accepted the fuzzer's: `EPERM`) or to no thread. At the end, helper threads blocked in every way the kernel offers
 //! (sleeping for ever, reading the console, joining, spinning, waiting on an S3 word) are killed by the program's
 //! `exit`: teardown must finish.
 //!
@@ -166,7 +167,7 @@ static OK: AtomicU64 = AtomicU64::new(0);
 /// Errors by `Errno` value (index 0: a code the library does not know — a failure).
 static ERRORS: [AtomicU64; 10] = [const { AtomicU64::new(0) }; 10];
 /// Calls by syscall number (the last slot: unknown numbers).
-static BY_CALL: [AtomicU64; 36] = [const { AtomicU64::new(0) }; 36];
+static BY_CALL: [AtomicU64; 38] = [const { AtomicU64::new(0) }; 38];
 
 /// splitmix64: small, deterministic, good enough to pick arguments.
 struct Rng(u64);
@@ -312,7 +313,7 @@ fn call(number: usize, args: [usize; 6]) -> sys::SysResult {
 fn one(rng: &mut Rng) {
     use Syscall as S;
     let n = |s: Syscall| s as usize;
-    match rng.below(28) {
+    match rng.below(29) {
         0 => {
             // Console write: pointers that must fail, any length; an empty write anywhere; a
             // well-formed line now and then. Never a valid buffer of unknown contents.
@@ -421,12 +422,39 @@ fn one(rng: &mut Rng) {
             let _ = call(rng.pick(&BOGUS_NUMBERS), [rng.next() as usize; 6]);
         }
         26 => s3(rng),
+        27 => signal(rng),
         _ => {
             // Random bits everywhere, on the calls that only read their arguments.
             let number = rng.pick(&[S::Clock, S::ThreadSelf, S::CpuId, S::Lookup, S::VcpuUnpark, S::PerfRead, S::PerfClose]);
             let _ = call(n(number), [rng.next() as usize; 6]);
         }
     }
+}
+
+/// The signal calls. Any thread id, scope and number, except what would end the fuzzer: a
+/// number that ends a program by default (or KILL) goes only to ids that are not the fuzzer's
+/// own (other programs refuse it: nobody accepted the fuzzer; kernel threads and unused ids are
+/// `ESRCH`). The fuzzer has no Kernel Notification, so a user-thread scope is always `EINVAL`.
+fn signal(rng: &mut Rng) {
+    use tsumugi_abi::signal::{default_action, scope, Action, FIRST_FREE, KILL, MAX};
+    use Syscall as S;
+    let n = |s: Syscall| s as usize;
+    if rng.chance(4) {
+        let allow = rng.pick(&[0, 1, 2, usize::MAX]);
+        let _ = call(n(S::SignalAllow), [rng.thread_id(), allow, 0, 0, 0, 0]);
+        return;
+    }
+    let random = rng.next() as usize;
+    let target = if rng.chance(3) { rng.edge_address() } else { rng.thread_id() };
+    let number = rng.pick(&[0, 1, 2, KILL, 15, 17, FIRST_FREE, MAX, MAX + 1, usize::MAX, random]);
+    let scope = rng.pick(&[scope::THREAD, scope::PROGRAM, scope::UTHREAD, 3, random]);
+    let first = FIRST_TID.load(Ordering::Relaxed);
+    // Ids from this program's first one up (its own threads, and unused ones above) could be
+    // its own: only numbers it ignores go there, or numbers out of range.
+    let own = target >= first;
+    let ends = default_action(number) == Some(Action::End);
+    let number = if own && ends && (scope == scope::THREAD || scope == scope::PROGRAM) { FIRST_FREE + rng.below(MAX - FIRST_FREE + 1) } else { number };
+    let _ = call(n(S::Signal), [target, number, scope, 0, 0, 0]);
 }
 
 /// Each worker's own S3 word: only it touches it, so it knows the value and never waits.
@@ -695,7 +723,7 @@ fn main() -> i32 {
         e(Errno::NotSup as usize),
         e(0)
     );
-    let mut per_call = [0u64; 36];
+    let mut per_call = [0u64; 38];
     for (p, c) in per_call.iter_mut().zip(BY_CALL.iter()) {
         *p = c.load(Ordering::Relaxed);
     }

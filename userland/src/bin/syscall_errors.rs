@@ -1,5 +1,5 @@
 //! Bad syscalls get error codes: an unknown number, pointers outside the caller's memory, a
-//! range that wraps, a bad clock selector. Exits 0 when every answer is the expected one.
+//! range that wraps, a bad clock selector, bad signal numbers, targets and scopes. Exits 0 when every answer is the expected one.
 #![no_std]
 #![no_main]
 
@@ -42,6 +42,10 @@ fn main() -> i32 {
         expect("write of a wrapping range", sys::call(write, [usize::MAX - 4, 16, 0, 0, 0, 0]), Err(Some(Errno::Fault))),
         expect("write running off the stack", sys::call(write, [msg.as_ptr() as usize, 1 << 40, 0, 0, 0, 0]), Err(Some(Errno::Fault))),
         expect("bad clock selector", sys::call(Syscall::Clock as usize, [BOGUS_CLOCK, 0, 0, 0, 0, 0]), Err(Some(Errno::Inval))),
+        expect("signal number out of range", sys::signal(sys::thread_self(), 64, 0), Err(Some(Errno::Inval))),
+        expect("signal to no thread", sys::signal(usize::MAX, 15, 0), Err(Some(Errno::Srch))),
+        expect("signal with a bad scope", sys::signal(sys::thread_self(), 17, 7), Err(Some(Errno::Inval))),
+        expect("signal_allow for no thread", sys::signal_allow(usize::MAX, true), Err(Some(Errno::Srch))),
         expect("good write", sys::console_write(msg), Ok(msg.len())),
         expect("empty write", sys::call(write, [0, 0, 0, 0, 0, 0]), Ok(0)),
         expect("a long write is cut at 4 KiB", sys::console_write(&LONG), Ok(4096)),
