@@ -15,5 +15,6 @@ pub mod perf;
 pub mod s3;
 pub mod stats;
 pub mod syscall;
+pub mod trace;
 
 pub use syscall::{Errno, Syscall};
