@@ -51,6 +51,9 @@ pub fn run(args: &TraceArgs) -> Result<u8> {
         eprintln!("note: with --accel kvm, a /dev/kvm that cannot run ring 3 resets the guest (see DESIGN §2)");
     }
     let tools = setup::ensure(&[boot.arch])?;
+    for path in boot.programs.iter().filter(|p| p.is_file()) {
+        eprintln!("note: {} is an ELF built elsewhere, without libuthread's `trace` feature: its user-thread switches are not recorded (give its crate folder instead)", path.display());
+    }
     let artifacts = build::build_flavor(&tools, boot.arch, boot.release, &boot.programs, Flavor::Trace)?;
     let log = workspace_root().join("target").join("trace").join(format!("{}.log", boot.arch.name()));
     let cmdline = boot.boot_words.join(" ");
@@ -267,7 +270,13 @@ impl Trace {
                 trace.program_line(line);
             }
         }
-        ensure!(trace.hz > 0 && done, "the log holds no complete trace (no `{}` and `{}` lines): was the kernel built with tracing, and did it reach its halt?", fmt::CLOCK.trim_end(), fmt::DONE);
+        ensure!(
+            trace.hz > 0 && done,
+            "the log holds no complete trace (no `{}` and `{}` lines): the kernel prints it when it halts, so a run that \
+             does not halt (a hang, a kernel panic, --timeout too short) leaves none; see the log above",
+            fmt::CLOCK.trim_end(),
+            fmt::DONE
+        );
         for (id, p) in pending {
             ensure!(p.ended, "stream {id:?} has no `{}` line (cut short)", fmt::END.trim_end());
             let stream = Stream { records: p.records, dropped: p.dropped };
@@ -283,7 +292,7 @@ impl Trace {
     /// switches` and `domain N: upcalls ...` lines.
     fn program_line(&mut self, line: &str) {
         let Some(rest) = line.trim_start().strip_prefix(DOMAIN) else { return };
-        let Some((id, rest)) = rest.split_once(|c: char| c == ' ' || c == ':') else { return };
+        let Some((id, rest)) = rest.split_once([' ', ':']) else { return };
         let Ok(id) = id.parse::<u64>() else { return };
         let nums = |s: &str| -> Vec<u64> { s.split(|c: char| !c.is_ascii_digit()).filter_map(|w| w.parse().ok()).collect() };
         if let Some(name) = rest.split_once(": started at").map(|(n, _)| n.trim()) {
@@ -686,7 +695,10 @@ mod tests {
         Record { time, kind, a, b }
     }
 
-    fn demo() -> (Vec<(usize, Vec<Record>)>, Vec<((u64, usize), Vec<Record>)>) {
+    /// Kernel streams by CPU and user streams by (kernel thread, vCPU).
+    type Streams = (Vec<(usize, Vec<Record>)>, Vec<((u64, usize), Vec<Record>)>);
+
+    fn demo() -> Streams {
         let pv = |v| fmt::program_vcpu(1, Some(v));
         let cpu0 = vec![
             r(10, Kind::Switch, 5, pv(0)),
