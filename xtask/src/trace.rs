@@ -533,6 +533,7 @@ pub fn chrome_json(trace: &Trace) -> Value {
             events.push(json!({"ph": "X", "name": format!("on vCPU {v}"), "pid": PROGRAM_PID + program, "tid": tid, "ts": us(r.time), "dur": us(end) - us(r.time)}));
         }
     }
+    clip_overlaps(&mut events);
     for p in programs_seen.keys() {
         events.push(json!({"ph": "M", "name": "process_name", "pid": PROGRAM_PID + p, "args": {"name": format!("program {p} {}", name_of(*p))}}));
     }
@@ -543,6 +544,25 @@ pub fn chrome_json(trace: &Trace) -> Value {
         events.push(json!({"ph": "M", "name": "thread_name", "pid": PROGRAM_PID + program, "tid": tid, "args": {"name": format!("user thread {thmb:#x}")}}));
     }
     json!({"traceEvents": events, "displayTimeUnit": "ns", "otherData": {"clock hz": trace.hz}})
+}
+
+/// Shortens any slice that would overlap the next slice of its track (a user thread whose stop
+/// the records do not show, seen running elsewhere first): Perfetto expects the slices of a
+/// track to nest.
+fn clip_overlaps(events: &mut [Value]) {
+    let mut by_track: BTreeMap<(u64, u64), Vec<usize>> = BTreeMap::new();
+    for (i, e) in events.iter().enumerate().filter(|(_, e)| e["ph"] == "X") {
+        by_track.entry((e["pid"].as_u64().unwrap_or(0), e["tid"].as_u64().unwrap_or(0))).or_default().push(i);
+    }
+    for slices in by_track.values_mut() {
+        slices.sort_by(|&a, &b| events[a]["ts"].as_f64().partial_cmp(&events[b]["ts"].as_f64()).unwrap_or(std::cmp::Ordering::Equal));
+        for pair in slices.windows(2) {
+            let (ts, dur, next) = (events[pair[0]]["ts"].as_f64().unwrap_or(0.0), events[pair[0]]["dur"].as_f64().unwrap_or(0.0), events[pair[1]]["ts"].as_f64().unwrap_or(0.0));
+            if ts + dur > next {
+                events[pair[0]]["dur"] = json!((next - ts).max(0.0));
+            }
+        }
+    }
 }
 
 /// Writes [`chrome_json`] to `out`.
@@ -733,6 +753,20 @@ mod tests {
         let slices: Vec<&Value> = json["traceEvents"].as_array().unwrap().iter().filter(|e| e["ph"] == "X" && e["tid"].as_u64() >= Some(USER_TID)).collect();
         assert_eq!(slices.len(), 2);
         assert!((slices[0]["dur"].as_f64().unwrap() - 0.013).abs() < 1e-9, "{}", slices[0]);
+    }
+
+    #[test]
+    fn slices_of_a_track_never_overlap() {
+        let mut events = vec![
+            json!({"ph": "X", "pid": 1, "tid": 2, "ts": 5.0, "dur": 10.0}),
+            json!({"ph": "X", "pid": 1, "tid": 2, "ts": 1.0, "dur": 2.0}),
+            json!({"ph": "X", "pid": 1, "tid": 3, "ts": 6.0, "dur": 1.0}),
+            json!({"ph": "X", "pid": 1, "tid": 2, "ts": 8.0, "dur": 1.0}),
+        ];
+        clip_overlaps(&mut events);
+        assert_eq!(events[0]["dur"].as_f64(), Some(3.0));
+        assert_eq!(events[1]["dur"].as_f64(), Some(2.0));
+        assert_eq!(events[2]["dur"].as_f64(), Some(1.0));
     }
 
     #[test]
