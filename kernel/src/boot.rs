@@ -215,6 +215,7 @@ fn kmain() -> ! {
     if FAILED_SELFTESTS.load(Ordering::Relaxed) > 0 && status == 0 {
         status = 1;
     }
+    crate::trace::dump_at_halt();
     let c = |counter| scheduler::CPUS.iter().map(|cpu| cpu.counters.get(counter)).sum::<u64>();
     println!(
         "counters: switches {}, view switches {}, tlb flushes {}, preemptions {}, steals {}, ipis {}",

@@ -43,6 +43,8 @@ pub mod syscall;
 #[cfg(target_os = "none")]
 pub mod thread;
 #[cfg(target_os = "none")]
+pub mod trace;
+#[cfg(target_os = "none")]
 pub mod trap;
 #[cfg(target_os = "none")]
 pub mod user_access;

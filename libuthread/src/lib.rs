@@ -178,6 +178,9 @@ mod thmb;
 mod thread;
 #[cfg(not(loom))]
 #[cfg(mn_core)]
+mod trace;
+#[cfg(not(loom))]
+#[cfg(mn_core)]
 mod unwind;
 
 #[cfg(mn_core)]

@@ -29,7 +29,9 @@ where
     F: FnOnce() -> T + Send + 'static,
     T: Send + 'static,
 {
-    match sched::run(vcpus, Some(String::from("main")), main) {
+    let outcome = sched::run(vcpus, Some(String::from("main")), main);
+    crate::trace::dump();
+    match outcome {
         Ok(value) => value,
         Err(payload) => crate::unwind::resume(payload),
     }

@@ -85,21 +85,61 @@ pub fn run(args: &BuildArgs) -> Result<u8> {
     Ok(0)
 }
 
+/// Which build of the target crates: the plain one every command uses, or the one
+/// `cargo xtask trace` boots (kernel feature `trace`, libuthread feature `trace`), kept in a
+/// target folder of its own so the plain build and its benchmarks never see the feature.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Flavor {
+    /// `target/cross`.
+    #[default]
+    Plain,
+    /// `target/trace`.
+    Trace,
+}
+
+impl Flavor {
+    /// The target folder.
+    pub fn target_dir(self) -> PathBuf {
+        let name = match self {
+            Flavor::Plain => "cross",
+            Flavor::Trace => "trace",
+        };
+        workspace_root().join("target").join(name)
+    }
+
+    /// Features of the kernel package beyond [`KERNEL_FEATURE`].
+    fn kernel_features(self) -> &'static str {
+        match self {
+            Flavor::Plain => KERNEL_FEATURE,
+            Flavor::Trace => "image,trace",
+        }
+    }
+
+    /// `--features` of a program crate's build, if any.
+    pub fn program_features(self) -> Option<&'static str> {
+        match self {
+            Flavor::Plain => None,
+            Flavor::Trace => Some("libuthread/trace"),
+        }
+    }
+}
+
 /// `target/cross` in the workspace.
 pub fn cross_target_dir() -> PathBuf {
-    workspace_root().join("target").join("cross")
+    Flavor::Plain.target_dir()
 }
 
-/// Folder of the outputs for `arch` and a profile (user programs, boot archive).
-pub fn output_dir(arch: Arch, release: bool) -> PathBuf {
+/// Folder of the outputs for `arch`, a profile and a flavor (user programs, boot archive).
+pub fn output_dir_for(arch: Arch, release: bool, flavor: Flavor) -> PathBuf {
     let profile = if release { "release" } else { "debug" };
-    cross_target_dir().join(arch.triple()).join(profile)
+    flavor.target_dir().join(arch.triple()).join(profile)
 }
 
-/// Folder of the kernel for `arch` and a profile (its triple may differ from the programs').
-pub fn kernel_output_dir(arch: Arch, release: bool) -> PathBuf {
+/// Folder of the kernel for `arch`, a profile and a flavor (its triple may differ from the
+/// programs').
+pub fn kernel_output_dir_for(arch: Arch, release: bool, flavor: Flavor) -> PathBuf {
     let profile = if release { "release" } else { "debug" };
-    cross_target_dir().join(arch.kernel_triple()).join(profile)
+    flavor.target_dir().join(arch.kernel_triple()).join(profile)
 }
 
 /// The sources of the programs of a build: `userland/`, then each `--program` argument;
@@ -116,6 +156,11 @@ pub fn program_sources(extra: &[PathBuf]) -> Result<Vec<Source>> {
 /// Builds the in-tree user programs, the programs `extra` names (crate folders or ELF files)
 /// and the kernel for `arch`, and packs the boot archive.
 pub fn build_with(tools: &Tools, arch: Arch, release: bool, extra: &[PathBuf]) -> Result<Artifacts> {
+    build_flavor(tools, arch, release, extra, Flavor::Plain)
+}
+
+/// [`build_with`] of a flavor (into its own target folder).
+pub fn build_flavor(tools: &Tools, arch: Arch, release: bool, extra: &[PathBuf], flavor: Flavor) -> Result<Artifacts> {
     if tools.linker.to_string_lossy().contains(char::is_whitespace) {
         // RUSTFLAGS is split at whitespace, so such a path cannot be passed as `-C linker=`.
         bail!(
@@ -126,12 +171,12 @@ pub fn build_with(tools: &Tools, arch: Arch, release: bool, extra: &[PathBuf]) -
     let sources = program_sources(extra)?;
     let mut programs = Vec::new();
     for source in &sources {
-        programs.extend(program::build(tools, arch, release, source)?);
+        programs.extend(program::build_for(tools, arch, release, source, flavor)?);
     }
-    kernel_command(tools, arch, release)
+    kernel_command_for(tools, arch, release, flavor)
         .run()
         .context("building the kernel")?;
-    let kernel = kernel_output_dir(arch, release).join(KERNEL_BIN);
+    let kernel = kernel_output_dir_for(arch, release, flavor).join(KERNEL_BIN);
     if !kernel.is_file() {
         bail!(
             "the kernel build succeeded but {} does not exist",
@@ -142,7 +187,7 @@ pub fn build_with(tools: &Tools, arch: Arch, release: bool, extra: &[PathBuf]) -
         crate::image::write_flat(&kernel, &image)?;
     }
     programs.sort();
-    let initrd = output_dir(arch, release).join(INITRD);
+    let initrd = output_dir_for(arch, release, flavor).join(INITRD);
     pack_initrd(&programs, &initrd)?;
     Ok(Artifacts {
         kernel,
@@ -154,6 +199,11 @@ pub fn build_with(tools: &Tools, arch: Arch, release: bool, extra: &[PathBuf]) -
 /// The cargo invocation shared by both builds: toolchain, flags (plus `extra_rustflags`),
 /// cleaned environment, `-Z` flags, target `triple` and target folder, after the subcommand.
 pub fn cross_cargo(tools: &Tools, triple: &str, subcommand: &str, extra_rustflags: &[&str]) -> Cmd {
+    cross_cargo_for(tools, triple, subcommand, extra_rustflags, Flavor::Plain)
+}
+
+/// [`cross_cargo`] into a flavor's target folder.
+pub fn cross_cargo_for(tools: &Tools, triple: &str, subcommand: &str, extra_rustflags: &[&str], flavor: Flavor) -> Cmd {
     let toolchain = &tools.toolchain;
     let mut rustflags = format!(
         "-C force-frame-pointers=yes -C linker={}",
@@ -179,7 +229,7 @@ pub fn cross_cargo(tools: &Tools, triple: &str, subcommand: &str, extra_rustflag
     }
     cmd.args(["--target", triple])
         .arg("--target-dir")
-        .arg(cross_target_dir())
+        .arg(flavor.target_dir())
 }
 
 /// Names of the inherited variables to remove.
@@ -201,15 +251,16 @@ fn outer_cargo_variables() -> Vec<String> {
     keys
 }
 
-/// `cargo rustc ... -p tsumugi-kernel --bin tsumugi --features image -- <kernel rustc args>`.
-pub fn kernel_command(tools: &Tools, arch: Arch, release: bool) -> Cmd {
-    let mut cmd = cross_cargo(tools, arch.kernel_triple(), "rustc", &[]).args([
+/// `cargo rustc ... -p tsumugi-kernel --bin tsumugi --features image -- <kernel rustc args>`
+/// (`--features image,trace` into `target/trace` for the trace flavor).
+pub fn kernel_command_for(tools: &Tools, arch: Arch, release: bool, flavor: Flavor) -> Cmd {
+    let mut cmd = cross_cargo_for(tools, arch.kernel_triple(), "rustc", &[], flavor).args([
         "-p",
         KERNEL_PACKAGE,
         "--bin",
         KERNEL_BIN,
         "--features",
-        KERNEL_FEATURE,
+        flavor.kernel_features(),
     ]);
     if release {
         cmd = cmd.arg("--release");
@@ -267,7 +318,7 @@ mod tests {
 
     /// The command that builds the in-tree programs.
     fn userland_command(tools: &Tools, arch: Arch, release: bool) -> Cmd {
-        program::build_command(tools, arch, release, &workspace_root().join(program::USERLAND_DIR))
+        program::build_command_for(tools, arch, release, &workspace_root().join(program::USERLAND_DIR), Flavor::Plain)
     }
 
     fn debian_tools() -> Tools {
@@ -302,7 +353,7 @@ mod tests {
             )
         );
         assert_eq!(
-            kernel_command(&debian_tools(), Arch::X86_64, true).display(),
+            kernel_command_for(&debian_tools(), Arch::X86_64, true, Flavor::Plain).display(),
             format!(
                 "{env} rustc {common} -p tsumugi-kernel --bin tsumugi --features image --release \
                  -- -C relocation-model=static -C code-model=kernel"
@@ -334,16 +385,16 @@ mod tests {
 
     #[test]
     fn output_paths_follow_the_profile() {
-        assert!(output_dir(Arch::X86_64, false).ends_with("target/cross/x86_64-unknown-none/debug"));
+        assert!(output_dir_for(Arch::X86_64, false, Flavor::Plain).ends_with("target/cross/x86_64-unknown-none/debug"));
         assert!(
-            output_dir(Arch::X86_64, true).ends_with("target/cross/x86_64-unknown-none/release")
+            output_dir_for(Arch::X86_64, true, Flavor::Plain).ends_with("target/cross/x86_64-unknown-none/release")
         );
-        assert_eq!(kernel_output_dir(Arch::X86_64, true), output_dir(Arch::X86_64, true));
+        assert_eq!(kernel_output_dir_for(Arch::X86_64, true, Flavor::Plain), output_dir_for(Arch::X86_64, true, Flavor::Plain));
         // The aarch64 kernel is built without FP/SIMD, the programs with NEON.
-        assert!(kernel_output_dir(Arch::Aarch64, false)
+        assert!(kernel_output_dir_for(Arch::Aarch64, false, Flavor::Plain)
             .ends_with("target/cross/aarch64-unknown-none-softfloat/debug"));
-        assert!(output_dir(Arch::Aarch64, false).ends_with("target/cross/aarch64-unknown-none/debug"));
-        assert!(kernel_command(&debian_tools(), Arch::Aarch64, false)
+        assert!(output_dir_for(Arch::Aarch64, false, Flavor::Plain).ends_with("target/cross/aarch64-unknown-none/debug"));
+        assert!(kernel_command_for(&debian_tools(), Arch::Aarch64, false, Flavor::Plain)
             .display()
             .contains("--target aarch64-unknown-none-softfloat "));
         assert!(userland_command(&debian_tools(), Arch::Aarch64, false)

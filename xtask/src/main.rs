@@ -15,6 +15,7 @@ mod qemu;
 mod run;
 mod setup;
 mod test;
+mod trace;
 
 use std::process::ExitCode;
 
@@ -54,6 +55,10 @@ enum Command {
     Doc(doc::DocArgs),
     /// Make a program crate outside the tree (boot it with `run --program <dir> -- run=<name>`).
     New(new::NewArgs),
+    /// Like run, in a tracing build: records switches, view switches, upcalls, preemptions,
+    /// syscalls and user-thread switches, checks them against the kernel's counters and writes
+    /// a Perfetto-readable trace (target/trace/<arch>.json).
+    Trace(trace::TraceArgs),
 }
 
 fn main() -> ExitCode {
@@ -68,6 +73,7 @@ fn main() -> ExitCode {
         Command::Gdb(args) => gdb::run(args),
         Command::Doc(args) => doc::run(args),
         Command::New(args) => new::run(args),
+        Command::Trace(args) => trace::run(args),
     };
     match result {
         Ok(status) => ExitCode::from(status),

@@ -234,14 +234,17 @@ pub fn check_elf(bytes: &[u8], arch: Arch) -> Result<()> {
 }
 
 /// `cargo build --manifest-path <dir>/Cargo.toml --bins` for `arch`, with the user programs'
-/// flags.
-pub fn build_command(tools: &Tools, arch: Arch, release: bool, dir: &Path) -> Cmd {
+/// flags (and `--features libuthread/trace` for the trace flavor).
+pub fn build_command_for(tools: &Tools, arch: Arch, release: bool, dir: &Path, flavor: build::Flavor) -> Cmd {
     let mut rustflags = arch.user_rustflags().to_vec();
     rustflags.extend(arch.user_reserved_register_flags(tools.toolchain.build_std()));
-    let cmd = build::cross_cargo(tools, arch.triple(), "build", &rustflags)
+    let mut cmd = build::cross_cargo_for(tools, arch.triple(), "build", &rustflags, flavor)
         .arg("--manifest-path")
         .arg(dir.join("Cargo.toml"))
         .arg("--bins");
+    if let Some(features) = flavor.program_features() {
+        cmd = cmd.args(["--features", features]);
+    }
     if release {
         cmd.arg("--release")
     } else {
@@ -252,15 +255,20 @@ pub fn build_command(tools: &Tools, arch: Arch, release: bool, dir: &Path) -> Cm
 /// Builds `source` for `arch` (an ELF is only checked) and returns its programs with their
 /// files, each checked with [`check_elf`].
 pub fn build(tools: &Tools, arch: Arch, release: bool, source: &Source) -> Result<Vec<(String, PathBuf)>> {
+    build_for(tools, arch, release, source, build::Flavor::Plain)
+}
+
+/// [`build`] of a flavor.
+pub fn build_for(tools: &Tools, arch: Arch, release: bool, source: &Source, flavor: build::Flavor) -> Result<Vec<(String, PathBuf)>> {
     let programs: Vec<(String, PathBuf)> = match source {
         Source::Crate { dir, bins } => {
-            build_command(tools, arch, release, dir).run().with_context(|| {
+            build_command_for(tools, arch, release, dir, flavor).run().with_context(|| {
                 format!(
                     "{source} does not build for {} (cargo's messages are above)",
                     arch.triple()
                 )
             })?;
-            let out = build::output_dir(arch, release);
+            let out = build::output_dir_for(arch, release, flavor);
             bins.iter().map(|bin| (bin.clone(), out.join(bin))).collect()
         }
         Source::Elf { path, name } => vec![(name.clone(), path.clone())],

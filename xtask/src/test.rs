@@ -35,6 +35,8 @@ pub const NEW_PROGRAM_SUITE: &str = "new-program";
 pub const PROGRAMS_SUITE: &str = "programs";
 /// Name of the suite of the scripted gdb session (`cargo xtask gdb`).
 pub const GDB_SUITE: &str = "gdb";
+/// Suites of `cargo xtask trace`'s build (`crate::trace::selftest`), with their CPU counts.
+pub const TRACE_SUITES: [(&str, u8); 2] = [("trace", 1), ("trace-smp4", 4)];
 /// Name of the crate (and program) the `new-program` suite makes.
 pub const NEW_PROGRAM: &str = "fresh_program";
 /// Name of the crate that does not compile, which the `new-program` suite must see refused.
@@ -154,6 +156,26 @@ fn gdb_session(arch: Arch, artifacts: &Artifacts, tally: &mut Tally) {
     tally.record(&group, &CheckResult { description, passed, detail });
 }
 
+/// A trace suite: boots `crate::trace::SUITE_PROGRAM` in the tracing build with `smp` CPUs and
+/// records its checks (the trace decodes, its JSON has the tracks, its counts equal the
+/// kernel's counters).
+fn trace_suite(tools: &Tools, arch: Arch, name: &str, smp: u8, release: bool, tally: &mut Tally) {
+    let group = format!("{arch}/{name}");
+    println!("test {group}: {smp} CPU(s), `cargo xtask trace` build, run={}", crate::trace::SUITE_PROGRAM);
+    match crate::trace::selftest(tools, arch, smp, release) {
+        Ok(results) => {
+            for (description, problem) in results {
+                let (passed, detail) = match problem {
+                    None => (true, "ok".to_string()),
+                    Some(p) => (false, p),
+                };
+                tally.record(&group, &CheckResult { description, passed, detail });
+            }
+        }
+        Err(error) => tally.could_not_run(&group, "build and boot the tracing build", &error),
+    }
+}
+
 /// The `programs` suite: every program named runs and exits with 0.
 fn programs_suite(names: &[String]) -> Suite {
     let mut checks: Vec<Check> = names
@@ -258,12 +280,14 @@ pub fn run(args: &TestArgs) -> Result<u8> {
             suites.push(programs_suite(&extra_names));
         }
         known_groups.extend(suites.iter().map(|suite| group_name(arch, suite)));
+        known_groups.extend(TRACE_SUITES.iter().map(|(name, _)| format!("{arch}/{name}")));
         let suites: Vec<Suite> = suites
             .into_iter()
             .filter(|suite| selected(&group_name(arch, suite)))
             .collect();
-        if !suites.is_empty() {
-            plan.push((arch, suites));
+        let traces: Vec<(&str, u8)> = TRACE_SUITES.into_iter().filter(|(name, _)| selected(&format!("{arch}/{name}"))).collect();
+        if !suites.is_empty() || !traces.is_empty() {
+            plan.push((arch, suites, traces));
         }
     }
     if !run_host && plan.is_empty() {
@@ -276,7 +300,7 @@ pub fn run(args: &TestArgs) -> Result<u8> {
 
     let fixtures = if plan
         .iter()
-        .any(|(_, suites)| suites.iter().any(|s| s.name == NEW_PROGRAM_SUITE))
+        .any(|(_, suites, _)| suites.iter().any(|s| s.name == NEW_PROGRAM_SUITE))
     {
         Some(Fixtures::create()?)
     } else {
@@ -286,7 +310,7 @@ pub fn run(args: &TestArgs) -> Result<u8> {
     let tools = if plan.is_empty() {
         None
     } else {
-        let arches: Vec<Arch> = plan.iter().map(|(arch, _)| *arch).collect();
+        let arches: Vec<Arch> = plan.iter().map(|(arch, _, _)| *arch).collect();
         // The `gdb` suites need the debugger: install it too where setup may install.
         match setup::ensure(&arches).and_then(|tools| setup::ensure_debugger().map(|()| tools)) {
             Ok(tools) => Some(tools),
@@ -305,7 +329,7 @@ pub fn run(args: &TestArgs) -> Result<u8> {
             host_tests(&mut tally);
         }
         if let Some(tools) = &tools {
-            for (arch, suites) in &plan {
+            for (arch, suites, traces) in &plan {
                 let mut programs = args.programs.clone();
                 let fixtures = fixtures
                     .as_ref()
@@ -313,13 +337,16 @@ pub fn run(args: &TestArgs) -> Result<u8> {
                 if let Some(fixtures) = fixtures {
                     programs.push(fixtures.fresh.clone());
                 }
-                let artifacts = run_arch(tools, *arch, suites, args.release, &programs, &mut tally);
+                let artifacts = if suites.is_empty() { None } else { run_arch(tools, *arch, suites, args.release, &programs, &mut tally) };
                 if let Some(artifacts) = artifacts.filter(|_| suites.iter().any(|s| s.name == GDB_SUITE)) {
                     gdb_session(*arch, &artifacts, &mut tally);
                 }
                 if let Some(fixtures) = fixtures {
                     refuses_broken_crate(tools, *arch, args.release, &fixtures.broken, &mut tally);
                     docs_build(tools, *arch, args.release, &fixtures.examples, &mut tally);
+                }
+                for (name, smp) in traces {
+                    trace_suite(tools, *arch, name, *smp, args.release, &mut tally);
                 }
             }
         }

@@ -16,5 +16,6 @@ pub mod s3;
 pub mod signal;
 pub mod stats;
 pub mod syscall;
+pub mod trace;
 
 pub use syscall::{Errno, Syscall};

@@ -167,6 +167,7 @@ mod machine {
             }
         });
         domain.kn.count_upcall(kind);
+        crate::trace::upcall(domain.id, kind);
     }
 
     /// Upcalls delivered to `domain`, by kind value (kept after the program ends).

@@ -443,6 +443,7 @@ unsafe fn switch_to_idle(cpu: &Cpu, leftover: Prev) {
     unsafe {
         let prev_ctx = (*prev).context.get();
         *cpu.prev.get() = leftover;
+        crate::trace::idle();
         cpu.current.store(core::ptr::null_mut(), Ordering::Relaxed);
         load_root(cpu, KERNEL_ROOT.load(Ordering::Relaxed));
         context::switch(prev_ctx, cpu.idle.get());
@@ -470,6 +471,7 @@ fn switch_to(cpu: &Cpu, prev_ptr: *mut Thread, next: Arc<Thread>, leftover: Prev
     // CPU's reload, or the root loaded below is the new one.
     core::sync::atomic::fence(Ordering::SeqCst);
     cpu.counters.bump(Counter::ContextSwitches);
+    crate::trace::switch(&next);
     if let Some(d) = &next.domain {
         d.counters.bump(Counter::ContextSwitches);
     }
@@ -554,6 +556,7 @@ fn load_root(cpu: &Cpu, root: u64) -> Option<bool> {
     // SAFETY: every root is a view table or the kernel table, all sharing the kernel half.
     unsafe { arch::tlb::load_root_tagged(Frame::from_number(root), tag, flush_all) };
     cpu.counters.bump(Counter::ViewSwitches);
+    crate::trace::view_switch(root, flush_all);
     if flush_all {
         crate::mm::kernel_stack::note_full_flush(arch::cpu::cpu_index());
         cpu.counters.bump(Counter::TlbFlushes);
@@ -687,6 +690,7 @@ pub fn preempt() -> bool {
     cpu.slice_start.store(TICKS.load(Ordering::Relaxed), Ordering::Relaxed);
     if switched {
         cpu.counters.bump(Counter::Preemptions);
+        crate::trace::preempted();
     }
     switched
 }

@@ -693,6 +693,7 @@ fn wait_published(t: *mut Thmb) {
 /// `t` is READY and owned by the caller; LTN = 0.
 #[inline(always)]
 unsafe fn prepare(v: usize, t: *mut Thmb) -> usize {
+    crate::trace::user_switch(v, t as usize);
     // The common case inline: a thread switched out at a voluntary switch (mask WINDOW, with
     // or without FP; an in-flight or never-run thread has neither bit pattern).
     if Thmb::mask(t) & !mask::FP == mask::WINDOW {
