@@ -175,6 +175,12 @@ impl Task {
         unsafe { OpsFor::<fn() -> T, T>::take_outcome(self.at()) }
     }
 
+    /// Whether the task holds nothing (neither a closure nor an outcome).
+    #[inline(always)]
+    pub(crate) fn is_empty(&self) -> bool {
+        self.holds.get() == EMPTY
+    }
+
     /// Drops whatever the task still holds.
     ///
     /// # Safety
