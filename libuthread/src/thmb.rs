@@ -152,10 +152,11 @@ impl Thmb {
         // SAFETY: `t` is ours: a retired ThMB (every field valid, nothing held) or blank memory.
         unsafe {
             if pooled {
+                // Not set again: `run_next` (whoever lists the thread sets it) and
+                // `header.fp_area` (set before the thread first runs, on a stack of its own or
+                // inline, and read by the kernel only while the thread runs).
                 Thmb::set_mask(t, mask::NONE);
-                (*t).header.fp_area = 0;
                 ptr::write(&raw mut (*t).state, RunState::new());
-                (*t).run_next.set(ptr::null_mut());
                 debug_assert_eq!((*t).stack.get(), (0, 0));
                 (*t).is_main = false;
                 (*t).join.store(JOIN_RUNNING, Ordering::Relaxed);

@@ -505,7 +505,7 @@ const INLINE_LOOKUP: usize = 64;
 ///
 /// # Safety
 /// The caller holds a reference to `t` (its `JoinHandle`), and `T` is `t`'s result type.
-#[inline]
+#[inline(always)]
 pub(crate) unsafe fn run_inline<T>(t: *mut Thmb) -> Option<crate::task::Outcome<T>> {
     let mut critical = crate::spin::Critical::enter();
     let me = critical.thread();
@@ -513,7 +513,7 @@ pub(crate) unsafe fn run_inline<T>(t: *mut Thmb) -> Option<crate::task::Outcome<
         return None;
     }
     // SAFETY: `me` is the calling thread; its vCPU cannot change with LTN = 0.
-    let v = unsafe { (*me).vcpu.load(Ordering::Relaxed) };
+    let v = unsafe { (*me).vcpu.load(Ordering::Relaxed) } % MAX_VCPUS;
     // The common case: `t` is still on this vCPU's unpublished list (it was spawned here and
     // nobody else can see it), usually at its head. Taking it off is the claim.
     // SAFETY: on `v` with LTN = 0.
@@ -528,18 +528,19 @@ pub(crate) unsafe fn run_inline<T>(t: *mut Thmb) -> Option<crate::task::Outcome<
         (*t).header.fp_area = (*me).header.fp_area;
         (*t).state.set(RUNNING);
         platform::set_ltn(t);
-        // From here this code runs as `t`.
-        (*t).task.run();
+        // From here this code runs as `t`. (Its task holds the closure: a thread off every
+        // list that never ran.)
+        (*t).task.run_claimed();
         crate::local::destroy_all(t);
         // Nobody else joins or waits: the handle is the caller's, consumed by `join`.
         (*t).join.store(JOIN_EXITED, Ordering::Release);
         // Back to the joiner, on the vCPU the child is on now.
         platform::set_ltn(ptr::null_mut());
-        let v = (*t).vcpu.load(Ordering::Relaxed);
+        let v = (*t).vcpu.load(Ordering::Relaxed) % MAX_VCPUS;
         (*me).vcpu.store(v, Ordering::Relaxed);
         // The join: both references are ours (the handle's and the finished run's), so no
         // count to decrement; the ThMB goes straight to this vCPU's pool (LTN = 0 here).
-        let outcome = (*t).task.take::<T>();
+        let outcome = (*t).task.take_ran::<T>();
         Thmb::retire(t);
         free_thmb(t, Some(v));
         platform::set_ltn(me);
@@ -580,25 +581,21 @@ fn wake_helper(v: usize) {
 }
 
 /// Queues a new thread (lazy creation: no stack yet).
+#[inline]
 pub(crate) fn spawn<F, T>(f: F, name: Option<String>, stack_size: usize) -> *mut Thmb
 where
     F: FnOnce() -> T + Send + 'static,
     T: Send + 'static,
 {
-    assert!(vcpu_count() > 0, "libuthread: spawn outside libuthread::run");
     let mut critical = crate::spin::Critical::enter();
     let me = critical.thread();
     if me.is_null() {
-        // Not from a user thread: a heap ThMB, published at once.
-        // SAFETY: no vCPU given: heap memory.
-        let t = unsafe { Thmb::new_thread(None, f, name, stack_size, 2) };
-        make_ready(t, 0);
-        critical.leave();
-        return t;
+        return spawn_outside(f, name, stack_size);
     }
+    // (A user thread exists only inside `run`, so the runtime runs.)
     // Read the spawner's vCPU inside the critical section: it cannot change there.
     // SAFETY: `me` is the live calling thread.
-    let v = unsafe { (*me).vcpu.load(Ordering::Relaxed) };
+    let v = unsafe { (*me).vcpu.load(Ordering::Relaxed) } % MAX_VCPUS;
     // A new ThMB's state is READY already. It goes on this vCPU's unpublished list — no lock,
     // no fence —, where a join on this vCPU finds it (`run_inline`); it is published to the
     // ready queue when this vCPU next enters the scheduler, or right now if a vCPU is idle
@@ -614,6 +611,21 @@ where
         critical.leave();
         t
     }
+}
+
+/// [`spawn`] from outside any user thread (scheduler code, or no runtime at all): a heap ThMB,
+/// published at once on vCPU 0.
+#[inline(never)]
+fn spawn_outside<F, T>(f: F, name: Option<String>, stack_size: usize) -> *mut Thmb
+where
+    F: FnOnce() -> T + Send + 'static,
+    T: Send + 'static,
+{
+    assert!(vcpu_count() > 0, "libuthread: spawn outside libuthread::run");
+    // SAFETY: no vCPU given: heap memory.
+    let t = unsafe { Thmb::new_thread(None, f, name, stack_size, 2) };
+    make_ready(t, 0);
+    t
 }
 
 /// Wakes a thread blocked in [`block_current`].
