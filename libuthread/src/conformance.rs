@@ -47,6 +47,7 @@ pub const CHECKS: &[Check] = &[
     ("sleep_ordering", sleep_ordering),
     ("yield_storm_keeps_identity", yield_storm_keeps_identity),
     ("inline_child_blocks_like_a_thread", inline_child_blocks_like_a_thread),
+    ("unjoined_children_still_run", unjoined_children_still_run),
     ("condvar_wait_timeout", condvar_wait_timeout),
     ("channel_timeouts", channel_timeouts),
     ("channel_iterators_and_names", channel_iterators_and_names),
@@ -522,6 +523,41 @@ fn inline_child_blocks_like_a_thread() -> Outcome {
     }
     let d = depth(200);
     ensure!(d == 200, "nested spawn/join depth {d}");
+    Ok(())
+}
+
+/// Children that their spawner does not join at once still run (a spawn only lists the child on
+/// its vCPU; it becomes visible to the scheduler when the spawner gives up its vCPU): children
+/// waited for through a channel, in spawn order on one vCPU; a child joined by another thread
+/// than its spawner; a detached child left behind by a thread that exits.
+fn unjoined_children_still_run() -> Outcome {
+    let (tx, rx) = mpsc::channel::<usize>();
+    let handles: Vec<_> = (0..3)
+        .map(|i| {
+            let tx = tx.clone();
+            crate::spawn(move || tx.send(i).ok())
+        })
+        .collect();
+    let got: Vec<usize> = (0..3).map(|_| rx.recv().unwrap_or(usize::MAX)).collect();
+    for h in handles {
+        h.join().map_err(|_| String::from("a sender panicked"))?;
+    }
+    let mut sorted = got.clone();
+    sorted.sort_unstable();
+    ensure!(sorted == [0, 1, 2], "the children sent {got:?}");
+    ensure!(crate::vcpu_count() > 1 || got == [0, 1, 2], "on one vCPU the children ran out of spawn order: {got:?}");
+
+    let first = crate::spawn(|| 7u32);
+    let joiner = crate::spawn(move || first.join().unwrap_or(0) * 2);
+    let v = joiner.join().map_err(|_| String::from("the other joiner panicked"))?;
+    ensure!(v == 14, "a child joined by another thread gave {v}");
+
+    let worker = crate::spawn(move || {
+        drop(crate::spawn(move || tx.send(99).ok()));
+    });
+    worker.join().map_err(|_| String::from("the worker panicked"))?;
+    let v = rx.recv().map_err(|_| String::from("the detached child never ran"))?;
+    ensure!(v == 99, "the detached child sent {v}");
     Ok(())
 }
 

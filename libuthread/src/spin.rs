@@ -38,7 +38,7 @@ impl<T> SpinLock<T> {
     }
 
     /// Enters the critical section (LTN = 0) and takes the lock.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn lock(&self) -> SpinGuard<'_, T> {
         let critical = Critical::enter();
         while self.locked.compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed).is_err() {
@@ -98,6 +98,7 @@ pub(crate) struct SpinGuard<'a, T> {
 
 impl<T> Deref for SpinGuard<'_, T> {
     type Target = T;
+    #[inline(always)]
     fn deref(&self) -> &T {
         // SAFETY: the guard exists only while `locked` is held by us.
         unsafe { &*self.lock.value.get() }
@@ -105,6 +106,7 @@ impl<T> Deref for SpinGuard<'_, T> {
 }
 
 impl<T> DerefMut for SpinGuard<'_, T> {
+    #[inline(always)]
     fn deref_mut(&mut self) -> &mut T {
         // SAFETY: as in `deref`, and `&mut self` makes this the only reference.
         unsafe { &mut *self.lock.value.get() }
@@ -112,6 +114,7 @@ impl<T> DerefMut for SpinGuard<'_, T> {
 }
 
 impl<T> Drop for SpinGuard<'_, T> {
+    #[inline(always)]
     fn drop(&mut self) {
         self.lock.locked.store(false, Ordering::Release);
         self.critical.leave();
@@ -128,7 +131,7 @@ pub(crate) struct Critical {
 
 impl Critical {
     /// Sets LTN = 0 and remembers what it was.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn enter() -> Critical {
         #[cfg(not(loom))]
         {
@@ -147,12 +150,13 @@ impl Critical {
     /// The user thread that entered (null when entered from scheduler code or outside any
     /// user thread).
     #[cfg(not(loom))]
+    #[inline(always)]
     pub(crate) fn thread(&self) -> *mut crate::thmb::Thmb {
         self.saved
     }
 
     /// Restores LTN.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn leave(&mut self) {
         #[cfg(not(loom))]
         if !self.saved.is_null() {

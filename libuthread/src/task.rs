@@ -162,6 +162,34 @@ impl Task {
         self.holds.set(OUTCOME);
     }
 
+    /// [`Task::run`] for a task known to hold its closure (the caller just claimed a thread
+    /// that never ran): the check is a debug assertion.
+    ///
+    /// # Safety
+    /// Only the caller touches the task, which holds a closure.
+    #[inline(always)]
+    pub(crate) unsafe fn run_claimed(&self) {
+        debug_assert_eq!(self.holds.get(), CLOSURE);
+        // SAFETY: per the contract a closure is held, so its operations were set with it.
+        let ops = unsafe { self.ops.get().unwrap_unchecked() };
+        self.holds.set(EMPTY);
+        // SAFETY: the closure is held, with the layout `ops` reads.
+        unsafe { (ops.run)(self.at()) };
+        self.holds.set(OUTCOME);
+    }
+
+    /// [`Task::take`] right after [`Task::run_claimed`] returned (the outcome is held).
+    ///
+    /// # Safety
+    /// As for `take`, and the task holds its outcome.
+    #[inline(always)]
+    pub(crate) unsafe fn take_ran<T>(&self) -> Outcome<T> {
+        debug_assert_eq!(self.holds.get(), OUTCOME);
+        self.holds.set(EMPTY);
+        // SAFETY: per the contract, as in `take`.
+        unsafe { OpsFor::<fn() -> T, T>::take_outcome(self.at()) }
+    }
+
     /// Takes the outcome of a task that ran a closure returning `T`.
     ///
     /// # Safety
@@ -173,6 +201,12 @@ impl Task {
         // SAFETY: the outcome of a `T` closure is held; the closure type only decides whether
         // the *closure* was boxed, so any `F` reads the outcome the same way.
         unsafe { OpsFor::<fn() -> T, T>::take_outcome(self.at()) }
+    }
+
+    /// Whether the task holds nothing (neither a closure nor an outcome).
+    #[inline(always)]
+    pub(crate) fn is_empty(&self) -> bool {
+        self.holds.get() == EMPTY
     }
 
     /// Drops whatever the task still holds.

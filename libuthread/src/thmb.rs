@@ -141,6 +141,7 @@ impl Thmb {
     ///
     /// # Safety
     /// If `v` is given, the caller runs on vCPU `v` with LTN = 0.
+    #[inline(always)]
     pub(crate) unsafe fn new_thread<F, T>(v: Option<usize>, f: F, name: Option<String>, stack_size: usize, refs: usize) -> *mut Thmb
     where
         F: FnOnce() -> T + Send + 'static,
@@ -151,10 +152,11 @@ impl Thmb {
         // SAFETY: `t` is ours: a retired ThMB (every field valid, nothing held) or blank memory.
         unsafe {
             if pooled {
+                // Not set again: `run_next` (whoever lists the thread sets it) and
+                // `header.fp_area` (set before the thread first runs, on a stack of its own or
+                // inline, and read by the kernel only while the thread runs).
                 Thmb::set_mask(t, mask::NONE);
-                (*t).header.fp_area = 0;
                 ptr::write(&raw mut (*t).state, RunState::new());
-                (*t).run_next.set(ptr::null_mut());
                 debug_assert_eq!((*t).stack.get(), (0, 0));
                 (*t).is_main = false;
                 (*t).join.store(JOIN_RUNNING, Ordering::Relaxed);
@@ -176,8 +178,25 @@ impl Thmb {
     ///
     /// # Safety
     /// Nobody else can reach `this` any more.
-    #[inline]
+    #[inline(always)]
     pub(crate) unsafe fn retire(this: *mut Thmb) {
+        // The common case — a thread whose result was taken, with no name and no thread-local
+        // ever touched — holds nothing: three loads.
+        // SAFETY: per the contract.
+        unsafe {
+            if (*this).task.is_empty() && (*this).name.is_none() && (*(*this).locals.get()).capacity() == 0 {
+                return;
+            }
+            Thmb::retire_slow(this)
+        }
+    }
+
+    /// [`Thmb::retire`] when something is held.
+    ///
+    /// # Safety
+    /// As for `retire`.
+    #[inline(never)]
+    unsafe fn retire_slow(this: *mut Thmb) {
         // SAFETY: per the contract.
         unsafe {
             (*this).task.clear();

@@ -308,6 +308,7 @@ impl Builder {
     /// the program ends with a message.
     ///
     /// Panics outside [`run`](crate::run).
+    #[inline]
     pub fn spawn<F, T>(self, f: F) -> JoinHandle<T>
     where
         F: FnOnce() -> T + Send + 'static,
@@ -343,19 +344,34 @@ impl<T: 'static> JoinHandle<T> {
     ///     assert_eq!(h.join().unwrap(), "done");
     /// });
     /// ```
+    #[inline]
     pub fn join(self) -> Result<T, Box<dyn Any + Send + 'static>> {
         let t = self.thmb;
         core::mem::forget(self);
-        // SAFETY: our reference keeps `t` live.
-        let join = unsafe { &(*t).join };
         // A child that has not started yet runs right here, on this stack, as itself
         // (work-first; see `sched::run_inline`); otherwise wait for it.
-        if join.load(Ordering::Acquire) != JOIN_EXITED {
+        // SAFETY: our reference keeps `t` live.
+        if unsafe { (*t).join.load(Ordering::Acquire) } != JOIN_EXITED {
             // SAFETY: our reference, and `T` is the spawned closure's result type. On success
             // the call also took the outcome and gave up our reference.
             if let Some(outcome) = unsafe { crate::sched::run_inline::<T>(t) } {
                 return outcome;
             }
+        }
+        // SAFETY: our reference, not given up above.
+        unsafe { Self::join_waiting(t) }
+    }
+
+    /// [`join`](Self::join) of a child that started (or finished) already: waits for it, then
+    /// takes its result.
+    ///
+    /// # Safety
+    /// The caller gives up its handle's reference to `t`, whose result type is `T`.
+    #[inline(never)]
+    unsafe fn join_waiting(t: *mut Thmb) -> Result<T, Box<dyn Any + Send + 'static>> {
+        // SAFETY: our reference keeps `t` live.
+        let join = unsafe { &(*t).join };
+        if join.load(Ordering::Acquire) != JOIN_EXITED {
             crate::sched::blocking::block(|me| {
                 join.compare_exchange(JOIN_RUNNING, me as usize, Ordering::AcqRel, Ordering::Acquire).is_ok()
             });

@@ -38,6 +38,12 @@ impl IdleSet {
         self.0.fetch_and(!(1 << v), Ordering::AcqRel);
     }
 
+    /// Whether some vCPU is idle (a hint: no ordering; `claim` is the decision).
+    #[inline(always)]
+    pub(crate) fn any(&self) -> bool {
+        self.0.load(Ordering::Relaxed) != 0
+    }
+
     /// After publishing work: claims `preferred` if it is idle, else any idle vCPU; the caller
     /// must then unpark it (and may give it the work directly).
     pub(crate) fn claim(&self, preferred: usize) -> Option<usize> {

@@ -35,7 +35,10 @@
 //!
 //! # Lazy creation (StackThreads)
 //! `spawn` takes only a ThMB — from its vCPU's pool (`pool`: no lock, no allocation), with the
-//! closure stored inline (`task`) — and queues it: no stack, no register state. The first
+//! closure stored inline (`task`) — and lists it on its vCPU's unpublished list (`Vcpu::fresh`,
+//! owner-only like the pool: two plain stores): no stack, no register state, no queue lock. The
+//! list goes to the ready queue (`Vcpu::publish_fresh`) when the vCPU enters the scheduler, or
+//! at once when a vCPU is idle; a join on the same vCPU takes its child straight off it. The first
 //! dispatch takes a stack from the vCPU's pool (carved from a large chunk when the pool is
 //! empty; the shared `STACKS` list holds what pools overflow with) and builds a window that
 //! starts the thread; exit returns the stack and the ThMB to the pool of the vCPU it exits on.
@@ -108,6 +111,12 @@ struct Vcpu {
     handoff: AtomicUsize,
     /// Free ThMBs and stacks, touched only by this vCPU with LTN = 0 (`pool`).
     pool: Pool,
+    /// Unpublished children: the head of a LIFO list (linked through `run_next`, newest first)
+    /// of threads spawned on this vCPU that have not been handed to the ready queue yet.
+    /// Touched only by this vCPU with LTN = 0, like `pool` (an atomic only so that the yield
+    /// look, which may read a stale vCPU's word, is not a data race; every access is Relaxed
+    /// and compiles to a plain load or store). See "Lazy creation" in the module docs.
+    fresh: AtomicUsize,
 }
 
 impl Vcpu {
@@ -121,6 +130,114 @@ impl Vcpu {
             resumed_full: AtomicU64::new(0),
             handoff: AtomicUsize::new(0),
             pool: Pool::new(),
+            fresh: AtomicUsize::new(0),
+        }
+    }
+
+    /// Whether this vCPU has unpublished children (a hint when read from another vCPU).
+    #[inline(always)]
+    fn has_fresh(&self) -> bool {
+        self.fresh.load(Ordering::Relaxed) != 0
+    }
+
+    /// Puts the never-run thread `t`, spawned on this vCPU, on the unpublished list.
+    ///
+    /// # Safety
+    /// The caller runs on this vCPU with LTN = 0; `t` is new, READY and in no list.
+    #[inline(always)]
+    unsafe fn push_fresh(&self, t: *mut Thmb) {
+        // SAFETY: per the contract, `t` and the list are ours.
+        unsafe { (*t).run_next.set(self.fresh.load(Ordering::Relaxed) as *mut Thmb) };
+        self.fresh.store(t as usize, Ordering::Relaxed);
+    }
+
+    /// Takes `t` off the unpublished list if it is among its first `INLINE_LOOKUP` entries
+    /// (almost always the first: a child joined is usually the last one spawned).
+    ///
+    /// # Safety
+    /// The caller runs on this vCPU with LTN = 0.
+    #[inline(always)]
+    unsafe fn take_fresh(&self, t: *mut Thmb) -> bool {
+        let head = self.fresh.load(Ordering::Relaxed) as *mut Thmb;
+        if head == t {
+            // SAFETY: a listed thread is live and its link is the list's.
+            self.fresh.store(unsafe { (*t).run_next.get() } as usize, Ordering::Relaxed);
+            return true;
+        }
+        // SAFETY: forwarded contract.
+        !head.is_null() && unsafe { self.take_fresh_deeper(head, t) }
+    }
+
+    /// [`Vcpu::take_fresh`] past the head.
+    ///
+    /// # Safety
+    /// As for `take_fresh`; `head` is the list's non-null head.
+    #[inline(never)]
+    unsafe fn take_fresh_deeper(&self, head: *mut Thmb, t: *mut Thmb) -> bool {
+        let mut prev = head;
+        // SAFETY: listed threads are live and their links are the list's (contract).
+        unsafe {
+            for _ in 0..INLINE_LOOKUP {
+                let cur = (*prev).run_next.get();
+                if cur.is_null() {
+                    return false;
+                }
+                if cur == t {
+                    (*prev).run_next.set((*t).run_next.get());
+                    return true;
+                }
+                prev = cur;
+            }
+        }
+        false
+    }
+
+    /// Publishes this vCPU's unpublished children: appends them to its ready queue in the
+    /// order they were spawned, then wakes an idle vCPU to steal if one is idle (publish,
+    /// then claim: the idle protocol's order, as in `make_ready`). Called by the vCPU itself
+    /// whenever it enters the scheduler (yield, block, exit, the loop, an upcall) and by a
+    /// spawn that sees an idle vCPU.
+    ///
+    /// # Safety
+    /// The caller runs on vCPU `v` (this one) with LTN = 0.
+    #[inline(always)]
+    unsafe fn publish_fresh(&self, v: usize) {
+        if self.has_fresh() {
+            // SAFETY: forwarded contract.
+            unsafe { self.publish_fresh_slow(v) }
+        }
+    }
+
+    /// [`Vcpu::publish_fresh`] when there is something to publish.
+    ///
+    /// # Safety
+    /// As for `publish_fresh`.
+    #[inline(never)]
+    unsafe fn publish_fresh_slow(&self, v: usize) {
+        let mut newest = self.fresh.load(Ordering::Relaxed) as *mut Thmb;
+        self.fresh.store(0, Ordering::Relaxed);
+        // Reverse (newest first → oldest first) so the queue keeps spawn order.
+        let mut oldest: *mut Thmb = ptr::null_mut();
+        // SAFETY: the list's threads are ours (contract): live, READY, linked only here.
+        unsafe {
+            while !newest.is_null() {
+                let next = (*newest).run_next.get();
+                (*newest).run_next.set(oldest);
+                oldest = newest;
+                newest = next;
+            }
+            let mut queue = self.queue.lock();
+            while !oldest.is_null() {
+                let next = (*oldest).run_next.get();
+                queue.push_back(oldest);
+                oldest = next;
+            }
+            self.len.store(queue.len(), Ordering::Release);
+        }
+        if vcpu_count() > 1 {
+            if let Some(w) = IDLE.claim(v) {
+                platform::unpark(w);
+            }
         }
     }
 
@@ -158,6 +275,7 @@ impl Vcpu {
     /// Forgets whatever a previous runtime left queued (those threads were abandoned).
     fn reset(&self) {
         *self.queue.lock() = Fifo::new();
+        self.fresh.store(0, Ordering::Relaxed);
         self.len.store(0, Ordering::Release);
     }
 
@@ -279,7 +397,7 @@ unsafe fn give_stack(v: usize, size: usize, base: usize, len: usize) {
 ///
 /// # Safety
 /// If `v` is given, the caller runs on vCPU `v` with LTN = 0.
-#[inline]
+#[inline(always)]
 pub(crate) unsafe fn alloc_thmb(v: Option<usize>) -> (*mut Thmb, bool) {
     if let Some(v) = v {
         // SAFETY: forwarded contract.
@@ -288,13 +406,19 @@ pub(crate) unsafe fn alloc_thmb(v: Option<usize>) -> (*mut Thmb, bool) {
             return (t, true);
         }
     }
+    (alloc_thmb_from_heap(), false)
+}
+
+/// [`alloc_thmb`] when no pool has one: uninitialised heap memory.
+#[inline(never)]
+fn alloc_thmb_from_heap() -> *mut Thmb {
     let layout = core::alloc::Layout::new::<Thmb>();
     // SAFETY: a ThMB is not zero-sized.
     let t = unsafe { alloc::alloc::alloc(layout) } as *mut Thmb;
     if t.is_null() {
         alloc::alloc::handle_alloc_error(layout);
     }
-    (t, false)
+    t
 }
 
 /// Frees a retired ThMB (`Thmb::retire`): into the pool of vCPU `v` if given, else (or when
@@ -381,16 +505,59 @@ const INLINE_LOOKUP: usize = 64;
 ///
 /// # Safety
 /// The caller holds a reference to `t` (its `JoinHandle`), and `T` is `t`'s result type.
-#[inline]
+#[inline(always)]
 pub(crate) unsafe fn run_inline<T>(t: *mut Thmb) -> Option<crate::task::Outcome<T>> {
     let mut critical = crate::spin::Critical::enter();
     let me = critical.thread();
     if me.is_null() {
         return None;
     }
+    // SAFETY: `me` is the calling thread; its vCPU cannot change with LTN = 0.
+    let v = unsafe { (*me).vcpu.load(Ordering::Relaxed) } % MAX_VCPUS;
+    // The common case: `t` is still on this vCPU's unpublished list (it was spawned here and
+    // nobody else can see it), usually at its head. Taking it off is the claim.
+    // SAFETY: on `v` with LTN = 0.
+    let claimed = unsafe { VCPUS[v].take_fresh(t) } || unsafe { claim_queued(t) };
+    if !claimed {
+        critical.leave();
+        return None;
+    }
+    // SAFETY: `t` never ran and is in no list: it is ours. `me` is the calling thread.
+    unsafe {
+        (*t).vcpu.store(v, Ordering::Relaxed);
+        (*t).header.fp_area = (*me).header.fp_area;
+        (*t).state.set(RUNNING);
+        platform::set_ltn(t);
+        // From here this code runs as `t`. (Its task holds the closure: a thread off every
+        // list that never ran.)
+        (*t).task.run_claimed();
+        crate::local::destroy_all(t);
+        // Nobody else joins or waits: the handle is the caller's, consumed by `join`.
+        (*t).join.store(JOIN_EXITED, Ordering::Release);
+        // Back to the joiner, on the vCPU the child is on now.
+        platform::set_ltn(ptr::null_mut());
+        let v = (*t).vcpu.load(Ordering::Relaxed) % MAX_VCPUS;
+        (*me).vcpu.store(v, Ordering::Relaxed);
+        // The join: both references are ours (the handle's and the finished run's), so no
+        // count to decrement; the ThMB goes straight to this vCPU's pool (LTN = 0 here).
+        let outcome = (*t).task.take_ran::<T>();
+        Thmb::retire(t);
+        free_thmb(t, Some(v));
+        platform::set_ltn(me);
+        Some(outcome)
+    }
+}
+
+/// [`run_inline`]'s claim of a child that was published: takes it off the ready queue it was
+/// put on if it is still there, unstarted, near the front.
+///
+/// # Safety
+/// LTN = 0; the caller holds a reference to `t`.
+#[inline(never)]
+unsafe fn claim_queued(t: *mut Thmb) -> bool {
     // SAFETY: the caller holds a reference to `t`; `vcpu` of a queued thread names its queue,
     // and the lock below makes the look final (a thread in the queue is READY, not running).
-    let claimed = unsafe {
+    unsafe {
         let q = (*t).vcpu.load(Ordering::Relaxed);
         let vcpu = &VCPUS[q.min(MAX_VCPUS - 1)];
         let mut queue = vcpu.queue.lock();
@@ -401,34 +568,6 @@ pub(crate) unsafe fn run_inline<T>(t: *mut Thmb) -> Option<crate::task::Outcome<
             vcpu.len.store(queue.len(), Ordering::Release);
         }
         ours
-    };
-    if !claimed {
-        critical.leave();
-        return None;
-    }
-    // SAFETY: `t` never ran and is in no queue: it is ours. `me` is the calling thread; its
-    // vCPU cannot change with LTN = 0.
-    unsafe {
-        (*t).vcpu.store((*me).vcpu.load(Ordering::Relaxed), Ordering::Relaxed);
-        (*t).header.fp_area = (*me).header.fp_area;
-        (*t).state.set(RUNNING);
-        platform::set_ltn(t);
-        // From here this code runs as `t`.
-        (*t).task.run();
-        crate::local::destroy_all(t);
-        // Nobody else joins or waits: the handle is the caller's, consumed by `join`.
-        (*t).join.store(JOIN_EXITED, Ordering::Release);
-        // Back to the joiner, on the vCPU the child is on now.
-        platform::set_ltn(ptr::null_mut());
-        let v = (*t).vcpu.load(Ordering::Relaxed);
-        (*me).vcpu.store(v, Ordering::Relaxed);
-        // The join: both references are ours (the handle's and the finished run's), so no
-        // count to decrement; the ThMB goes straight to this vCPU's pool (LTN = 0 here).
-        let outcome = (*t).task.take::<T>();
-        Thmb::retire(t);
-        free_thmb(t, Some(v));
-        platform::set_ltn(me);
-        Some(outcome)
     }
 }
 
@@ -442,22 +581,50 @@ fn wake_helper(v: usize) {
 }
 
 /// Queues a new thread (lazy creation: no stack yet).
+#[inline]
 pub(crate) fn spawn<F, T>(f: F, name: Option<String>, stack_size: usize) -> *mut Thmb
 where
     F: FnOnce() -> T + Send + 'static,
     T: Send + 'static,
 {
-    assert!(vcpu_count() > 0, "libuthread: spawn outside libuthread::run");
     let mut critical = crate::spin::Critical::enter();
     let me = critical.thread();
+    if me.is_null() {
+        return spawn_outside(f, name, stack_size);
+    }
+    // (A user thread exists only inside `run`, so the runtime runs.)
     // Read the spawner's vCPU inside the critical section: it cannot change there.
     // SAFETY: `me` is the live calling thread.
-    let home = if me.is_null() { None } else { Some(unsafe { (*me).vcpu.load(Ordering::Relaxed) }) };
-    // A new ThMB's state is READY already.
-    // SAFETY: LTN = 0 on `home` (a spawn from outside a user thread uses the heap).
-    let t = unsafe { Thmb::new_thread(home, f, name, stack_size, 2) };
-    make_ready(t, home.unwrap_or(0));
-    critical.leave();
+    let v = unsafe { (*me).vcpu.load(Ordering::Relaxed) } % MAX_VCPUS;
+    // A new ThMB's state is READY already. It goes on this vCPU's unpublished list — no lock,
+    // no fence —, where a join on this vCPU finds it (`run_inline`); it is published to the
+    // ready queue when this vCPU next enters the scheduler, or right now if a vCPU is idle
+    // (which could run it in parallel).
+    // SAFETY: LTN = 0 on `v`; the new thread is ours until listed.
+    unsafe {
+        let t = Thmb::new_thread(Some(v), f, name, stack_size, 2);
+        (*t).vcpu.store(v, Ordering::Relaxed);
+        VCPUS[v].push_fresh(t);
+        if IDLE.any() {
+            VCPUS[v].publish_fresh(v);
+        }
+        critical.leave();
+        t
+    }
+}
+
+/// [`spawn`] from outside any user thread (scheduler code, or no runtime at all): a heap ThMB,
+/// published at once on vCPU 0.
+#[inline(never)]
+fn spawn_outside<F, T>(f: F, name: Option<String>, stack_size: usize) -> *mut Thmb
+where
+    F: FnOnce() -> T + Send + 'static,
+    T: Send + 'static,
+{
+    assert!(vcpu_count() > 0, "libuthread: spawn outside libuthread::run");
+    // SAFETY: no vCPU given: heap memory.
+    let t = unsafe { Thmb::new_thread(None, f, name, stack_size, 2) };
+    make_ready(t, 0);
     t
 }
 
@@ -502,6 +669,8 @@ unsafe fn park_current(t: *mut Thmb) {
     let state = unsafe { &(*t).state };
     // SAFETY: as above; the vCPU cannot change inside the critical section.
     let v = unsafe { (*t).vcpu.load(Ordering::Relaxed) };
+    // SAFETY: on `v` with LTN = 0.
+    unsafe { VCPUS[v].publish_fresh(v) };
     // The common case first: another thread is ready here, switch straight to it (the checks
     // below would find work and come to the same switch).
     if !SHUTDOWN.load(Ordering::Relaxed) {
@@ -563,7 +732,8 @@ pub(crate) fn yield_current() {
     // to yield to). The vCPU read here may be stale if the thread is moved right now; that only
     // makes the look a hint, and the decision below is taken with LTN = 0.
     // SAFETY: `t` is the calling thread.
-    if !VCPUS[unsafe { (*t).vcpu.load(Ordering::Relaxed) }].has_work() && !SHUTDOWN.load(Ordering::Relaxed) {
+    let vcpu = &VCPUS[unsafe { (*t).vcpu.load(Ordering::Relaxed) }];
+    if !vcpu.has_work() && !vcpu.has_fresh() && !SHUTDOWN.load(Ordering::Relaxed) {
         return;
     }
     yield_to_next(t);
@@ -577,6 +747,8 @@ fn yield_to_next(t: *mut Thmb) {
     // SAFETY: `t` is the calling thread; its vCPU cannot change with LTN = 0.
     let v = unsafe { (*t).vcpu.load(Ordering::Relaxed) };
     let vcpu = &VCPUS[v];
+    // SAFETY: on `v` with LTN = 0.
+    unsafe { vcpu.publish_fresh(v) };
     if !SHUTDOWN.load(Ordering::Relaxed) {
         // Take the next thread and queue `t` behind the others in one hold of the queue lock.
         // Directly (`switch_direct`): `t` is queued at once, marked in flight, and a thief
@@ -824,6 +996,9 @@ unsafe extern "C" fn thread_main(t: *mut Thmb) -> ! {
     platform::set_ltn(ptr::null_mut());
     // SAFETY: vCPU fixed now (LTN = 0).
     let v = unsafe { (*t).vcpu.load(Ordering::Relaxed) };
+    // Children it left unjoined go to the queue like any others.
+    // SAFETY: on `v` with LTN = 0.
+    unsafe { VCPUS[v].publish_fresh(v) };
     // SAFETY: `t` is live until released.
     if !unsafe { (*t).is_main } && !SHUTDOWN.load(Ordering::Relaxed) {
         let to = VCPUS[v].pop();
@@ -889,6 +1064,10 @@ fn vcpu_loop(v: usize) -> ! {
         if SHUTDOWN.load(Ordering::SeqCst) {
             retire(v);
         }
+        // What the thread that left this vCPU spawned and did not join (or an upcall
+        // interrupted the thread before it entered the scheduler).
+        // SAFETY: the loop runs on `v` with LTN = 0.
+        unsafe { VCPUS[v].publish_fresh(v) };
         let t = VCPUS[v].pop();
         if !t.is_null() {
             wake_helper(v);
