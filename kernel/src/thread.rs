@@ -150,6 +150,15 @@ static NEXT_TID: AtomicU64 = AtomicU64::new(1);
 static THREADS: Mutex<BTreeMap<u64, Arc<Thread>>> = Mutex::new(BTreeMap::new());
 /// Sleeping threads by (deadline in nanoseconds since boot, id).
 static SLEEPERS: Mutex<BTreeMap<(u64, u64), Arc<Thread>>> = Mutex::new(BTreeMap::new());
+/// The earliest deadline in [`SLEEPERS`] (`u64::MAX`: none), read without its lock by the
+/// timer tick, which then skips the queue when nothing is due. Written under the lock, after
+/// every change (a stale value is only ever one the lock holder is about to replace).
+static SLEEPERS_EARLIEST: AtomicU64 = AtomicU64::new(u64::MAX);
+
+/// Publishes the earliest deadline of `s` (call with the [`SLEEPERS`] lock held).
+fn publish_earliest(s: &BTreeMap<(u64, u64), Arc<Thread>>) {
+    SLEEPERS_EARLIEST.store(s.first_key_value().map_or(u64::MAX, |(&(d, _), _)| d), Ordering::Release);
+}
 
 impl Thread {
     /// Makes a thread (not yet runnable). `view` is the view it is attached to (the caller
@@ -483,23 +492,41 @@ pub fn sleep_nanos(nanos: u64) {
     }
     // `Blocked` before it is in the list, so a timer tick that takes it off the list wakes it
     // (a wake before the switch below is one the scheduler keeps).
-    SLEEPERS.lock().insert(key, me);
+    {
+        let mut s = SLEEPERS.lock();
+        s.insert(key, me);
+        publish_earliest(&s);
+    }
     scheduler::schedule(Then::Block);
     // A kill that woke it before it was in the list left the entry there (holding the thread
     // until its deadline, which may be never): take it out.
-    SLEEPERS.lock().remove(&key);
+    let mut s = SLEEPERS.lock();
+    if s.remove(&key).is_some() {
+        publish_earliest(&s);
+    }
 }
 
-/// Wakes sleepers whose deadline has passed (timer tick, CPU 0).
-pub fn wake_sleepers() {
-    let now = arch::timer::nanos();
+/// Wakes sleepers whose deadline has passed at `now` (timer tick, CPU 0; nanoseconds). Most
+/// ticks have none due: the earliest deadline is checked first, without the lock.
+#[inline(always)]
+pub fn wake_sleepers(now: u64) {
+    if now >= SLEEPERS_EARLIEST.load(Ordering::Acquire) {
+        wake_due(now);
+    }
+}
+
+/// [`wake_sleepers`] when some sleeper may be due.
+#[inline(never)]
+fn wake_due(now: u64) {
     loop {
         let next = {
             let mut s = SLEEPERS.lock();
-            match s.first_key_value() {
+            let t = match s.first_key_value() {
                 Some((&(deadline, id), _)) if deadline <= now => s.remove(&(deadline, id)),
                 _ => None,
-            }
+            };
+            publish_earliest(&s);
+            t
         };
         match next {
             Some(t) => wake(t),
@@ -513,7 +540,9 @@ pub fn interrupt_sleep(t: &Thread) {
     let found = {
         let mut s = SLEEPERS.lock();
         let key = s.iter().find(|(_, v)| v.id == t.id).map(|(k, _)| *k);
-        key.and_then(|k| s.remove(&k))
+        let found = key.and_then(|k| s.remove(&k));
+        publish_earliest(&s);
+        found
     };
     if let Some(t) = found {
         wake(t);

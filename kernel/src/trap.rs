@@ -9,6 +9,7 @@ use arch::trap::{Access, IpiKind, Trap, TrapFrame};
 use core::sync::atomic::{AtomicU64, Ordering};
 use tsumugi_abi::log::fault;
 use tsumugi_abi::stats::Counter;
+use tsumugi_abi::syscall::{encode_result, Syscall};
 
 use crate::domain::Outcome;
 use crate::mm::view::Fault;
@@ -33,6 +34,22 @@ pub fn spurious() -> u64 {
 /// with nothing else on their way.
 pub fn handle(frame: &mut TrapFrame) {
     if frame.is_syscall() {
+        // The two hot calls skip the dispatch table: a vCPU's `sleep` (the KN notification
+        // path: saved, `BLOCKED`, upcall; any other caller of `sleep` goes through the table as
+        // usual) and `yield` (the kernel switch).
+        let number = frame.syscall_number();
+        if number == Syscall::Sleep as usize {
+            if let Some(result) = crate::notify::sleep(frame, frame.syscall_args()[0] as u64) {
+                frame.set_syscall_result(encode_result(result));
+                thread::exit_if_killed();
+                return;
+            }
+        } else if number == Syscall::Yield as usize {
+            yield_now();
+            frame.set_syscall_result(0);
+            thread::exit_if_killed();
+            return;
+        }
         crate::syscall::dispatch(frame);
         thread::exit_if_killed();
         return;

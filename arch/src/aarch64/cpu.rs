@@ -216,11 +216,13 @@ pub fn hw_id() -> u32 {
 
 /// The user's LTN register (`TPIDR_EL0`, DESIGN §6). The kernel never changes it, so while a
 /// thread is in the kernel it still holds that thread's value.
+#[inline]
 pub fn user_ltn() -> u64 {
     TPIDR_EL0.get()
 }
 
 /// Sets the user's LTN register for the next return to user mode.
+#[inline]
 pub fn set_user_ltn(value: u64) {
     TPIDR_EL0.set(value);
 }
@@ -228,6 +230,7 @@ pub fn set_user_ltn(value: u64) {
 /// Records the stack the CPU uses when user mode traps or calls the kernel. On aarch64 the
 /// hardware takes EL0 exceptions on `SP_EL1`, which `trap::enter` leaves at exactly this top
 /// when it returns to user mode, so this is bookkeeping (for reports).
+#[inline]
 pub fn set_kernel_stack(top: u64) {
     let p = percpu();
     if !p.is_null() {

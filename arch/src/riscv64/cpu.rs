@@ -288,6 +288,7 @@ pub fn hw_id() -> u32 {
 }
 
 /// The user's LTN register (`tp`), as the next return to user mode will load it.
+#[inline]
 pub fn user_ltn() -> u64 {
     // SAFETY: this hart's block; user_tp is only touched by this hart (the entry, the return
     // path, and the kernel with interrupts off).
@@ -295,6 +296,7 @@ pub fn user_ltn() -> u64 {
 }
 
 /// Sets the user's LTN register (`tp`) for the next return to user mode.
+#[inline]
 pub fn set_user_ltn(value: u64) {
     // SAFETY: as in `user_ltn`.
     unsafe { (*percpu()).user_tp = value };
@@ -302,6 +304,7 @@ pub fn set_user_ltn(value: u64) {
 
 /// Sets the stack the trap entry switches to when user mode traps or calls the kernel. Called
 /// on every switch to a thread that runs in user mode.
+#[inline]
 pub fn set_kernel_stack(top: u64) {
     // SAFETY: this hart's block, touched only by this hart with interrupts off (the scheduler
     // switches threads with interrupts disabled).

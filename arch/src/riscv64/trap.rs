@@ -78,6 +78,8 @@ const _: () = assert!(offset_of!(TrapFrame, s0) == 8 * 8);
 const _: () = assert!(offset_of!(TrapFrame, a0) == 10 * 8);
 const _: () = assert!(offset_of!(TrapFrame, t6) == 31 * 8);
 const _: () = assert!(offset_of!(TrapFrame, sepc) == FRAME_SEPC);
+// `user_store_frame` (usercopy.rs) reads `sepc` at 256.
+const _: () = assert!(offset_of!(TrapFrame, sepc) == 32 * 8);
 const _: () = assert!(offset_of!(TrapFrame, sstatus) == FRAME_SSTATUS);
 const _: () = assert!(offset_of!(TrapFrame, scause) == FRAME_SCAUSE);
 const _: () = assert!(offset_of!(TrapFrame, stval) == FRAME_STVAL);
@@ -195,10 +197,20 @@ impl TrapFrame {
     /// in the full frame's order, so it is copied as it lies, then `pc` into slot 0.
     #[inline]
     pub fn store_full_frame(&self, user: &crate::usercopy::Access, dst: u64) -> Result<(), crate::usercopy::UserFault> {
-        // SAFETY: the first 32 fields are plain u64s at offsets 8 * N (layout asserts above).
-        let bytes = unsafe { core::slice::from_raw_parts(self as *const TrapFrame as *const u8, 32 * 8) };
-        user.copy_to(dst, bytes)?;
-        user.put_u64(dst, self.sepc)
+        extern "C" {
+            fn user_store_frame(dst: u64, frame: *const TrapFrame) -> usize;
+        }
+        if dst % 8 != 0 || !user.may_access(dst, 32 * 8) {
+            return Err(crate::usercopy::UserFault);
+        }
+        // SAFETY: `dst..+256` is an aligned range in the user half (checked) and the window is
+        // open (`user`); the routine (usercopy.rs, between the fix-up labels) reads x1..x31 at
+        // offsets 8 * N of this frame and `sepc` at 256, and stores them in the full frame's
+        // order.
+        match unsafe { user_store_frame(dst, self) } {
+            0 => Ok(()),
+            _ => Err(crate::usercopy::UserFault),
+        }
     }
 
     /// Turns the frame into an upcall: on return to user mode the hart enters `handler` with

@@ -39,6 +39,7 @@ global_asm!(
     .global user_copy_out
     .global user_get_u64
     .global user_put_u64
+    .global user_store_frame
     .global user_copy_access_start
     .global user_copy_access_end
     .global user_copy_fixup
@@ -88,6 +89,15 @@ user_get_u64:
     ret
 user_put_u64:
     sd a1, 0(a0)
+    li a0, 0
+    ret
+user_store_frame:                       # TrapFrame (a1) -> FullFrame (a0): x1..x31 as they lie, pc in slot 0
+    .irp n, 1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30,31
+    ld t0, 8*\n(a1)
+    sd t0, 8*\n(a0)
+    .endr
+    ld t0, 256(a1)
+    sd t0, 0(a0)
     li a0, 0
     ret
 user_copy_access_end:

@@ -233,11 +233,18 @@ pub fn hw_id() -> u32 {
 
 /// The user's LTN register (GS base), read while in the kernel (after `swapgs` it is parked in
 /// `IA32_KERNEL_GS_BASE`).
+#[inline]
 pub fn user_ltn() -> u64 {
-    KernelGsBase::read().as_u64()
+    // The MSR read without the x86_64 crate's canonical-address check (the base is canonical:
+    // only `set_user_ltn` and `wrgsbase` write it, neither can make it otherwise).
+    let (low, high): (u32, u32);
+    // SAFETY: reads IA32_KERNEL_GS_BASE (ring 0); no other effect.
+    unsafe { core::arch::asm!("rdmsr", in("ecx") 0xC000_0102u32, out("eax") low, out("edx") high, options(nomem, nostack, preserves_flags)) };
+    (u64::from(high) << 32) | u64::from(low)
 }
 
 /// Sets the user's LTN register for the next return to user mode.
+#[inline]
 pub fn set_user_ltn(value: u64) {
     // A non-canonical value would fault the wrmsr; user values were checked canonical by
     // whoever made them (wrgsbase cannot make a non-canonical one).
@@ -246,6 +253,7 @@ pub fn set_user_ltn(value: u64) {
 
 /// Sets the stack the CPU switches to when user mode traps or calls the kernel. Called on every
 /// switch to a thread that runs in user mode.
+#[inline]
 pub fn set_kernel_stack(top: u64) {
     // SAFETY: this CPU's block, touched only by this CPU with interrupts off (the scheduler
     // switches threads with interrupts disabled).

@@ -91,13 +91,24 @@ mod machine {
         post_as(domain, event, runs_in(domain))
     }
 
-    /// [`post`] from a stop path of the running thread of `domain` (its table is loaded).
+    /// [`post`] from a stop path of the running thread of `domain` (its table is loaded). The
+    /// common case — nothing held back, room in the ring — is inlined into the stop paths; the
+    /// rest is [`post_as`]'s.
+    #[inline(always)]
     fn post_own(domain: &Domain, event: Event) {
+        if let Some(cfg) = domain.kn.config() {
+            let mut st = domain.kn.state();
+            if !st.released && st.held.is_empty() && super::ring::append_fast(cfg, &mut st, &event).is_ok() {
+                super::vcpu::wake_one(&mut st);
+                return;
+            }
+        }
         post_as(domain, event, true)
     }
 
     /// [`post`]; `own`: a thread of `domain` runs here, so the fast path may write through the
     /// loaded table (only a thread of this program has it).
+    #[inline(never)]
     fn post_as(domain: &Domain, event: Event, own: bool) {
         let Some(cfg) = domain.kn.config() else { return };
         let overflow = {
@@ -381,10 +392,16 @@ mod machine {
     /// Ends the timed waits whose deadline has passed at `now` (timer tick; nanoseconds): the
     /// result (0) goes into the thread's ThMB and `UNBLOCKED` into its program's ring, in
     /// deadline order.
+    #[inline(always)]
     pub fn wake_sleepers(now: u64) {
-        if now < EARLIEST.load(Ordering::Acquire) {
-            return;
+        if now >= EARLIEST.load(Ordering::Acquire) {
+            wake_due(now);
         }
+    }
+
+    /// [`wake_sleepers`] when some wait may be due.
+    #[inline(never)]
+    fn wake_due(now: u64) {
         loop {
             let next = {
                 let mut q = SLEEPERS.lock();

@@ -38,6 +38,7 @@ fn event_bytes(e: &Event) -> &[u8] {
 
 /// Appends `event` through the loaded table if the ring has room. Only with nothing held, and
 /// only from a thread of the program (running on its own table).
+#[inline(always)]
 pub fn append_fast(cfg: &Config, st: &mut State, event: &Event) -> Result<(), ()> {
     // SAFETY: the caller runs a thread of the program on its own table.
     let user = unsafe { arch::usercopy::Access::open() };

@@ -46,20 +46,28 @@ fn frame_bytes(full: &FullFrame) -> &[u8] {
 
 /// Saves `frame` (and FP state) into the ThMB the LTN register names; returns its address.
 /// `me` is the running thread; the fall-back checks against its view.
+#[inline(always)]
 pub fn save(me: &Thread, frame: &TrapFrame) -> Result<u64, Refused> {
     let ltn = arch::cpu::user_ltn();
     if ltn == 0 {
         return Err(Refused::NoThmb);
     }
+    let uses_fp = crate::fpu::has_used_fp(me);
+    if ltn % THMB_ALIGN == 0 && ltn < arch::layout::KERNEL_HALF && !super::sa_copy::enabled() && save_fast(ltn, frame, uses_fp).is_ok() {
+        return Ok(ltn);
+    }
+    save_other(me, frame, ltn, uses_fp)
+}
+
+/// [`save`] when the fast path did not do it: a bad LTN, the `kn=sa` baseline, or a fast save
+/// that faulted (then the checked one decides).
+#[inline(never)]
+fn save_other(me: &Thread, frame: &TrapFrame, ltn: u64, uses_fp: bool) -> Result<u64, Refused> {
     if ltn % THMB_ALIGN != 0 || ltn >= arch::layout::KERNEL_HALF {
         return Err(Refused::Bad(format!("bad LTN {ltn:#x}: not a {THMB_ALIGN}-byte-aligned ThMB address in the user half")));
     }
-    let uses_fp = crate::fpu::has_used_fp(me);
     if super::sa_copy::enabled() {
         super::sa_copy::save(me, &frame.to_full_frame(), uses_fp);
-        return Ok(ltn);
-    }
-    if save_fast(ltn, frame, uses_fp).is_ok() {
         return Ok(ltn);
     }
     let view = me.view().ok_or_else(|| Refused::Bad(format!("bad LTN {ltn:#x}: the thread has no view")))?;
@@ -69,6 +77,7 @@ pub fn save(me: &Thread, frame: &TrapFrame) -> Result<u64, Refused> {
 
 /// The fast save through the loaded table. Any failure (a fault, an FP area that needs the
 /// checked path's report) leaves the rest to [`save_checked`].
+#[inline(always)]
 fn save_fast(ltn: u64, frame: &TrapFrame, uses_fp: bool) -> Result<(), ()> {
     let mut saved = mask::FULL;
     if uses_fp {
@@ -84,6 +93,7 @@ fn save_fast(ltn: u64, frame: &TrapFrame, uses_fp: bool) -> Result<(), ()> {
 
 /// The FP part of a fast save: [`mask::FP`] if the state went into the thread's FP area, 0 if
 /// it has none.
+#[inline(never)]
 fn save_fp_fast(ltn: u64) -> Result<u64, ()> {
     // SAFETY (all accesses): as in `save_fast`.
     let area = unsafe { arch::usercopy::get_u64(ltn + FP_AREA_PTR_OFFSET as u64) }.map_err(|_| ())?;

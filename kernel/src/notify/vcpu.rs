@@ -287,10 +287,16 @@ pub fn unpark(me: &Arc<Thread>, vcpu: usize) -> Result<usize, Errno> {
 }
 
 /// Wakes one parked vCPU (an event is waiting for the library). Under the state lock.
+#[inline(always)]
 pub fn wake_one(st: &mut super::state::State) {
-    if st.parked == 0 {
-        return;
+    if st.parked != 0 {
+        wake_parked(st);
     }
+}
+
+/// [`wake_one`] when some vCPU is parked.
+#[inline(never)]
+fn wake_parked(st: &mut super::state::State) {
     if let Some(t) = st.vcpus.iter_mut().find_map(|v| v.parked.take()) {
         st.parked -= 1;
         thread::wake(t);

@@ -333,6 +333,34 @@ impl<T: Copy + Eq + Debug> RunQueue<T> {
                 self.head_turns = self.head_turns.saturating_add(1);
                 return (next, view);
             }
+            // Two views taking turns: the head group is the only one and holds just the next
+            // thread, and the thread's view has a dormant group. Push-then-pop would wake that
+            // group behind the head, pop the head's thread (no rotation: turns are left) and
+            // leave the head dormant (or free); done in place, the next thread's node takes the
+            // thread and becomes the woken group's only node.
+            if self.order_len == 1 && group.len == 1 && self.head_turns < self.policy.effective_group_bound() {
+                if let Some(mine) = self.shared.get(view).filter(|&m| m as usize != g) {
+                    debug_assert_eq!(self.groups[mine as usize].len, 0, "a second group in a one-group order");
+                    let at = group.first;
+                    let out = self.nodes[at as usize].thread;
+                    self.nodes[at as usize] = Node { thread, view, affine, next: NIL };
+                    let woken = &mut self.groups[mine as usize];
+                    (woken.first, woken.last, woken.len, woken.next) = (at, at, 1, NIL);
+                    (self.head, self.tail) = (mine, mine);
+                    let head = &mut self.groups[g];
+                    (head.first, head.last, head.len) = (NIL, NIL, 0);
+                    if head.shared {
+                        // Dormant in turn: the count of dormant groups is unchanged.
+                        head.next = NIL;
+                    } else {
+                        head.next = self.free_groups;
+                        self.free_groups = g as u32;
+                        self.dormant -= 1;
+                    }
+                    self.head_changed();
+                    return (out, group.view);
+                }
+            }
         }
         self.push(thread, view, affine);
         match self.pop() {
@@ -746,6 +774,54 @@ mod tests {
         assert_eq!(drain(&mut q), (0..8).collect::<Vec<_>>());
         assert!(q.is_empty());
         assert_eq!(q.pop(), None);
+    }
+
+    /// Two threads of two views yielding to each other (the in-place two-view shortcut of
+    /// `requeue_and_pop`), with the other thread affine or not, and a third view joining for a
+    /// while: the same threads, order and statistics as push-then-pop, and the dormant groups
+    /// counted alike (they decide when the queue forgets them).
+    #[test]
+    fn two_views_taking_turns_match_push_then_pop() {
+        for other_affine in [true, false] {
+            for bound in [1, 2, 8] {
+                let policy = Policy { affinity: true, group_bound: bound };
+                let (mut fast, mut slow) = (RunQueue::new(policy), RunQueue::new(policy));
+                for q in [&mut fast, &mut slow] {
+                    // View 10's group goes dormant, as when its thread was popped to run.
+                    q.push(1u32, 10, true);
+                    assert_eq!(q.pop(), Some((1, 10)));
+                    q.push(2, 20, other_affine);
+                }
+                let mut running = (1u32, 10u64, true);
+                for round in 0..60u32 {
+                    if round == 20 {
+                        fast.push(3, 30, true);
+                        slow.push(3, 30, true);
+                    }
+                    let got = fast.requeue_and_pop(running.0, running.1, running.2);
+                    slow.push(running.0, running.1, running.2);
+                    assert_eq!(Some(got), slow.pop(), "round {round}");
+                    assert_eq!(fast.run_order(), slow.run_order());
+                    assert_eq!(fast.group_stats(), slow.group_stats());
+                    assert_eq!((fast.dormant, fast.order_len, fast.head_turns), (slow.dormant, slow.order_len, slow.head_turns));
+                    running = match got.0 {
+                        1 => (1, 10, true),
+                        2 => (2, 20, other_affine),
+                        _ => (3, 30, true),
+                    };
+                    if round == 40 && running.0 == 3 {
+                        // Thread 3 blocks: the two views are alone again.
+                        running = match fast.pop() {
+                            Some((t, _)) => {
+                                assert_eq!(slow.pop().map(|(t, _)| t), Some(t));
+                                if t == 1 { (1, 10, true) } else { (2, 20, other_affine) }
+                            }
+                            None => unreachable!(),
+                        };
+                    }
+                }
+            }
+        }
     }
 
     #[test]

@@ -665,9 +665,10 @@ pub fn tick(from_user: bool) -> bool {
             dump();
             crate::notify::dump();
         }
-        crate::thread::wake_sleepers();
-        // Most ticks have no timed KN wait due: the earliest deadline is checked first.
-        crate::notify::wake_sleepers(arch::timer::nanos());
+        // Most ticks have no timed wait due: both queues check their earliest deadline first.
+        let now = arch::timer::nanos();
+        crate::thread::wake_sleepers(now);
+        crate::notify::wake_sleepers(now);
         crate::console_input::poll();
     }
     let current = cpu.current.load(Ordering::Relaxed);
@@ -684,7 +685,21 @@ pub fn tick(from_user: bool) -> bool {
 
 /// Preempts the running thread: back into the run queue, and the CPU to the next one (if any).
 /// Returns when the thread runs again; says whether another thread ran in between.
+#[inline(always)]
 pub fn preempt() -> bool {
+    let cpu = this_cpu();
+    // Nothing queued here and no CPU to steal from: the thread keeps running (what
+    // `schedule(Requeue)` would find, without its set-up).
+    if cpu.len.load(Ordering::Relaxed) == 0 && ONLINE.load(Ordering::Relaxed) <= 1 {
+        cpu.slice_start.store(TICKS.load(Ordering::Relaxed), Ordering::Relaxed);
+        return false;
+    }
+    preempt_switch()
+}
+
+/// [`preempt`] when another thread may run.
+#[inline(never)]
+fn preempt_switch() -> bool {
     let switched = schedule(Then::Requeue);
     let cpu = this_cpu();
     cpu.slice_start.store(TICKS.load(Ordering::Relaxed), Ordering::Relaxed);
