@@ -224,9 +224,21 @@ impl TrapFrame {
     /// lies.
     #[inline]
     pub fn store_full_frame(&self, user: &crate::usercopy::Access, dst: u64) -> Result<(), crate::usercopy::UserFault> {
-        // SAFETY: the first 34 fields are plain u64s laid out as the full frame (asserts below).
-        let bytes = unsafe { core::slice::from_raw_parts(self as *const TrapFrame as *const u8, size_of::<tsumugi_abi::kn::aarch64::FullFrame>()) };
-        user.copy_to(dst, bytes)
+        extern "C" {
+            fn user_store_frame(dst: u64, frame: *const TrapFrame) -> usize;
+        }
+        const _: () = assert!(size_of::<tsumugi_abi::kn::aarch64::FullFrame>() == 34 * 8);
+        if dst % 8 != 0 || !user.may_access(dst, 34 * 8) {
+            return Err(crate::usercopy::UserFault);
+        }
+        // SAFETY: `dst..+272` is an aligned range in the user half (checked) and the window is
+        // open (`user`); the routine (usercopy.rs, between the fix-up labels) reads the first 34
+        // words of this frame, laid out as the full frame (asserts below), and stores them with
+        // unprivileged stores.
+        match unsafe { user_store_frame(dst, self) } {
+            0 => Ok(()),
+            _ => Err(crate::usercopy::UserFault),
+        }
     }
 
     /// Turns the frame into an upcall: on return to user mode the CPU enters `handler` with

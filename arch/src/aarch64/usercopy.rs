@@ -30,6 +30,7 @@ global_asm!(
     .global user_copy_out
     .global user_get_u64
     .global user_put_u64
+    .global user_store_frame
     .global user_copy_access_start
     .global user_copy_access_end
     .global user_copy_fixup
@@ -105,6 +106,21 @@ user_get_u64:
     ret
 user_put_u64:
     sttr x1, [x0]
+    mov x0, #0
+    ret
+user_store_frame:                       // TrapFrame (x1) -> FullFrame (x0): x0..x30, sp, elr, spsr
+    .irp n, 0,2,4,6,8,10,12,14          // words 0..15
+    ldp x12, x13, [x1, #8*\n]
+    sttr x12, [x0, #8*\n]
+    sttr x13, [x0, #8*\n+8]
+    .endr
+    add x0, x0, #128                    // sttr offsets reach 255 only
+    add x1, x1, #128
+    .irp n, 0,2,4,6,8,10,12,14,16       // words 16..33
+    ldp x12, x13, [x1, #8*\n]
+    sttr x12, [x0, #8*\n]
+    sttr x13, [x0, #8*\n+8]
+    .endr
     mov x0, #0
     ret
 user_copy_access_end:
