@@ -2,20 +2,16 @@
 # stop where the kernel has just saved a user thread into its ThMB and posts the event
 # (BLOCKED for a sleep, PREEMPTED for a tick), then list what the extension sees.
 python
-# Every event goes through `post_as` (the stop paths call it directly, other posters through
-# `post`); a file-local function, so it is a static symbol.
-post = None
-for name in ("kernel::notify::machine::post_as", "kernel::notify::machine::post"):
-    post = gdb.lookup_static_symbol(name) or gdb.lookup_global_symbol(name)
-    if post is not None:
-        break
+# Every stop path of a running user thread calls `stopped(thmb)` (a debug-build function) after
+# the save, with the program's table still loaded.
+post = gdb.lookup_static_symbol("kernel::notify::machine::stopped") or gdb.lookup_global_symbol("kernel::notify::machine::stopped")
 # At the entry address itself (a breakpoint after the prologue may land in inlined code).
 gdb.Breakpoint("*0x%x" % int(post.value().address))
 for _ in range(200):
     gdb.execute("continue")
-    event = gdb.selected_frame().read_var("event")
-    if int(event["thread"]) != 0:
-        gdb.set_convenience_variable("thmb", int(event["thread"]))
+    thmb = int(gdb.selected_frame().read_var("thmb"))
+    if thmb != 0:
+        gdb.set_convenience_variable("thmb", thmb)
         break
 end
 tsumugi programs

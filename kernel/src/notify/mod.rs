@@ -96,6 +96,7 @@ mod machine {
     /// rest is [`post_as`]'s.
     #[inline(always)]
     fn post_own(domain: &Domain, event: Event) {
+        stopped(event.thread);
         if let Some(cfg) = domain.kn.config() {
             let mut st = domain.kn.state();
             if !st.released && st.held.is_empty() && super::ring::append_fast(cfg, &mut st, &event).is_ok() {
@@ -105,6 +106,21 @@ mod machine {
         }
         post_as(domain, event, true)
     }
+
+    /// A stop path of the running thread saved a user thread into the ThMB at `thmb` and is
+    /// about to post its event: a place for a debugger's breakpoint with the program's table
+    /// still loaded (`xtask/gdb/selftest.gdb` stops here). A call in debug builds only; in
+    /// release builds it is nothing.
+    #[cfg(debug_assertions)]
+    #[inline(never)]
+    fn stopped(thmb: u64) {
+        core::hint::black_box(thmb);
+    }
+
+    /// See the debug build's `stopped`.
+    #[cfg(not(debug_assertions))]
+    #[inline(always)]
+    fn stopped(_thmb: u64) {}
 
     /// [`post`]; `own`: a thread of `domain` runs here, so the fast path may write through the
     /// loaded table (only a thread of this program has it).
