@@ -30,7 +30,6 @@ type SysResult = Result<usize, Errno>;
 
 /// Handles the syscall in `frame` and stores its result there.
 pub fn dispatch(frame: &mut TrapFrame) {
-    crate::trace::syscall(frame.syscall_number());
     let a = frame.syscall_args();
     let result = match Syscall::from_number(frame.syscall_number()) {
         None => Err(Errno::NoSys),

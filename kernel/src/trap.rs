@@ -38,6 +38,9 @@ pub fn handle(frame: &mut TrapFrame) {
         // path: saved, `BLOCKED`, upcall; any other caller of `sleep` goes through the table as
         // usual) and `yield` (the kernel switch).
         let number = frame.syscall_number();
+        // Recorded before the two shortcuts, so a trace sees every syscall (nothing without
+        // the `trace` feature).
+        crate::trace::syscall(number);
         if number == Syscall::Sleep as usize {
             if let Some(result) = crate::notify::sleep(frame, frame.syscall_args()[0] as u64) {
                 frame.set_syscall_result(encode_result(result));
