@@ -99,6 +99,10 @@ pub(crate) fn init_window(window: &mut Window, stack_top: usize, thmb: *mut Thmb
 /// more, and the ABI's FP area is sized for these).
 const XCOMPONENTS: u32 = 0b111;
 
+/// Offset of MXCSR in an FXSAVE area and in the legacy region of an XSAVE area (SDM vol. 1,
+/// table 10-2): the FULL paths touch it with an SSE instruction before `xsave`/`xrstor`.
+const FP_AREA_MXCSR: usize = 24;
+
 /// The FP format the library's own full saves use (`fp_format::XSAVE` when the OS enabled
 /// XSAVE, else `FXSAVE`); set by [`detect_fp`] before any switch.
 /// (An atomic so the assembly can read it as a plain `u64` through `sym`.)
@@ -255,7 +259,7 @@ core::arch::global_asm!(
     "    lea rax, [rsp + 8]",
     "    mov [rdi + {r_rsp}], rax",
     "    mov r9, [rdi + {fp_area}]",
-    "    stmxcsr dword ptr [r9 + 24]",            // take the #NM first (see `resume_full`)
+    "    stmxcsr dword ptr [r9 + {fp_mxcsr}]",    // take the #NM first (see `resume_full`)
     "    mov r10, qword ptr [rip + {native_format}]",
     "    mov r11, rdx",                           // keep `entry`
     "    cmp r10, {fmt_xsave}",
@@ -354,7 +358,7 @@ core::arch::global_asm!(
     "    test rdx, rdx",                          // 0. FP/SIMD state saved with the frame?
     "    jz 3f",                                  //    (LTN is still 0: a stop here resumes
     "    mov rcx, [rdi + {fp_area}]",             //    in place, FP registers kept)
-    "    ldmxcsr dword ptr [rcx + 24]",           //    take the #NM first (see below)
+    "    ldmxcsr dword ptr [rcx + {fp_mxcsr}]",   //    take the #NM first (see below)
     "    cmp rdx, {fmt_xsave}",
     "    jne 4f",
     "    mov eax, {xcomponents}",                 //    x87 | SSE | AVX
@@ -416,6 +420,7 @@ core::arch::global_asm!(
     fp_format_off = const FP_FORMAT_OFFSET,
     fmt_xsave = const fp_format::XSAVE,
     xcomponents = const XCOMPONENTS,
+    fp_mxcsr = const FP_AREA_MXCSR,
     native_format = sym NATIVE_FP_FORMAT,
     w_rbx = const W + offset_of!(Window, rbx),
     w_rbp = const W + offset_of!(Window, rbp),
