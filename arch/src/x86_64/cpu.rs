@@ -231,6 +231,9 @@ pub fn hw_id() -> u32 {
     super::interrupts::local_apic_id()
 }
 
+/// The MSR number of `IA32_KERNEL_GS_BASE` (SDM vol. 4, table 2-2).
+const IA32_KERNEL_GS_BASE: u32 = 0xC000_0102;
+
 /// The user's LTN register (GS base), read while in the kernel (after `swapgs` it is parked in
 /// `IA32_KERNEL_GS_BASE`).
 #[inline]
@@ -239,7 +242,7 @@ pub fn user_ltn() -> u64 {
     // only `set_user_ltn` and `wrgsbase` write it, neither can make it otherwise).
     let (low, high): (u32, u32);
     // SAFETY: reads IA32_KERNEL_GS_BASE (ring 0); no other effect.
-    unsafe { core::arch::asm!("rdmsr", in("ecx") 0xC000_0102u32, out("eax") low, out("edx") high, options(nomem, nostack, preserves_flags)) };
+    unsafe { core::arch::asm!("rdmsr", in("ecx") IA32_KERNEL_GS_BASE, out("eax") low, out("edx") high, options(nomem, nostack, preserves_flags)) };
     (u64::from(high) << 32) | u64::from(low)
 }
 
