@@ -318,13 +318,13 @@ impl Trace {
         map
     }
 
-    /// Records per kind, per program: switches, view switches (a load right after a switch to
-    /// one of its threads, as the kernel counts them), upcalls by kind, syscalls by number.
+    /// Records per kind, per program: switches, view switches (every root load while one of
+    /// its threads is this CPU's current one: by the switch to it or a reload while it runs, as
+    /// the kernel counts them), upcalls by kind, syscalls by number.
     pub fn per_program(&self) -> BTreeMap<u64, ProgramCounts> {
         let mut out: BTreeMap<u64, ProgramCounts> = BTreeMap::new();
         for s in self.cpus.values() {
             let mut running = 0u64;
-            let mut after_switch = false;
             for r in &s.records {
                 match r.kind {
                     Kind::Switch => {
@@ -332,12 +332,11 @@ impl Trace {
                         out.entry(running).or_default().switches += 1;
                     }
                     Kind::Idle => running = 0,
-                    Kind::ViewSwitch if after_switch => out.entry(running).or_default().view_switches += 1,
+                    Kind::ViewSwitch if running != 0 => out.entry(running).or_default().view_switches += 1,
                     Kind::Upcall => *out.entry(split_program_vcpu(r.b).0).or_default().upcalls.entry(r.a).or_default() += 1,
                     Kind::Syscall => *out.entry(running).or_default().syscalls.entry(r.a).or_default() += 1,
                     _ => {}
                 }
-                after_switch = r.kind == Kind::Switch;
             }
         }
         let programs = self.thread_programs();

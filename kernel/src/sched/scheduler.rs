@@ -480,13 +480,7 @@ fn switch_to(cpu: &Cpu, prev_ptr: *mut Thread, next: Arc<Thread>, leftover: Prev
         r => r,
     };
     if let Some(flushed) = load_root(cpu, root) {
-        if let Some(d) = &next.domain {
-            d.counters.bump(Counter::ViewSwitches);
-        }
-        next.perf.tally(tsumugi_abi::perf::Event::ViewSwitches);
-        if flushed {
-            next.perf.tally(tsumugi_abi::perf::Event::TlbFlushes);
-        }
+        count_view_switch(&next, flushed);
     }
     crate::perf::switch_in(&next);
     next.drop_stale_views();
@@ -568,15 +562,33 @@ fn load_root(cpu: &Cpu, root: u64) -> Option<bool> {
 /// another thread) and detaches the views it left. Returns whether a new root was loaded.
 pub fn reload_current_root() -> bool {
     let cpu = this_cpu();
-    let root = with_current(|t| t.map_or(0, |t| t.root.load(Ordering::Acquire)));
-    let root = if root == 0 { KERNEL_ROOT.load(Ordering::Relaxed) } else { root };
-    let loaded = load_root(cpu, root).is_some();
     with_current(|t| {
+        let root = match t.map_or(0, |t| t.root.load(Ordering::Acquire)) {
+            0 => KERNEL_ROOT.load(Ordering::Relaxed),
+            r => r,
+        };
+        let flushed = load_root(cpu, root);
         if let Some(t) = t {
+            if let Some(flushed) = flushed {
+                count_view_switch(t, flushed);
+            }
             t.drop_stale_views();
         }
-    });
-    loaded
+        flushed.is_some()
+    })
+}
+
+/// Counts a root load made for thread `t` (by a switch to it, or a reload while it runs) for
+/// its program and its own counters. Every such load is counted, so the program's figure is
+/// the number of page-table loads its threads caused — the figure a trace's records add up to.
+fn count_view_switch(t: &Thread, flushed: bool) {
+    if let Some(d) = &t.domain {
+        d.counters.bump(Counter::ViewSwitches);
+    }
+    t.perf.tally(tsumugi_abi::perf::Event::ViewSwitches);
+    if flushed {
+        t.perf.tally(tsumugi_abi::perf::Event::TlbFlushes);
+    }
 }
 
 /// Whether any CPU, this one included, has `root` loaded.
