@@ -162,6 +162,26 @@ pub fn flush_page(va: VirtAddr) {
     }
 }
 
+/// Invalidates the translation of the page holding `va` (every ASID, every level) on this CPU
+/// only. For kernel-table edits whose other CPUs are covered otherwise: a kernel stack slot is
+/// reused only after every CPU has flushed its whole TLB since it was freed (the quarantine in
+/// `kernel_stack`), so no other CPU can hold a translation of it when it is mapped again. Under
+/// `-icount` QEMU runs every CPU in one thread, and a broadcast `tlbi …is` + `dsb ish` issued
+/// while another CPU spins on a lock this one holds does not complete there.
+pub fn flush_page_here(va: VirtAddr) {
+    // SAFETY: as in `flush_page`; the table store is made visible first (dsb ishst).
+    unsafe {
+        asm!(
+            "dsb ishst",
+            "tlbi vaae1, {page}",
+            "dsb nsh",
+            "isb",
+            page = in(reg) (va.as_u64() >> crate::addr::PAGE_SHIFT) & ((1 << 44) - 1),
+            options(nostack, preserves_flags)
+        );
+    }
+}
+
 /// Invalidates every non-global translation on this CPU. There is no instruction for "every
 /// ASID, non-global only", so this drops the (global) kernel entries too; they refill from the
 /// kernel table.

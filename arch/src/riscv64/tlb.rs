@@ -195,6 +195,12 @@ pub fn flush_page(va: VirtAddr) {
     unsafe { asm!("sfence.vma {va}, zero", va = in(reg) va.as_u64(), options(nostack, preserves_flags)) };
 }
 
+/// Invalidates the translation of the page holding `va` on this hart only: the same as
+/// `flush_page`, which is local on this port (the other harts are covered by the callers).
+pub fn flush_page_here(va: VirtAddr) {
+    flush_page(va);
+}
+
 /// Invalidates every non-global translation on this hart: ASID 0's untagged, every address
 /// space's (global entries too) with tags.
 pub fn flush_all() {

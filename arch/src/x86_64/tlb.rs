@@ -107,6 +107,12 @@ pub fn flush_page(va: VirtAddr) {
     x86_64::instructions::tlb::flush(x86_64::VirtAddr::new_truncate(va.as_u64()));
 }
 
+/// Invalidates the translation of the page holding `va` on this CPU only: the same as
+/// `flush_page`, which is local on this port (`invlpg`).
+pub fn flush_page_here(va: VirtAddr) {
+    flush_page(va);
+}
+
 /// Invalidates every non-global translation on this CPU.
 pub fn flush_all() {
     x86_64::instructions::tlb::flush_all();

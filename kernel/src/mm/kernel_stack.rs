@@ -116,7 +116,8 @@ impl KernelStack {
                 table.map(&DirectMap, &mut AllocatorFrames(frames), VirtAddr::new(va), frame, MapFlags::READ | MapFlags::WRITE, 0)
             });
             match mapped {
-                Ok(flush) => flush.flush(arch::tlb::flush_page),
+                // Local only: no CPU holds a translation of a slot out of quarantine.
+                Ok(flush) => flush.flush(arch::tlb::flush_page_here),
                 Err(_) => {
                     with_frames(|f| f.free(frame)).expect("fresh frame");
                     return Err(NoStack);
@@ -146,7 +147,9 @@ impl Drop for KernelStack {
                 let va = VirtAddr::new(bottom + i as u64 * PAGE_SIZE);
                 with_kernel_table(|table, frames| {
                     let (f, flush) = table.unmap(&DirectMap, va).expect("stack page mapped");
-                    flush.flush(arch::tlb::flush_page);
+                    // Local only: the other CPUs that may cache this page flush before the slot
+                    // is mapped again (quarantine), and nothing touches a dead thread's stack.
+                    flush.flush(arch::tlb::flush_page_here);
                     frames.free(f).expect("stack frame owned");
                 });
             }
