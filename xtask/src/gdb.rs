@@ -152,16 +152,7 @@ fn session(
     output: Output,
 ) -> Result<(std::process::ExitStatus, String)> {
     let port = free_port()?;
-    let machine = Machine {
-        arch,
-        accel: boot.accel,
-        smp: boot.smp,
-        icount: boot.icount,
-        gdb: false,
-        kernel: &artifacts.kernel,
-        initrd: &artifacts.initrd,
-        cmdline,
-    };
+    let machine = Machine { arch, ..Machine::from_boot(boot, artifacts, cmdline) };
     let qemu_cmd = qemu::command(&machine).args(["-gdb".to_string(), format!("tcp:127.0.0.1:{port}"), "-S".to_string()]);
     let log = cmd::workspace_root().join(format!("target/gdb/{}.log", arch.name()));
     std::fs::create_dir_all(log.parent().expect("has a folder"))?;

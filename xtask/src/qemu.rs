@@ -67,6 +67,14 @@ pub struct Machine<'a> {
     pub cmdline: &'a str,
 }
 
+impl<'a> Machine<'a> {
+    /// The machine `cargo xtask run`/`gdb`/`trace` boot: the flags' architecture, accelerator,
+    /// CPUs and `--icount`, the built kernel and archive, without waiting for a debugger.
+    pub fn from_boot(args: &crate::run::BootArgs, artifacts: &'a crate::build::Artifacts, cmdline: &'a str) -> Self {
+        Machine { arch: args.arch, accel: args.accel, smp: args.smp, icount: args.icount, gdb: false, kernel: &artifacts.kernel, initrd: &artifacts.initrd, cmdline }
+    }
+}
+
 /// The QEMU command for `machine`.
 pub fn command(machine: &Machine<'_>) -> Cmd {
     let arch = machine.arch;

@@ -8,7 +8,7 @@ use clap::Args;
 use tsumugi_abi::bootopt;
 
 use crate::arch::Arch;
-use crate::build::{self, Artifacts};
+use crate::build;
 use crate::qemu::{self, Accel, Console, Machine};
 use crate::setup;
 
@@ -64,8 +64,7 @@ pub fn run(args: &RunArgs) -> Result<u8> {
 pub fn boot(args: &BootArgs, timeout: Duration, gdb: bool) -> Result<u8> {
     args.arch.require_supported()?;
     let tools = setup::ensure(&[args.arch])?;
-    let Artifacts { kernel, initrd, .. } =
-        build::build_with(&tools, args.arch, args.release, &args.programs)?;
+    let artifacts = build::build_with(&tools, args.arch, args.release, &args.programs)?;
     if !args.programs.is_empty() && !args.boot_words.iter().any(|w| w.split_once('=').is_some_and(|(key, _)| key == bootopt::RUN)) {
         let names: Vec<String> = build::program_sources(&args.programs)?
             .iter()
@@ -86,20 +85,11 @@ pub fn boot(args: &BootArgs, timeout: Duration, gdb: bool) -> Result<u8> {
         );
     }
     let cmdline = args.boot_words.join(" ");
-    let machine = Machine {
-        arch: args.arch,
-        accel: args.accel,
-        smp: args.smp,
-        icount: args.icount,
-        gdb,
-        kernel: &kernel,
-        initrd: &initrd,
-        cmdline: &cmdline,
-    };
+    let machine = Machine { gdb, ..Machine::from_boot(args, &artifacts, &cmdline) };
     if gdb {
         eprintln!(
             "gdb: QEMU waits for a debugger; attach with: gdb {} -ex 'target remote :{}'",
-            crate::cmd::shell_quote(&kernel),
+            crate::cmd::shell_quote(&artifacts.kernel),
             qemu::GDB_PORT
         );
     }

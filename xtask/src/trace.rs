@@ -57,16 +57,7 @@ pub fn run(args: &TraceArgs) -> Result<u8> {
     let artifacts = build::build_flavor(&tools, boot.arch, boot.release, &boot.programs, Flavor::Trace)?;
     let log = workspace_root().join("target").join("trace").join(format!("{}.log", boot.arch.name()));
     let cmdline = boot.boot_words.join(" ");
-    let machine = Machine {
-        arch: boot.arch,
-        accel: boot.accel,
-        smp: boot.smp,
-        icount: boot.icount,
-        gdb: false,
-        kernel: &artifacts.kernel,
-        initrd: &artifacts.initrd,
-        cmdline: &cmdline,
-    };
+    let machine = Machine::from_boot(boot, &artifacts, &cmdline);
     let finished = qemu::run(&qemu::command(&machine), boot.arch, Duration::from_secs(args.timeout), &Console::Capture { log: log.clone() })?;
     // What the programs and the kernel printed, without the trace's own lines.
     for line in finished.log.lines().filter(|l| !is_trace_line(l)) {
