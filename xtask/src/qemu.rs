@@ -92,7 +92,10 @@ pub fn command(machine: &Machine<'_>) -> Cmd {
         ])
         .args(arch.exit_device_args());
     if machine.icount {
-        cmd = cmd.args(["-icount".to_string(), format!("shift={ICOUNT_SHIFT}")]);
+        // sleep=off: while every CPU waits for an interrupt, virtual time jumps to the next
+        // timer deadline instead of running at host speed, so how long a guest idles does not
+        // depend on the host's load (QEMU's default, sleep=on, made multi-CPU runs vary).
+        cmd = cmd.args(["-icount".to_string(), format!("shift={ICOUNT_SHIFT},sleep=off")]);
     }
     if machine.gdb {
         cmd = cmd.args(["-s", "-S"]);
@@ -279,7 +282,7 @@ mod tests {
             command(&machine).display(),
             "qemu-system-x86_64 -machine q35 -accel tcg -cpu max -m 256M -smp 2 -display none \
              -serial stdio -monitor none -no-reboot -device isa-debug-exit,iobase=0xf4,iosize=0x04 \
-             -icount shift=0 -kernel k -initrd i.tar -append 'selftest quiet'"
+             -icount shift=0,sleep=off -kernel k -initrd i.tar -append 'selftest quiet'"
         );
         let gdb = Machine {
             gdb: true,
