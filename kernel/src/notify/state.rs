@@ -58,6 +58,10 @@ pub struct State {
     pub parked: usize,
     /// Spare activations, parked until a blocking call hands them a vCPU.
     pub spares: Vec<Arc<Thread>>,
+    /// Spares the program keeps beyond the floor of `SPARES_PER_VCPU` per vCPU: one more each
+    /// time a blocking call found none (so a program whose threads block many at once — a
+    /// barrier — stops making and ending an activation per waiter), at most `MAX_SPARES`.
+    pub spares_wanted: usize,
     /// Contexts saved in the kernel's own memory, by vCPU (the `kn=sa` baseline only).
     pub c_area: Vec<Option<super::sa_copy::Saved>>,
     /// The program has finished: nothing is posted any more.
@@ -79,7 +83,7 @@ impl DomainKn {
     pub const fn new() -> Self {
         DomainKn {
             config: Once::new(),
-            state: Mutex::new(State { tail: 0, held: VecDeque::new(), vcpus: Vec::new(), parked: 0, spares: Vec::new(), c_area: Vec::new(), released: false }),
+            state: Mutex::new(State { tail: 0, held: VecDeque::new(), vcpus: Vec::new(), parked: 0, spares: Vec::new(), spares_wanted: 0, c_area: Vec::new(), released: false }),
             upcalls: [const { AtomicU64::new(0) }; 8],
             sleeping: AtomicUsize::new(0),
         }

@@ -115,8 +115,19 @@ pub fn start_activation(domain: &Arc<Domain>, source: &Thread, vcpu: usize, hand
     domain.spawn(v, Body::Upcall { ip: handler, sp: stack, args }, true, Some(vcpu)).map_err(|_| Errno::NoMem)
 }
 
-/// Spare activations a program keeps at most per vCPU (more finish instead).
+/// Spare activations a program keeps per vCPU at least (more finish instead, unless blocking
+/// calls found none: `State::spares_wanted`).
 const SPARES_PER_VCPU: usize = 2;
+
+/// Spare activations a program keeps at most, however many of its calls blocked at once: each
+/// holds a kernel stack (`kernel_stack::STACK_PAGES` frames), which the program's live-thread
+/// quota (`domain::MAX_LIVE_THREADS`) already bounds; all are freed when the program ends.
+pub const MAX_SPARES: usize = 128;
+
+/// How many spares a program keeps: the floor per vCPU, or what its blocking calls asked for.
+fn spares_kept(st: &super::state::State) -> usize {
+    (SPARES_PER_VCPU * st.vcpus.len()).max(st.spares_wanted).min(MAX_SPARES)
+}
 
 /// Creates a spare activation with the rights `source` has now (under the program's
 /// `region_lock`, as in [`start_activation`]).
@@ -141,7 +152,11 @@ pub fn hand_to_spare(domain: &Domain, view: Option<crate::mm::view::ViewId>, vcp
         if st.vcpus.get(vcpu).is_none_or(|v| v.handoff.is_some()) {
             return false;
         }
-        let Some(i) = st.spares.iter().position(|t| t.view() == view) else { return false };
+        let Some(i) = st.spares.iter().position(|t| t.view() == view) else {
+            // A new activation will be made: keep one more spare from now on.
+            st.spares_wanted = (st.spares_wanted.max(spares_kept(&st)) + 1).min(MAX_SPARES);
+            return false;
+        };
         let t = st.spares.swap_remove(i);
         st.vcpus[vcpu].handoff = Some((t.id, args));
         t
@@ -161,7 +176,7 @@ pub fn serve_as_spare() -> ! {
             let me = scheduler::current().expect("an activation");
             let domain = me.domain.clone().expect("an activation has a program");
             let mut st = domain.kn.state();
-            let room = st.spares.len() < SPARES_PER_VCPU * st.vcpus.len() && st.spares.try_reserve(1).is_ok();
+            let room = st.spares.len() < spares_kept(&st) && st.spares.try_reserve(1).is_ok();
             if !st.released && room && me.block_unless_killed() {
                 st.spares.push(me.clone());
                 true
