@@ -56,8 +56,24 @@ impl<T> Chan<T> {
         let mut node = WaitNode::new(Slot(Some(value)));
         let mut outcome = Ok(());
         let mut waited = false;
-        blocking::block(|me| self.publish_send(&mut node, me, block, &mut outcome, &mut waited));
+        let mut wake_after = None;
+        blocking::block(|me| self.publish_send(&mut node, me, block, &mut outcome, &mut waited, &mut wake_after));
+        Self::wake_after(wake_after);
         Self::sent(&mut node, outcome, waited)
+    }
+
+    /// Wakes the thread a publish step handed a value to (or took one from). The publish step
+    /// only names it: it runs inside the library's critical section, and a wake from there
+    /// goes through the shared ready queue, while one made here, back in the calling user
+    /// thread, queues the woken thread on this vCPU's own queue (no lock, no fence), where it
+    /// runs as soon as this thread blocks or yields — the hand-off of a message to its waiter.
+    #[inline(always)]
+    fn wake_after(waiter: Option<Waiter>) {
+        if let Some(waiter) = waiter {
+            // SAFETY: the publish step took the waiter's node off its list, so this wake-up
+            // is ours; the node stays live until it.
+            unsafe { blocking::wake(waiter) };
+        }
     }
 
     /// A send's outcome once it no longer waits.
@@ -88,8 +104,13 @@ impl<T> Chan<T> {
         // SAFETY: `node` is the one `publish_send` queues on `sending`.
         let cancel = || unsafe { timed::unlink_and_wake(self.state.lock(), sending::<T>, node) };
         // SAFETY (both derefs): the node lives on this stack until `block_until` returns.
-        let timed_out =
-            timed::block_until(deadline, |me| self.publish_send(unsafe { &mut *node }, me, true, &mut outcome, &mut waited), &cancel);
+        let mut wake_after = None;
+        let timed_out = timed::block_until(
+            deadline,
+            |me| self.publish_send(unsafe { &mut *node }, me, true, &mut outcome, &mut waited, &mut wake_after),
+            &cancel,
+        );
+        Self::wake_after(wake_after);
         // SAFETY: as above; nobody else touches the node any more.
         let node = unsafe { &mut *node };
         if timed_out {
@@ -110,6 +131,7 @@ impl<T> Chan<T> {
         block: bool,
         outcome: &mut Result<(), TrySendError<T>>,
         waited: &mut bool,
+        wake_after: &mut Option<Waiter>,
     ) -> bool {
         let mut state = self.state.lock();
         let value = node.data.0.take().expect("value");
@@ -124,8 +146,7 @@ impl<T> Chan<T> {
             unsafe {
                 (*receiver).data.0 = Some(value);
                 let waiter = (*receiver).waiter;
-                drop(state);
-                blocking::wake(waiter);
+                *wake_after = Some(waiter);
             }
             return false;
         }
@@ -151,7 +172,9 @@ impl<T> Chan<T> {
         let mut node: WaitNode<Slot<T>> = WaitNode::new(Slot(None));
         let mut outcome = Err(TryRecvError::Empty);
         let mut waited = false;
-        blocking::block(|me| self.publish_recv(&mut node, me, block, &mut outcome, &mut waited));
+        let mut wake_after = None;
+        blocking::block(|me| self.publish_recv(&mut node, me, block, &mut outcome, &mut waited, &mut wake_after));
+        Self::wake_after(wake_after);
         if waited {
             return node.data.0.take().ok_or(TryRecvError::Disconnected);
         }
@@ -174,8 +197,13 @@ impl<T> Chan<T> {
         // SAFETY: `node` is the one `publish_recv` queues on `receiving`.
         let cancel = || unsafe { timed::unlink_and_wake(self.state.lock(), receiving::<T>, node) };
         // SAFETY (both derefs): the node lives on this stack until `block_until` returns.
-        let timed_out =
-            timed::block_until(deadline, |me| self.publish_recv(unsafe { &mut *node }, me, true, &mut outcome, &mut waited), &cancel);
+        let mut wake_after = None;
+        let timed_out = timed::block_until(
+            deadline,
+            |me| self.publish_recv(unsafe { &mut *node }, me, true, &mut outcome, &mut waited, &mut wake_after),
+            &cancel,
+        );
+        Self::wake_after(wake_after);
         if timed_out {
             // Cancelled while queued: no sender reached the slot.
             return Err(RecvTimeoutError::Timeout);
@@ -197,6 +225,7 @@ impl<T> Chan<T> {
         block: bool,
         outcome: &mut Result<T, TryRecvError>,
         waited: &mut bool,
+        wake_after: &mut Option<Waiter>,
     ) -> bool {
         let mut state = self.state.lock();
         if let Some(value) = state.buffer.pop_front() {
@@ -208,8 +237,7 @@ impl<T> Chan<T> {
                     let moved = (*sender).data.0.take().expect("sender value");
                     state.buffer.push_back(moved);
                     let waiter = (*sender).waiter;
-                    drop(state);
-                    blocking::wake(waiter);
+                    *wake_after = Some(waiter);
                 }
             }
             *outcome = Ok(value);
@@ -222,8 +250,7 @@ impl<T> Chan<T> {
             unsafe {
                 *outcome = Ok((*sender).data.0.take().expect("sender value"));
                 let waiter = (*sender).waiter;
-                drop(state);
-                blocking::wake(waiter);
+                *wake_after = Some(waiter);
             }
             return false;
         }

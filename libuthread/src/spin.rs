@@ -49,45 +49,6 @@ impl<T> SpinLock<T> {
         }
         SpinGuard { lock: self, critical }
     }
-
-    /// Takes the lock without a guard, for scheduler code that already runs with LTN = 0 and
-    /// releases the lock on another stack (a direct switch takes a run-queue lock on the
-    /// outgoing thread's stack and drops it on the incoming one's, see `sched::scheduler`).
-    ///
-    /// # Safety
-    /// The caller runs with LTN = 0 (a critical section) until [`SpinLock::unlock_raw`], and
-    /// touches the value only through [`SpinLock::value_raw`] meanwhile.
-    #[cfg(not(loom))]
-    #[inline]
-    pub(crate) unsafe fn lock_raw(&self) {
-        while self.locked.compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed).is_err() {
-            while self.locked.load(Ordering::Relaxed) {
-                spin_hint();
-            }
-        }
-    }
-
-    /// The value, while the caller holds the lock taken by [`SpinLock::lock_raw`].
-    ///
-    /// # Safety
-    /// The caller holds the lock and makes no other reference to the value meanwhile.
-    #[cfg(not(loom))]
-    #[inline]
-    #[allow(clippy::mut_from_ref)]
-    pub(crate) unsafe fn value_raw(&self) -> &mut T {
-        // SAFETY: the caller holds the lock (exclusive access).
-        unsafe { &mut *self.value.get() }
-    }
-
-    /// Releases a lock taken by [`SpinLock::lock_raw`].
-    ///
-    /// # Safety
-    /// The caller holds it (and drops every reference from [`SpinLock::value_raw`] first).
-    #[cfg(not(loom))]
-    #[inline]
-    pub(crate) unsafe fn unlock_raw(&self) {
-        self.locked.store(false, Ordering::Release);
-    }
 }
 
 /// Proof that a [`SpinLock`] is held; releases it (and leaves the critical section) on drop.

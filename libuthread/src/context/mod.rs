@@ -45,6 +45,13 @@ pub(crate) type Entry = unsafe extern "C" fn(usize, usize) -> !;
 /// are never preempted by an upcall).
 static LTN_IN_RESUME: AtomicBool = AtomicBool::new(true);
 
+/// [`LTN_IN_RESUME`]: always on Tsumugi (a constant, so the switch paths carry no test of it),
+/// the hosted platform's choice elsewhere.
+#[inline(always)]
+fn ltn_in_resume() -> bool {
+    cfg!(target_os = "none") || LTN_IN_RESUME.load(Ordering::Relaxed)
+}
+
 /// What a voluntary switch saves.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SaveMode {
@@ -129,7 +136,7 @@ pub(crate) unsafe fn switch_out_window(from: *mut Thmb, stack_top: usize, entry:
 /// `WINDOW`.
 #[inline(always)]
 pub(crate) unsafe fn switch_window(from: *mut Thmb, to: *mut Thmb, vcpu: usize) {
-    let in_resume = LTN_IN_RESUME.load(Ordering::Relaxed);
+    let in_resume = ltn_in_resume();
     if !in_resume {
         // Hosted without FSGSBASE: no upcalls there, so LTN may name `to` before the save.
         crate::platform::set_ltn(to);
@@ -164,7 +171,7 @@ pub(crate) unsafe fn call_on_stack(stack_top: usize, entry: Entry, a0: usize, a1
 /// `to` holds a window saved by [`switch_out`] (or built by [`init_window`]) whose stack is
 /// intact and owned by the caller now; the caller is in a critical section.
 pub(crate) unsafe fn resume_window(to: *mut Thmb, ltn: *mut Thmb) -> ! {
-    let in_resume = LTN_IN_RESUME.load(Ordering::Relaxed);
+    let in_resume = ltn_in_resume();
     if !in_resume {
         crate::platform::set_ltn(ltn);
     }
@@ -180,7 +187,7 @@ pub(crate) unsafe fn resume_window(to: *mut Thmb, ltn: *mut Thmb) -> ! {
 /// whose stack is intact; with `fp`, its FP area holds a state saved with it; the caller is in
 /// a critical section (LTN = 0).
 pub(crate) unsafe fn resume_full(to: *mut Thmb, fp: bool) -> ! {
-    let in_resume = LTN_IN_RESUME.load(Ordering::Relaxed);
+    let in_resume = ltn_in_resume();
     // SAFETY: `to` is live; the format word was written with the FP area.
     let format = if fp { unsafe { core::ptr::read_volatile(&raw const (*to).header.fp_format) } } else { 0 };
     if !in_resume {

@@ -87,6 +87,19 @@ pub fn default_vcpus() -> usize {
 static THREADS: Mutex<Vec<std::thread::JoinHandle<()>>> = Mutex::new(Vec::new());
 
 std::thread_local! {
+    /// Set on every OS thread that serves as a vCPU. A thread a user thread spawns inherits
+    /// GS base, so its LTN names a ThMB while it runs on no vCPU (see [`on_vcpu_thread`]).
+    static VCPU_THREAD: core::cell::Cell<bool> = const { core::cell::Cell::new(false) };
+}
+
+/// Whether the calling OS thread serves as a vCPU, so that a non-null LTN really names the user
+/// thread it runs (a thread spawned by a user thread inherits GS base: a stale LTN).
+#[inline]
+pub fn on_vcpu_thread() -> bool {
+    VCPU_THREAD.with(core::cell::Cell::get)
+}
+
+std::thread_local! {
     /// The OS thread's own context while it serves as a vCPU, resumed by `retire_vcpu`.
     static ROOT: core::cell::Cell<*mut Thmb> = const { core::cell::Cell::new(core::ptr::null_mut()) };
 }
@@ -103,6 +116,7 @@ unsafe extern "C" fn vcpu_trampoline(main: usize, vcpu: usize) -> ! {
 /// Starts vCPUs `1..n` as OS threads, each running `vcpu_main(index)`; the caller is vCPU 0.
 pub fn start_vcpus(n: usize, vcpu_main: fn(usize) -> !) {
     fsgsbase(); // probe once, before any resume sequence runs
+    VCPU_THREAD.with(|v| v.set(true)); // the caller runs vCPU 0
     let mut threads = THREADS.lock().unwrap();
     for old in threads.drain(..) {
         let _ = old.join();
@@ -112,6 +126,7 @@ pub fn start_vcpus(n: usize, vcpu_main: fn(usize) -> !) {
             .name(std::format!("uthread-vcpu-{vcpu}"))
             .stack_size(64 * 1024)
             .spawn(move || {
+                VCPU_THREAD.with(|v| v.set(true));
                 let (base, len) = alloc_stack(TRAMPOLINE_STACK).expect("trampoline stack");
                 let mut root = Box::new(Thmb::blank());
                 ROOT.with(|r| r.set(&mut *root));
@@ -200,6 +215,8 @@ fn timer() -> &'static Timer {
 }
 
 fn timer_main(timer: &'static Timer) {
+    // Spawned from a user thread, this thread inherited its GS base: no LTN here.
+    set_ltn(core::ptr::null_mut());
     let mut queue = timer.queue.lock().unwrap();
     loop {
         let now = now_nanos();

@@ -30,6 +30,13 @@ static VCPU_MAIN: AtomicUsize = AtomicUsize::new(0);
 /// Upcall-stack tops, one per vCPU, read by the kernel at registration.
 static mut STACK_TOPS: [u64; MAX_VCPUS] = [0; MAX_VCPUS];
 
+/// Whether the calling thread serves as a vCPU (on Tsumugi every thread with a non-null LTN
+/// does: the kernel gives a new thread LTN = 0).
+#[inline(always)]
+pub fn on_vcpu_thread() -> bool {
+    true
+}
+
 /// The running user thread's ThMB (one register read).
 #[inline(always)]
 pub fn ltn() -> *mut Thmb {

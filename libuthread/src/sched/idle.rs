@@ -109,4 +109,91 @@ mod loom_tests {
             producer.join().unwrap();
         });
     }
+
+    /// The owner-only ready queue's hand-over (`scheduler::offer_work` / `take_next`): vCPU 0
+    /// holds a ready thread in its own queue (plain, owner-only); seeing a vCPU idle it moves
+    /// it to its shared queue under the lock, then claims and unparks an idle vCPU; later it
+    /// drains the shared queue back if the thread is still there. vCPU 1 steals from the
+    /// shared queue, else announces itself idle, re-checks and parks. Whatever the
+    /// interleaving, the thread runs exactly once, and nobody sleeps through the end (loom
+    /// reports a deadlock if a wake-up is lost).
+    #[test]
+    fn loom_offered_thread_runs_exactly_once() {
+        use crate::spin::SpinLock;
+        use core::sync::atomic::AtomicBool as StdBool;
+        let mut builder = loom::model::Builder::new();
+        builder.preemption_bound = Some(3);
+        builder.check(|| {
+            let idle = Arc::new(IdleSet::new());
+            // The shared queue (a count of the one thread) and its lock-free length hint.
+            let shared = Arc::new(SpinLock::new(0usize));
+            let len = Arc::new(AtomicUsize::new(0));
+            let ran = Arc::new(AtomicUsize::new(0));
+            let done = Arc::new(crate::prim::AtomicBool::new(false));
+            let token = Arc::new(ParkToken::new());
+            let futex = Arc::new(ModelFutex::default());
+            let thief = {
+                let (idle, shared, len, ran, done, token, futex) =
+                    (idle.clone(), shared.clone(), len.clone(), ran.clone(), done.clone(), token.clone(), futex.clone());
+                loom::thread::spawn(move || loop {
+                    {
+                        let mut q = shared.lock();
+                        if *q > 0 {
+                            *q -= 1;
+                            len.store(*q, Ordering::Release);
+                            drop(q);
+                            ran.fetch_add(1, Ordering::Relaxed);
+                            continue;
+                        }
+                    }
+                    if done.load(Ordering::Acquire) {
+                        break;
+                    }
+                    idle.announce(1);
+                    if len.load(Ordering::Acquire) > 0 || done.load(Ordering::Acquire) {
+                        idle.retract(1);
+                        loom::thread::yield_now();
+                        continue;
+                    }
+                    token.park(|w, e| futex.wait(w, e));
+                    idle.retract(1);
+                })
+            };
+            // vCPU 0: one thread in its own queue (a plain local: nobody else can see it).
+            let own = StdBool::new(true);
+            if idle.any() && own.load(core::sync::atomic::Ordering::Relaxed) {
+                // offer_work: move it to the shared queue, then claim.
+                let mut q = shared.lock();
+                *q += 1;
+                len.store(*q, Ordering::Release);
+                drop(q);
+                own.store(false, core::sync::atomic::Ordering::Relaxed);
+                if let Some(w) = idle.claim(0) {
+                    assert_eq!(w, 1);
+                    token.unpark(|_| futex.wake());
+                }
+            }
+            // take_next: own queue empty and the shared one not: drain it back.
+            if !own.load(core::sync::atomic::Ordering::Relaxed) && len.load(Ordering::Relaxed) != 0 {
+                let mut q = shared.lock();
+                if *q > 0 {
+                    *q -= 1;
+                    len.store(*q, Ordering::Release);
+                    own.store(true, core::sync::atomic::Ordering::Relaxed);
+                }
+            }
+            if own.load(core::sync::atomic::Ordering::Relaxed) {
+                ran.fetch_add(1, Ordering::Relaxed);
+            }
+            // Shutdown: the thief must not sleep through it.
+            done.store(true, Ordering::Release);
+            if idle.claim(0).is_some() {
+                token.unpark(|_| futex.wake());
+            }
+            thief.join().unwrap();
+            // Run by vCPU 0 or stolen, once (the thief empties the shared queue before it stops).
+            assert_eq!(ran.load(Ordering::Relaxed), 1);
+            assert_eq!(*shared.lock(), 0);
+        });
+    }
 }

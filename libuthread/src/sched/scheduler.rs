@@ -2,14 +2,28 @@
 //! protocol, and spawn/exit/yield/block/wake.
 //!
 //! # Shape
-//! Each vCPU has a FIFO ready queue and a *scheduler stack*. A thread that yields or blocks
-//! while its vCPU's queue holds another ready thread that resumes from a window switches
-//! **directly** to it, thread to thread, with no hop ([`switch_direct`]): it takes the next
-//! thread off the queue, publishes itself first (queued behind the others, or its park
-//! committed) with its mask *in flight* ([`MASK_IN_FLIGHT`]), and `libuthread_switch_window`
-//! saves its window, stores mask `WINDOW` and resumes the next thread. A vCPU that takes an
-//! in-flight thread to run it waits for that store. No scheduler loop runs, no second stack is
-//! touched, and the queue is locked once per switch.
+//! Each vCPU has two ready queues and a *scheduler stack*. Its **own queue** ([`Local`]) is
+//! touched only by the vCPU itself with LTN = 0 — plain loads and stores, no lock: the kernel
+//! never upcalls while LTN = 0, and no other vCPU looks inside. Yields, blocks that find
+//! another thread ready, and wake-ups made by a user thread (an unlock, a send) queue and take
+//! threads there. Its **shared queue** (a spinlocked FIFO) receives what other vCPUs, upcalls
+//! and threads outside the runtime make ready, and what the vCPU offers to idle vCPUs, which
+//! steal from it ([`offer_work`]: when one is idle, the own queue moves there and an idle vCPU
+//! is claimed and unparked). The owner drains the shared queue into its own one
+//! ([`take_next`]) when its own runs dry and every [`DRAIN_EVERY`] switches otherwise, so a
+//! thread made ready from elsewhere is not starved by two threads yielding to each other.
+//! (Remote wake-ups go to the locked shared queue rather than a lock-free inbox only its owner
+//! could empty: a thief must be able to take them while the owner runs a thread that never
+//! enters the scheduler, which nothing preempts on the hosted platform.)
+//!
+//! A thread that yields or blocks while its vCPU's queue holds another ready thread that
+//! resumes from a window switches **directly** to it, thread to thread, with no hop
+//! ([`switch_direct`]): it takes the next thread off the own queue, publishes itself first
+//! (queued behind the others, or its park committed) with its mask *in flight*
+//! ([`MASK_IN_FLIGHT`]: `offer_work` may pass it to a thief before its window is saved), and
+//! `libuthread_switch_window` saves its window, stores mask `WINDOW` and resumes the next
+//! thread. A vCPU that takes an in-flight thread to run it waits for that store. No scheduler
+//! loop runs, no second stack is touched, and no lock is taken.
 //!
 //! The other switches keep a hop: an exit (its stack must be freed once off it), a switch to a
 //! thread that resumes from a FULL frame, and the full-save baseline land in `after_switch_to`
@@ -79,8 +93,6 @@ const STACK_POOL_MAX: usize = 256;
 const ACTION_YIELD: usize = 0;
 const ACTION_BLOCK: usize = 1;
 const ACTION_EXIT: usize = 2;
-/// A yield by direct switch: the switching vCPU holds its queue lock (see `yield_current`).
-const ACTION_YIELD_LOCKED: usize = 3;
 const ACTION_MASK: usize = 63;
 
 /// The save mask of a thread that is in a ready queue (or may be woken) while its vCPU is still
@@ -94,7 +106,13 @@ const MASK_IN_FLIGHT: u64 = 1 << 63;
 
 /// One vCPU's scheduler state.
 struct Vcpu {
-    /// Ready threads, linked through their ThMBs.
+    /// This vCPU's own ready threads (owner-only: no lock, see [`Local`]).
+    local: Local,
+    /// Switches since the shared queue was last drained into `local` (owner-only).
+    pops: AtomicUsize,
+    /// The shared ready queue: threads made ready from elsewhere (another vCPU's wake, an
+    /// upcall, a hosted timer) and the threads this vCPU offers to idle vCPUs; thieves take
+    /// from here. Linked through the ThMBs.
     queue: SpinLock<Fifo<Thmb>>,
     /// `queue`'s length, for looks without the lock (ordered against the idle bits by the
     /// fences in `idle`).
@@ -122,6 +140,8 @@ struct Vcpu {
 impl Vcpu {
     const fn new() -> Vcpu {
         Vcpu {
+            local: Local::new(),
+            pops: AtomicUsize::new(0),
             queue: SpinLock::new(Fifo::new()),
             len: AtomicUsize::new(0),
             stack_base: AtomicUsize::new(0),
@@ -192,9 +212,9 @@ impl Vcpu {
         false
     }
 
-    /// Publishes this vCPU's unpublished children: appends them to its ready queue in the
-    /// order they were spawned, then wakes an idle vCPU to steal if one is idle (publish,
-    /// then claim: the idle protocol's order, as in `make_ready`). Called by the vCPU itself
+    /// Publishes this vCPU's unpublished children: appends them to its own ready queue in the
+    /// order they were spawned, then offers them to an idle vCPU if one is idle
+    /// ([`offer_work`]). Called by the vCPU itself
     /// whenever it enters the scheduler (yield, block, exit, the loop, an upcall) and by a
     /// spawn that sees an idle vCPU.
     ///
@@ -226,18 +246,12 @@ impl Vcpu {
                 oldest = newest;
                 newest = next;
             }
-            let mut queue = self.queue.lock();
             while !oldest.is_null() {
                 let next = (*oldest).run_next.get();
-                queue.push_back(oldest);
+                self.local.push(oldest);
                 oldest = next;
             }
-            self.len.store(queue.len(), Ordering::Release);
-        }
-        if vcpu_count() > 1 {
-            if let Some(w) = IDLE.claim(v) {
-                platform::unpark(w);
-            }
+            offer_work(v);
         }
     }
 
@@ -275,6 +289,7 @@ impl Vcpu {
     /// Forgets whatever a previous runtime left queued (those threads were abandoned).
     fn reset(&self) {
         *self.queue.lock() = Fifo::new();
+        self.local.clear();
         self.fresh.store(0, Ordering::Relaxed);
         self.len.store(0, Ordering::Release);
     }
@@ -290,6 +305,208 @@ impl Vcpu {
                 .unwrap_or_else(|| fatal("libuthread: no memory for a scheduler stack\n"));
             self.stack_len.store(len, Ordering::Relaxed);
             self.stack_base.store(base, Ordering::Relaxed);
+        }
+    }
+}
+
+/// A vCPU's own ready queue: a FIFO of ThMBs linked through `run_next`, touched only by its
+/// vCPU with LTN = 0 (the scheduler, and library code inside a critical section on that vCPU).
+/// The kernel never upcalls while LTN = 0, so nothing can interrupt an edit and look at the
+/// half-edited list, and no other vCPU touches it: a push or a pop is a few plain loads and
+/// stores — no lock, no fence, no atomic read-modify-write. Other vCPUs reach this vCPU's
+/// threads through the shared queue only, which the owner fills from here when it sees an idle
+/// vCPU ([`offer_work`]) and drains into here ([`take_next`]).
+///
+/// `head` is an atomic only so that another vCPU's look (`yield_current` may read a stale
+/// vCPU's word, a hint) is not a data race; every access is Relaxed, a plain load or store.
+struct Local {
+    /// The oldest thread, or 0.
+    head: AtomicUsize,
+    /// The newest thread (meaningful while `head` is not 0).
+    tail: core::cell::UnsafeCell<*mut Thmb>,
+}
+
+// SAFETY: `tail` is touched only by the owning vCPU with LTN = 0 (see the type's docs); `head`
+// is atomic.
+unsafe impl Sync for Local {}
+
+impl Local {
+    const fn new() -> Local {
+        Local { head: AtomicUsize::new(0), tail: core::cell::UnsafeCell::new(ptr::null_mut()) }
+    }
+
+    /// Whether it holds no thread (a hint when read from another vCPU).
+    #[inline(always)]
+    fn is_empty(&self) -> bool {
+        self.head.load(Ordering::Relaxed) == 0
+    }
+
+    /// Appends `t`.
+    ///
+    /// # Safety
+    /// The caller is the owning vCPU with LTN = 0; `t` is live, READY and in no list.
+    #[inline(always)]
+    unsafe fn push(&self, t: *mut Thmb) {
+        // SAFETY: per the contract, the list and `t` are ours.
+        unsafe {
+            (*t).run_next.set(ptr::null_mut());
+            let head = self.head.load(Ordering::Relaxed) as *mut Thmb;
+            if head.is_null() {
+                self.head.store(t as usize, Ordering::Relaxed);
+            } else {
+                (**self.tail.get()).run_next.set(t);
+            }
+            *self.tail.get() = t;
+        }
+    }
+
+    /// Takes the oldest thread, or null.
+    ///
+    /// # Safety
+    /// The caller is the owning vCPU with LTN = 0.
+    #[inline(always)]
+    unsafe fn pop(&self) -> *mut Thmb {
+        let t = self.head.load(Ordering::Relaxed) as *mut Thmb;
+        if !t.is_null() {
+            // SAFETY: a listed thread is live and its link is the list's.
+            self.head.store(unsafe { (*t).run_next.get() } as usize, Ordering::Relaxed);
+        }
+        t
+    }
+
+    /// Unlinks `t` if it is among the first `limit` threads.
+    ///
+    /// # Safety
+    /// As for `pop`.
+    unsafe fn remove_near_front(&self, t: *mut Thmb, limit: usize) -> bool {
+        let mut prev: *mut Thmb = ptr::null_mut();
+        let mut cur = self.head.load(Ordering::Relaxed) as *mut Thmb;
+        // SAFETY: listed threads are live and their links are the list's (contract).
+        unsafe {
+            for _ in 0..limit {
+                if cur.is_null() {
+                    return false;
+                }
+                let next = (*cur).run_next.get();
+                if cur == t {
+                    if prev.is_null() {
+                        self.head.store(next as usize, Ordering::Relaxed);
+                    } else {
+                        (*prev).run_next.set(next);
+                    }
+                    if next.is_null() && !prev.is_null() {
+                        *self.tail.get() = prev;
+                    }
+                    return true;
+                }
+                prev = cur;
+                cur = next;
+            }
+        }
+        false
+    }
+
+    /// Forgets every thread (a previous runtime's, abandoned).
+    fn clear(&self) {
+        self.head.store(0, Ordering::Relaxed);
+    }
+}
+
+/// How many switches may pass between two drains of a vCPU's shared queue into its own while
+/// its own queue is not empty (a thread made ready from elsewhere waits at most this many
+/// switches plus the length of the own queue: the two queues together stay fair).
+const DRAIN_EVERY: usize = 8;
+
+/// Takes the next thread vCPU `v` runs: the oldest of its own queue, after moving what its
+/// shared queue holds behind it when that queue is not empty and either the own queue is empty
+/// or [`DRAIN_EVERY`] switches have passed. Null when both are empty.
+///
+/// # Safety
+/// The caller runs on vCPU `v` with LTN = 0.
+#[inline(always)]
+unsafe fn take_next(v: usize) -> *mut Thmb {
+    let vcpu = &VCPUS[v];
+    // A Relaxed look: the lock in `drain_shared` orders what it takes. A thread pushed just
+    // now that this look misses is found at the next switch, or by the idle re-check (which
+    // follows a SeqCst fence) before this vCPU parks.
+    if vcpu.len.load(Ordering::Relaxed) != 0 {
+        let pops = vcpu.pops.load(Ordering::Relaxed) + 1;
+        vcpu.pops.store(pops, Ordering::Relaxed);
+        if vcpu.local.is_empty() || pops >= DRAIN_EVERY {
+            vcpu.pops.store(0, Ordering::Relaxed);
+            // SAFETY: forwarded contract.
+            unsafe { drain_shared(v) };
+        }
+    }
+    // SAFETY: forwarded contract.
+    unsafe { vcpu.local.pop() }
+}
+
+/// Moves every thread of vCPU `v`'s shared queue to the back of its own.
+///
+/// # Safety
+/// As for [`take_next`].
+#[inline(never)]
+unsafe fn drain_shared(v: usize) {
+    let vcpu = &VCPUS[v];
+    let mut queue = vcpu.queue.lock();
+    loop {
+        let t = queue.pop_front();
+        if t.is_null() {
+            break;
+        }
+        // SAFETY: a queued thread is READY, live and now off the shared queue; we are `v`.
+        unsafe {
+            (*t).vcpu.store(v, Ordering::Relaxed);
+            vcpu.local.push(t);
+        }
+    }
+    vcpu.len.store(0, Ordering::Release);
+}
+
+/// If a vCPU is idle, offers vCPU `v`'s backlog to it: moves `v`'s own queue to the front of
+/// its shared queue, where idle vCPUs steal, and claims and unparks one (publish, then claim:
+/// the idle protocol's order, as in `make_ready`). The look is one Relaxed load; a vCPU that
+/// goes idle unseen just stays parked while `v`, which is running, works through its queue.
+///
+/// # Safety
+/// The caller runs on vCPU `v` with LTN = 0.
+#[inline(always)]
+unsafe fn offer_work(v: usize) {
+    if IDLE.any() {
+        // SAFETY: forwarded contract.
+        unsafe { offer_work_slow(v) }
+    }
+}
+
+/// [`offer_work`] when some vCPU is idle.
+///
+/// # Safety
+/// As for `offer_work`.
+#[inline(never)]
+unsafe fn offer_work_slow(v: usize) {
+    let vcpu = &VCPUS[v];
+    if !vcpu.local.is_empty() {
+        let mut queue = vcpu.queue.lock();
+        let newer = queue.take_all();
+        // SAFETY: we are `v` with LTN = 0; every thread moved is READY and live.
+        unsafe {
+            loop {
+                let t = vcpu.local.pop();
+                if t.is_null() {
+                    break;
+                }
+                queue.push_back(t);
+            }
+            for t in newer {
+                queue.push_back(t);
+            }
+        }
+        vcpu.len.store(queue.len(), Ordering::Release);
+    }
+    if vcpu.has_work() {
+        if let Some(w) = IDLE.claim(v) {
+            platform::unpark(w);
         }
     }
 }
@@ -517,7 +734,7 @@ pub(crate) unsafe fn run_inline<T>(t: *mut Thmb) -> Option<crate::task::Outcome<
     // The common case: `t` is still on this vCPU's unpublished list (it was spawned here and
     // nobody else can see it), usually at its head. Taking it off is the claim.
     // SAFETY: on `v` with LTN = 0.
-    let claimed = unsafe { VCPUS[v].take_fresh(t) } || unsafe { claim_queued(t) };
+    let claimed = unsafe { VCPUS[v].take_fresh(t) } || unsafe { claim_queued(v, t) };
     if !claimed {
         critical.leave();
         return None;
@@ -552,13 +769,21 @@ pub(crate) unsafe fn run_inline<T>(t: *mut Thmb) -> Option<crate::task::Outcome<
 /// put on if it is still there, unstarted, near the front.
 ///
 /// # Safety
-/// LTN = 0; the caller holds a reference to `t`.
+/// The caller runs on vCPU `v` with LTN = 0 and holds a reference to `t`.
 #[inline(never)]
-unsafe fn claim_queued(t: *mut Thmb) -> bool {
-    // SAFETY: the caller holds a reference to `t`; `vcpu` of a queued thread names its queue,
-    // and the lock below makes the look final (a thread in the queue is READY, not running).
+unsafe fn claim_queued(v: usize, t: *mut Thmb) -> bool {
+    // SAFETY: the caller holds a reference to `t`; `vcpu` of a queued thread names the vCPU
+    // whose queues hold it. On our own vCPU (`v`, LTN = 0) the own queue is ours to edit; the
+    // shared queue's lock makes the look final (a thread in a queue is READY, not running).
     unsafe {
         let q = (*t).vcpu.load(Ordering::Relaxed);
+        if q == v
+            && Thmb::mask(t) == mask::NONE
+            && (*t).stack.get().0 == 0
+            && VCPUS[v].local.remove_near_front(t, INLINE_LOOKUP)
+        {
+            return true;
+        }
         let vcpu = &VCPUS[q.min(MAX_VCPUS - 1)];
         let mut queue = vcpu.queue.lock();
         let ours = Thmb::mask(t) == mask::NONE
@@ -568,15 +793,6 @@ unsafe fn claim_queued(t: *mut Thmb) -> bool {
             vcpu.len.store(queue.len(), Ordering::Release);
         }
         ours
-    }
-}
-
-/// If other vCPUs idle while `v` has a backlog, wakes one to steal.
-fn wake_helper(v: usize) {
-    if VCPUS[v].has_work() {
-        if let Some(w) = IDLE.claim(v) {
-            platform::unpark(w);
-        }
     }
 }
 
@@ -640,9 +856,35 @@ pub(crate) unsafe fn wake(t: *mut Thmb) {
     // SAFETY: as above.
     match unsafe { (*t).state.wake() } {
         Wake::Notified => {}
-        Wake::Enqueue => make_ready(t, home),
+        Wake::Enqueue => ready_woken(t, home),
         Wake::UnparkInPlace => platform::unpark(home),
     }
+}
+
+/// Queues the thread `t` that a wake-up just made READY. Woken by a user thread (the common
+/// case: an unlock, a send, an exit that a joiner waits for), it goes on the waker's vCPU's own
+/// queue — no lock, no fence: it runs as soon as the waker blocks, yields or exits (a mutex or a
+/// message handed to its waiter, seL4-style, without a hop through any shared structure) — and
+/// is offered to an idle vCPU if one is idle. Woken from scheduler code, an upcall or a thread
+/// outside the runtime (a hosted timer), it goes through [`make_ready`].
+#[inline(always)]
+fn ready_woken(t: *mut Thmb, home: usize) {
+    let mut critical = crate::spin::Critical::enter();
+    let me = critical.thread();
+    if me.is_null() || !platform::on_vcpu_thread() {
+        make_ready(t, home);
+        critical.leave();
+        return;
+    }
+    // SAFETY: `me` is the calling thread, on vCPU `v` with LTN = 0 (its vCPU cannot change
+    // inside the critical section); `t` is READY and ours until queued.
+    unsafe {
+        let v = (*me).vcpu.load(Ordering::Relaxed) % MAX_VCPUS;
+        (*t).vcpu.store(v, Ordering::Relaxed);
+        VCPUS[v].local.push(t);
+        offer_work(v);
+    }
+    critical.leave();
 }
 
 /// Blocks the calling thread (see `blocking::block`).
@@ -674,7 +916,8 @@ unsafe fn park_current(t: *mut Thmb) {
     // The common case first: another thread is ready here, switch straight to it (the checks
     // below would find work and come to the same switch).
     if !SHUTDOWN.load(Ordering::Relaxed) {
-        let to = VCPUS[v].pop();
+        // SAFETY: on `v` with LTN = 0.
+        let to = unsafe { take_next(v) };
         if !to.is_null() {
             // SAFETY: `t` is the caller on `v`; `to` is READY and ours now.
             unsafe { block_to(v, t, to) };
@@ -691,7 +934,8 @@ unsafe fn park_current(t: *mut Thmb) {
             IDLE.announce(v);
             if state.take_in_place_wake() {
                 IDLE.retract(v);
-                wake_helper(v);
+                // SAFETY: on `v` with LTN = 0.
+                unsafe { offer_work(v) };
                 platform::set_ltn(t);
                 return;
             }
@@ -701,7 +945,8 @@ unsafe fn park_current(t: *mut Thmb) {
                 if state.leave_in_place() {
                     break;
                 }
-                wake_helper(v);
+                // SAFETY: on `v` with LTN = 0.
+                unsafe { offer_work(v) };
                 platform::set_ltn(t);
                 return;
             }
@@ -709,7 +954,8 @@ unsafe fn park_current(t: *mut Thmb) {
         }
     }
     if !SHUTDOWN.load(Ordering::Relaxed) {
-        let to = VCPUS[v].pop();
+        // SAFETY: on `v` with LTN = 0.
+        let to = unsafe { take_next(v) };
         if !to.is_null() {
             // SAFETY: `t` is the caller on `v`; `to` is READY and ours now.
             unsafe { block_to(v, t, to) };
@@ -732,8 +978,12 @@ pub(crate) fn yield_current() {
     // to yield to). The vCPU read here may be stale if the thread is moved right now; that only
     // makes the look a hint, and the decision below is taken with LTN = 0.
     // SAFETY: `t` is the calling thread.
-    let vcpu = &VCPUS[unsafe { (*t).vcpu.load(Ordering::Relaxed) }];
-    if !vcpu.has_work() && !vcpu.has_fresh() && !SHUTDOWN.load(Ordering::Relaxed) {
+    let vcpu = &VCPUS[unsafe { (*t).vcpu.load(Ordering::Relaxed) } % MAX_VCPUS];
+    if vcpu.local.is_empty()
+        && vcpu.len.load(Ordering::Relaxed) == 0
+        && !vcpu.has_fresh()
+        && !SHUTDOWN.load(Ordering::Relaxed)
+    {
         return;
     }
     yield_to_next(t);
@@ -745,41 +995,33 @@ pub(crate) fn yield_current() {
 fn yield_to_next(t: *mut Thmb) {
     platform::set_ltn(ptr::null_mut());
     // SAFETY: `t` is the calling thread; its vCPU cannot change with LTN = 0.
-    let v = unsafe { (*t).vcpu.load(Ordering::Relaxed) };
+    let v = unsafe { (*t).vcpu.load(Ordering::Relaxed) } % MAX_VCPUS;
     let vcpu = &VCPUS[v];
     // SAFETY: on `v` with LTN = 0.
     unsafe { vcpu.publish_fresh(v) };
     if !SHUTDOWN.load(Ordering::Relaxed) {
-        // Take the next thread and queue `t` behind the others in one hold of the queue lock.
-        // Directly (`switch_direct`): `t` is queued at once, marked in flight, and a thief
-        // waits for its window. Through the hop (the next thread resumes from a FULL frame, or
-        // the full-save baseline): the lock is kept until `t`'s window is saved, and
-        // `after_switch_to` queues `t` and unlocks on the next thread's stack.
-        // SAFETY: LTN = 0 until the next thread runs; the lock is released before the direct
-        // switch, in `after_switch_to`, or just below.
+        // Take the next thread off this vCPU's own queue and put `t` behind the others: no
+        // lock (the queue is this vCPU's alone, and LTN = 0 until the next thread runs).
+        // Directly (`switch_direct`): `t` is queued at once, marked in flight until its window
+        // is saved (`offer_work` may hand it to a thief, which waits for that, see
+        // MASK_IN_FLIGHT). Through the hop (the next thread resumes from a FULL frame, or the
+        // full-save baseline): `after_switch_to` queues `t` on the next thread's stack.
+        // SAFETY: on `v` with LTN = 0; `t` is the caller, `to` READY and ours once taken.
         unsafe {
-            vcpu.queue.lock_raw();
-            let queue = vcpu.queue.value_raw();
-            let to = queue.pop_front();
+            let to = take_next(v);
             if !to.is_null() {
-                let top = prepare(v, to);
-                if direct(to) {
-                    // No hop: `t` goes behind the others now, marked in flight until its
-                    // window is saved (a thief waits for that, see MASK_IN_FLIGHT).
+                if prepare_direct(v, to) {
                     (*t).state.set(READY);
                     Thmb::set_mask(t, MASK_IN_FLIGHT);
-                    queue.push_back(t);
-                    vcpu.len.store(queue.len(), Ordering::Release);
-                    vcpu.queue.unlock_raw();
+                    vcpu.local.push(t);
                     switch_direct(v, t, to);
                     return;
                 }
+                let top = prepare(v, to);
                 vcpu.handoff.store(to as usize, Ordering::Relaxed);
-                context::switch_out(t, top, after_switch_to, v, t as usize | ACTION_YIELD_LOCKED);
+                context::switch_out(t, top, after_switch_to, v, t as usize | ACTION_YIELD);
                 return;
             }
-            vcpu.len.store(0, Ordering::Release);
-            vcpu.queue.unlock_raw();
         }
         platform::set_ltn(t);
         return;
@@ -801,30 +1043,42 @@ fn yield_to_next(t: *mut Thmb) {
 unsafe fn block_to(v: usize, from: *mut Thmb, to: *mut Thmb) {
     // SAFETY: forwarded contract.
     unsafe {
-        let top = prepare(v, to);
-        if direct(to) {
+        if prepare_direct(v, to) {
             Thmb::set_mask(from, MASK_IN_FLIGHT);
             // The mask store above is ordered before the commit (a release CAS): a waker that
             // then queues `from` publishes it with the mask already in flight.
             if !(*from).state.commit_park() {
                 // Woken before the switch: runnable again (behind what is queued).
                 (*from).state.set(READY);
-                VCPUS[v].push(from);
+                VCPUS[v].local.push(from);
             }
             switch_direct(v, from, to);
             return;
         }
+        let top = prepare(v, to);
         VCPUS[v].handoff.store(to as usize, Ordering::Relaxed);
         context::switch_out(from, top, after_switch_to, v, from as usize | ACTION_BLOCK);
     }
 }
 
-/// Whether the [`prepare`]d thread `to` can be resumed by a direct switch (no hop): it resumes
-/// from a window, and voluntary switches save windows (the full-save baseline goes through the
-/// hop, which its FULL resume needs).
+/// [`prepare`] for a direct switch (no hop), if `to` allows one: it resumes from a window, and
+/// voluntary switches save windows (the full-save baseline goes through the hop, which its FULL
+/// resume needs). Returns false, having done nothing, otherwise (then `prepare` it).
+///
+/// # Safety
+/// As for `prepare`.
 #[inline(always)]
-fn direct(to: *mut Thmb) -> bool {
-    Thmb::mask(to) & !mask::FP == mask::WINDOW && context::save_mode() == context::SaveMode::Window
+unsafe fn prepare_direct(v: usize, to: *mut Thmb) -> bool {
+    if Thmb::mask(to) & !mask::FP == mask::WINDOW && context::save_mode() == context::SaveMode::Window {
+        crate::trace::user_switch(v, to as usize);
+        // SAFETY: per the contract.
+        unsafe {
+            (*to).vcpu.store(v, Ordering::Relaxed);
+            (*to).state.set(RUNNING);
+        }
+        return true;
+    }
+    false
 }
 
 /// The direct switch from the calling thread `from`, already published (mask
@@ -837,9 +1091,8 @@ fn direct(to: *mut Thmb) -> bool {
 /// mask says `WINDOW`; `to` is prepared on `v`, resumes from a window, and is ours.
 #[inline(always)]
 unsafe fn switch_direct(v: usize, from: *mut Thmb, to: *mut Thmb) {
-    if vcpu_count() > 1 {
-        wake_helper(v);
-    }
+    // SAFETY: on `v` with LTN = 0.
+    unsafe { offer_work(v) };
     Thmb::set_mask(to, mask::NONE);
     VCPUS[v].count_resume(false);
     // SAFETY: forwarded contract.
@@ -946,21 +1199,18 @@ unsafe extern "C" fn after_switch_to(v: usize, word: usize) -> ! {
     let vcpu = &VCPUS[v];
     let to = vcpu.handoff.load(Ordering::Relaxed) as *mut Thmb;
     // SAFETY: `t` just left this vCPU and is owned by the scheduler until queued or parked;
-    // for ACTION_YIELD_LOCKED this vCPU holds its queue lock (taken in `yield_current`).
+    // we are `v` with LTN = 0 (its own queue is ours).
     unsafe {
         match word & ACTION_MASK {
-            ACTION_YIELD_LOCKED => {
+            ACTION_YIELD => {
                 (*t).state.set(READY);
-                let queue = vcpu.queue.value_raw();
-                queue.push_back(t);
-                vcpu.len.store(queue.len(), Ordering::Release);
-                vcpu.queue.unlock_raw();
+                vcpu.local.push(t);
             }
             ACTION_BLOCK => {
                 if !(*t).state.commit_park() {
                     // Woken before the switch finished: runnable again (behind what is queued).
                     (*t).state.set(READY);
-                    vcpu.push(t);
+                    vcpu.local.push(t);
                 }
             }
             _ => {
@@ -969,9 +1219,7 @@ unsafe extern "C" fn after_switch_to(v: usize, word: usize) -> ! {
                 Thmb::release_on(t, v);
             }
         }
-        if vcpu_count() > 1 {
-            wake_helper(v);
-        }
+        offer_work(v);
         resume_prepared(v, to)
     }
 }
@@ -1001,7 +1249,8 @@ unsafe extern "C" fn thread_main(t: *mut Thmb) -> ! {
     unsafe { VCPUS[v].publish_fresh(v) };
     // SAFETY: `t` is live until released.
     if !unsafe { (*t).is_main } && !SHUTDOWN.load(Ordering::Relaxed) {
-        let to = VCPUS[v].pop();
+        // SAFETY: on `v` with LTN = 0.
+        let to = unsafe { take_next(v) };
         if !to.is_null() {
             // SAFETY: `to` is READY and ours; `t`'s stack is abandoned and reclaimed by
             // `after_switch_to` once off it.
@@ -1028,13 +1277,13 @@ unsafe extern "C" fn after_switch(v: usize, word: usize) -> ! {
         match word & ACTION_MASK {
             ACTION_YIELD => {
                 (*t).state.set(READY);
-                VCPUS[v].push(t);
+                VCPUS[v].local.push(t);
             }
             ACTION_BLOCK => {
                 if !(*t).state.commit_park() {
                     // Woken before the switch finished: runnable again (behind what is queued).
                     (*t).state.set(READY);
-                    VCPUS[v].push(t);
+                    VCPUS[v].local.push(t);
                 }
             }
             _ => {
@@ -1068,11 +1317,14 @@ fn vcpu_loop(v: usize) -> ! {
         // interrupted the thread before it entered the scheduler).
         // SAFETY: the loop runs on `v` with LTN = 0.
         unsafe { VCPUS[v].publish_fresh(v) };
-        let t = VCPUS[v].pop();
+        // SAFETY: on `v` with LTN = 0.
+        let t = unsafe { take_next(v) };
         if !t.is_null() {
-            wake_helper(v);
-            // SAFETY: a popped thread is READY and ours.
-            unsafe { dispatch(v, t) }
+            // SAFETY: as above; a popped thread is READY and ours.
+            unsafe {
+                offer_work(v);
+                dispatch(v, t)
+            }
         }
         let t = steal(v);
         if !t.is_null() {
