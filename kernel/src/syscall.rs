@@ -75,6 +75,7 @@ pub fn dispatch(frame: &mut TrapFrame) {
             Syscall::S3Barrier => crate::s3::barrier_wait(frame, a[0] as u64, a[1] as u64, a[2]),
             Syscall::Signal => crate::signals::send(&me(), a[0] as u64, a[1], a[2]),
             Syscall::SignalAllow => crate::signals::allow(&me(), a[0] as u64, a[1]),
+            Syscall::GrantAllow => crate::signals::grant_allow(&me(), a[0] as u64, a[1]),
         },
     };
     frame.set_syscall_result(encode_result(result));
@@ -507,8 +508,9 @@ fn mates_of(target: &Arc<Thread>) -> alloc::vec::Vec<Arc<Thread>> {
 }
 
 /// `region_grant`. Within a program any holder may pass on at most its own rights. To a thread
-/// of another program only the region's owner may grant, and the grant reaches the target's
-/// view-mates with it (authority rules, ARCHITECTURE.md).
+/// of another program only the region's owner may grant, only while that program accepts
+/// grants from the caller's (`grant_allow`), and the grant reaches the target's view-mates with
+/// it (authority rules, ARCHITECTURE.md). Every refusal comes before anything changes.
 fn region_grant(addr: u64, rights_bits: usize, tid: u64) -> SysResult {
     let rights = rights_from(rights_bits)?;
     let (region, mine) = my_region(addr)?;
@@ -525,6 +527,11 @@ fn region_grant(addr: u64, rights_bits: usize, tid: u64) -> SysResult {
         return Err(Errno::Perm);
     }
     let domain = target.domain.clone().expect("a user thread");
+    // A grant racing a withdrawal of consent is ordered before it (a withdrawal takes nothing
+    // back: ARCHITECTURE.md "Authority").
+    if !me.domain.as_ref().is_some_and(|d| domain.grant_senders.lock().contains(d.id)) {
+        return Err(Errno::Perm);
+    }
     let mut change = RightsChange::new(region, rights);
     {
         // One change of the target program's views at a time, as its own `region_create` does.

@@ -1,5 +1,6 @@
 //! Bad syscalls get error codes: an unknown number, pointers outside the caller's memory, a
-//! range that wraps, a bad clock selector, bad signal numbers, targets and scopes. Exits 0 when every answer is the expected one.
+//! range that wraps, a bad clock selector, bad signal numbers, targets and scopes, bad
+//! `grant_allow` arguments. Exits 0 when every answer is the expected one.
 #![no_std]
 #![no_main]
 
@@ -46,6 +47,10 @@ fn main() -> i32 {
         expect("signal to no thread", sys::signal(usize::MAX, 15, 0), Err(Some(Errno::Srch))),
         expect("signal with a bad scope", sys::signal(sys::thread_self(), 17, 7), Err(Some(Errno::Inval))),
         expect("signal_allow for no thread", sys::signal_allow(usize::MAX, true), Err(Some(Errno::Srch))),
+        expect("grant_allow for no thread", sys::grant_allow(usize::MAX, true), Err(Some(Errno::Srch))),
+        expect("grant_allow with allow 2", sys::grant_allow_raw(sys::thread_self(), 2), Err(Some(Errno::Inval))),
+        expect("grant_allow of its own program", sys::grant_allow(sys::thread_self(), true), Ok(0)),
+        expect("grant_allow withdrawn", sys::grant_allow(sys::thread_self(), false), Ok(0)),
         expect("good write", sys::console_write(msg), Ok(msg.len())),
         expect("empty write", sys::call(write, [0, 0, 0, 0, 0, 0]), Ok(0)),
         expect("a long write is cut at 4 KiB", sys::console_write(&LONG), Ok(4096)),
