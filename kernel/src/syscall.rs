@@ -398,10 +398,10 @@ impl RightsChange {
                     return Ok((new, root));
                 }
             }
-            let mut set = s.set(old).ok_or(ViewError::NoView)?.to_vec();
-            set.retain(|(r, _)| *r != id);
-            set.push((id, rights));
-            let new = s.attach(m, &set)?;
+            // Bounded work whatever the regions' sizes (`ViewSpace::attach_changed`): the old
+            // view's table copied without the region, then at most `view::MAP_BUDGET` of its
+            // pages mapped; the rest is mapped on first touch.
+            let new = s.attach_changed(m, old, id, rights)?;
             Ok::<_, ViewError>((new, s.root(new).expect("attached").number()))
         })
         .map_err(view_errno)?;
