@@ -95,13 +95,21 @@ fn my_view() -> Result<ViewId, Errno> {
 /// else through the view space. The copy that follows may still fault if the view changes meanwhile (a grant or
 /// revoke by another thread); it goes through `user_access`, which turns that into `EFAULT`.
 fn check_user(ptr: u64, len: u64, need: MapFlags) -> Result<(), Errno> {
+    check_user_backing(ptr, len, len, need)
+}
+
+/// [`check_user`] that backs only the first `back` bytes (those the call copies): the check is
+/// region by region, bounded whatever `len`, but backing is a page at a time, so a call that
+/// copies a bounded prefix of a long buffer must not back all of it (`console_write` of 1 GiB
+/// of zero-on-touch memory filled 1 GiB under the view-space lock, or ran the machine out).
+fn check_user_backing(ptr: u64, len: u64, back: u64, need: MapFlags) -> Result<(), Errno> {
     if crate::user_access::mapped_for(ptr, len, need) {
         return Ok(());
     }
     let view = my_view()?;
     views::with(|s, m| {
         s.check(view, ptr, len, need).map_err(|_| Errno::Fault)?;
-        s.populate(m, view, ptr, len).map_err(|_| Errno::NoMem)
+        s.populate(m, view, ptr, back.min(len)).map_err(|_| Errno::NoMem)
     })
 }
 
@@ -119,9 +127,10 @@ fn exit(status: usize) -> SysResult {
 
 fn console_write(ptr: u64, len: u64) -> SysResult {
     // The whole buffer must be readable (a region-granular check, bounded whatever `len`), as
-    // before the cap; then at most CONSOLE_WRITE_MAX bytes go out.
-    check_user(ptr, len, MapFlags::READ)?;
-    let len = len.min(tsumugi_abi::syscall::CONSOLE_WRITE_MAX as u64);
+    // before the cap; then at most CONSOLE_WRITE_MAX bytes are backed and go out.
+    let max = tsumugi_abi::syscall::CONSOLE_WRITE_MAX as u64;
+    check_user_backing(ptr, len, max, MapFlags::READ)?;
+    let len = len.min(max);
     let mut buf = [0u8; COPY_CHUNK];
     let mut done = 0u64;
     while done < len {
