@@ -167,6 +167,8 @@ pub struct Domain {
     pub region_lock: Mutex<()>,
     /// The programs it accepts signals from (`signal_allow`; ARCHITECTURE.md "Signals").
     pub signal_senders: Mutex<crate::signals::Accepted>,
+    /// The programs whose grants it accepts (`grant_allow`; ARCHITECTURE.md "Authority").
+    pub grant_senders: Mutex<crate::signals::Accepted>,
 }
 
 impl Domain {
@@ -251,6 +253,7 @@ impl Domain {
             kn: crate::notify::DomainKn::new(),
             region_lock: Mutex::new(()),
             signal_senders: Mutex::new(crate::signals::Accepted::new()),
+            grant_senders: Mutex::new(crate::signals::Accepted::new()),
         }))
     }
 

@@ -17,6 +17,9 @@
 //!   program's waiters are woken to end as for any kill (`Domain::end`). No wait is cut short
 //!   with an error, so no blocking call needs an "interrupted" path.
 //!
+//! The same [`Accepted`] list, kept apart, says whose `region_grant`s a program accepts
+//! (`grant_allow`, checked by `syscall::region_grant`; ARCHITECTURE.md "Authority").
+//!
 //! [`Accepted`] is pure logic (host-tested); the syscalls are on the machine only.
 
 use tsumugi_abi::signal::MAX_ALLOWED;
@@ -174,12 +177,30 @@ mod machine {
 
     /// `signal_allow(tid, allow)` from `me`.
     pub fn allow(me: &Arc<Thread>, tid: u64, allow: usize) -> SysResult {
+        set_accepted(me, tid, allow, |d| &d.signal_senders)
+    }
+
+    /// `grant_allow(tid, allow)` from `me`: the same list as [`allow`]'s, kept for grants
+    /// (`syscall::region_grant` checks it; ARCHITECTURE.md "Authority").
+    pub fn grant_allow(me: &Arc<Thread>, tid: u64, allow: usize) -> SysResult {
+        set_accepted(me, tid, allow, |d| &d.grant_senders)
+    }
+
+    /// The caller's program accepts (`allow` = 1) or no longer accepts (0) the program of
+    /// thread `tid` in the list `list` picks: `EINVAL` for another `allow`, `ESRCH` for no
+    /// thread or a kernel thread, `ENOMEM` when the list is full.
+    fn set_accepted(
+        me: &Arc<Thread>,
+        tid: u64,
+        allow: usize,
+        list: fn(&Domain) -> &spin::Mutex<super::Accepted>,
+    ) -> SysResult {
         if allow > 1 {
             return Err(Errno::Inval);
         }
         let mine = me.domain.clone().ok_or(Errno::Inval)?;
         let other = thread::find(tid).and_then(|t| t.domain.clone()).ok_or(Errno::Srch)?;
-        let mut accepted = mine.signal_senders.lock();
+        let mut accepted = list(&mine).lock();
         if allow == 1 {
             accepted.add(other.id).map_err(|_| Errno::NoMem)?;
         } else {

@@ -75,6 +75,7 @@ pub fn dispatch(frame: &mut TrapFrame) {
             Syscall::S3Barrier => crate::s3::barrier_wait(frame, a[0] as u64, a[1] as u64, a[2]),
             Syscall::Signal => crate::signals::send(&me(), a[0] as u64, a[1], a[2]),
             Syscall::SignalAllow => crate::signals::allow(&me(), a[0] as u64, a[1]),
+            Syscall::GrantAllow => crate::signals::grant_allow(&me(), a[0] as u64, a[1]),
         },
     };
     frame.set_syscall_result(encode_result(result));
@@ -94,13 +95,21 @@ fn my_view() -> Result<ViewId, Errno> {
 /// else through the view space. The copy that follows may still fault if the view changes meanwhile (a grant or
 /// revoke by another thread); it goes through `user_access`, which turns that into `EFAULT`.
 fn check_user(ptr: u64, len: u64, need: MapFlags) -> Result<(), Errno> {
+    check_user_backing(ptr, len, len, need)
+}
+
+/// [`check_user`] that backs only the first `back` bytes (those the call copies): the check is
+/// region by region, bounded whatever `len`, but backing is a page at a time, so a call that
+/// copies a bounded prefix of a long buffer must not back all of it (`console_write` of 1 GiB
+/// of zero-on-touch memory filled 1 GiB under the view-space lock, or ran the machine out).
+fn check_user_backing(ptr: u64, len: u64, back: u64, need: MapFlags) -> Result<(), Errno> {
     if crate::user_access::mapped_for(ptr, len, need) {
         return Ok(());
     }
     let view = my_view()?;
     views::with(|s, m| {
         s.check(view, ptr, len, need).map_err(|_| Errno::Fault)?;
-        s.populate(m, view, ptr, len).map_err(|_| Errno::NoMem)
+        s.populate(m, view, ptr, back.min(len)).map_err(|_| Errno::NoMem)
     })
 }
 
@@ -118,9 +127,10 @@ fn exit(status: usize) -> SysResult {
 
 fn console_write(ptr: u64, len: u64) -> SysResult {
     // The whole buffer must be readable (a region-granular check, bounded whatever `len`), as
-    // before the cap; then at most CONSOLE_WRITE_MAX bytes go out.
-    check_user(ptr, len, MapFlags::READ)?;
-    let len = len.min(tsumugi_abi::syscall::CONSOLE_WRITE_MAX as u64);
+    // before the cap; then at most CONSOLE_WRITE_MAX bytes are backed and go out.
+    let max = tsumugi_abi::syscall::CONSOLE_WRITE_MAX as u64;
+    check_user_backing(ptr, len, max, MapFlags::READ)?;
+    let len = len.min(max);
     let mut buf = [0u8; COPY_CHUNK];
     let mut done = 0u64;
     while done < len {
@@ -397,10 +407,10 @@ impl RightsChange {
                     return Ok((new, root));
                 }
             }
-            let mut set = s.set(old).ok_or(ViewError::NoView)?.to_vec();
-            set.retain(|(r, _)| *r != id);
-            set.push((id, rights));
-            let new = s.attach(m, &set)?;
+            // Bounded work whatever the regions' sizes (`ViewSpace::attach_changed`): the old
+            // view's table copied without the region, then at most `view::MAP_BUDGET` of its
+            // pages mapped; the rest is mapped on first touch.
+            let new = s.attach_changed(m, old, id, rights)?;
             Ok::<_, ViewError>((new, s.root(new).expect("attached").number()))
         })
         .map_err(view_errno)?;
@@ -507,8 +517,9 @@ fn mates_of(target: &Arc<Thread>) -> alloc::vec::Vec<Arc<Thread>> {
 }
 
 /// `region_grant`. Within a program any holder may pass on at most its own rights. To a thread
-/// of another program only the region's owner may grant, and the grant reaches the target's
-/// view-mates with it (authority rules, ARCHITECTURE.md).
+/// of another program only the region's owner may grant, only while that program accepts
+/// grants from the caller's (`grant_allow`), and the grant reaches the target's view-mates with
+/// it (authority rules, ARCHITECTURE.md). Every refusal comes before anything changes.
 fn region_grant(addr: u64, rights_bits: usize, tid: u64) -> SysResult {
     let rights = rights_from(rights_bits)?;
     let (region, mine) = my_region(addr)?;
@@ -525,6 +536,11 @@ fn region_grant(addr: u64, rights_bits: usize, tid: u64) -> SysResult {
         return Err(Errno::Perm);
     }
     let domain = target.domain.clone().expect("a user thread");
+    // A grant racing a withdrawal of consent is ordered before it (a withdrawal takes nothing
+    // back: ARCHITECTURE.md "Authority").
+    if !me.domain.as_ref().is_some_and(|d| domain.grant_senders.lock().contains(d.id)) {
+        return Err(Errno::Perm);
+    }
     let mut change = RightsChange::new(region, rights);
     {
         // One change of the target program's views at a time, as its own `region_create` does.

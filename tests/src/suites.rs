@@ -492,7 +492,7 @@ pub fn views_suite(name: &'static str, smp: u8) -> Suite {
         name,
         smp,
         boot_words: format!(
-            "{}=share_writer+share_reader,readonly_view+twin,revoke_faults,twin+twin,oom_regions,name_owner+name_thief,schedstat,copy_race,revoke_sync+revoke_sync_target,grabber+grab_victim",
+            "{}=share_writer+share_reader,readonly_view+twin,revoke_faults,twin+twin,oom_regions,name_owner+name_thief,schedstat,copy_race,revoke_sync+revoke_sync_target,grabber+grab_victim,grant_victim+grant_pusher",
             bootopt::RUN
         ),
         timeout: KERNEL_SUITE_TIMEOUT,
@@ -527,6 +527,18 @@ pub fn views_suite(name: &'static str, smp: u8) -> Suite {
             killed("revoke_sync_target", "page fault: write of "),
             Check::LogContains("wrote nothing after region_revoke returned".to_string()),
             Check::GroupFramesBalanced("revoke_sync+revoke_sync_target".to_string()),
+            exited("grant_pusher"),
+            exited("grant_victim"),
+            Check::LogContains(
+                "grant_pusher: without the victim's consent: [Err(Some(Perm)), Err(Some(Perm)), Err(Some(Perm)), Err(Some(Perm))]".to_string(),
+            ),
+            Check::LogContains("grant_pusher: with it: Ok(0)".to_string()),
+            Check::LogContains("grant_pusher: after the victim withdrew it: [Err(Some(Perm)), Err(Some(Perm))]".to_string()),
+            Check::LogContains(
+                "grant_victim: the refused grants changed nothing and left its threads view-mates; the allowed one reached both; none after the withdrawal".to_string(),
+            ),
+            Check::GroupFramesBalanced("grant_victim+grant_pusher".to_string()),
+            Check::GroupHeapBalanced { group: "grant_victim+grant_pusher".to_string(), slack: HEAP_CACHE_SLACK },
             Check::Halting(0),
         ],
     }

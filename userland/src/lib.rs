@@ -10,13 +10,15 @@ pub const KERNEL_ADDRESS: usize = 0xffff_ffff_8000_0000;
 
 /// The two halves of the pointer-sharing test.
 pub mod share {
-    /// Where the reader publishes its thread id.
+    /// Where the reader publishes its thread id (once it accepts the writer's grants).
     pub const READER_KEY: usize = 0x5348_0001;
     /// Where the writer publishes the buffer's address.
     pub const BUFFER_KEY: usize = 0x5348_0002;
     /// Where the reader says it has read the buffer (the writer waits for it before it ends,
     /// since its names go with it).
     pub const DONE_KEY: usize = 0x5348_0003;
+    /// Where the writer publishes its thread id (the reader accepts grants from its program).
+    pub const WRITER_KEY: usize = 0x5348_0004;
     /// Bytes shared.
     pub const BUFFER_LEN: usize = 3 * 4096;
 
@@ -55,7 +57,7 @@ pub mod exhaust {
 
 /// The grant/revoke authority test (`grabber+grab_victim`, issue 15 items 1 and 8).
 pub mod grab {
-    /// The attacker's thread id.
+    /// The attacker's thread id (once it accepts the victim's grants).
     pub const ATTACKER_TID_KEY: usize = 0x4752_0001;
     /// The victim's main thread id (set once it granted the attacker read rights on its region).
     pub const VICTIM_TID_KEY: usize = 0x4752_0002;
@@ -65,15 +67,47 @@ pub mod grab {
     pub const VICTIM_MATE_KEY: usize = 0x4752_0004;
     /// The attacker is done.
     pub const ATTACKER_DONE_KEY: usize = 0x4752_0005;
+    /// The victim's main thread id, published first (the attacker accepts grants from it).
+    pub const VICTIM_FIRST_KEY: usize = 0x4752_0006;
     /// The word the victim's region starts with.
     pub const PATTERN: usize = 0x5eed_f00d;
+}
+
+/// The grant-consent test (`grant_victim+grant_pusher`, issue 15 items 1 and 8): another
+/// program's grant needs the target program's consent (`grant_allow`).
+pub mod grant_consent {
+    /// The victim's main thread id.
+    pub const VICTIM_TID_KEY: usize = 0x4743_0001;
+    /// The victim's other thread (a view-mate of its main thread).
+    pub const VICTIM_MATE_KEY: usize = 0x4743_0002;
+    /// The pusher's thread id.
+    pub const PUSHER_TID_KEY: usize = 0x4743_0003;
+    /// The pusher tried without the victim's consent.
+    pub const REFUSED_KEY: usize = 0x4743_0004;
+    /// The victim accepts the pusher's grants now.
+    pub const ALLOWED_KEY: usize = 0x4743_0005;
+    /// The pusher's grant went through (value: the region's address).
+    pub const GRANTED_KEY: usize = 0x4743_0006;
+    /// The victim no longer accepts them.
+    pub const WITHDRAWN_KEY: usize = 0x4743_0007;
+    /// The pusher tried again after the withdrawal (value: the region it tried to push).
+    pub const DONE_KEY: usize = 0x4743_0008;
+    /// The victim has checked everything (the pusher, whose names the victim reads, ends then).
+    pub const ACK_KEY: usize = 0x4743_0009;
+    /// The word the pusher's regions start with.
+    pub const PUSHED: usize = 0x9054_ed00;
+    /// The word the victim's own region starts with.
+    pub const OWN: usize = 0x0bad_cafe;
 }
 
 /// Revocation that holds when the call returns (`revoke_sync+revoke_sync_target`, issue 15
 /// item 2).
 pub mod revoke_sync {
-    /// The target's thread id (it runs pinned to another CPU than the owner's).
+    /// The target's thread id (it runs pinned to another CPU than the owner's), once it
+    /// accepts the owner's grants.
     pub const TARGET_TID_KEY: usize = 0x5253_0001;
+    /// The owner's thread id (the target accepts grants from its program).
+    pub const OWNER_TID_KEY: usize = 0x5253_0003;
     /// The owner's region the target writes.
     pub const REGION_KEY: usize = 0x5253_0002;
 }
@@ -123,8 +157,10 @@ pub mod s3 {
     use core::sync::atomic::AtomicUsize;
     use libuthread::sync::{SharedBarrier, SharedMutex};
 
-    /// Where the holder publishes its thread id.
+    /// Where the holder publishes its thread id (once it accepts the waiter's grants).
     pub const HOLDER_TID_KEY: usize = 0x5333_0001;
+    /// Where the waiter publishes its thread id (the holder accepts grants from its program).
+    pub const WAITER_TID_KEY: usize = 0x5333_0005;
     /// Where the waiter publishes the shared region's address.
     pub const REGION_KEY: usize = 0x5333_0002;
     /// Where the holder says it holds both locks.

@@ -36,8 +36,11 @@ pub enum Syscall {
     /// `region_create(len, rights, flags) -> addr`: a new region of the single address space,
     /// in the caller's view with `rights` ([`rights`]); `flags`: [`region_flags`].
     RegionCreate = 9,
-    /// `region_grant(addr, rights, tid) -> 0`: give thread `tid` (any program's) `rights` on
-    /// the region at `addr`; the caller must hold at least those rights.
+    /// `region_grant(addr, rights, tid) -> 0`: give thread `tid` `rights` on the region at
+    /// `addr`; the caller must hold at least those rights. To a thread of another program only
+    /// the region's owner may grant, and only while that program accepts grants from the
+    /// caller's (`grant_allow`): else `EPERM`, with nothing changed. Such a grant reaches the
+    /// target's view-mates too.
     RegionGrant = 10,
     /// `region_revoke(addr, tid) -> 0`: take the region at `addr` out of thread `tid`'s view;
     /// the caller must hold the region.
@@ -142,6 +145,13 @@ pub enum Syscall {
     /// [`crate::signal::MAX_ALLOWED`] programs at once (`ENOMEM`); `ESRCH` for an unknown
     /// thread or a kernel thread, `EINVAL` for another `allow`.
     SignalAllow = 37,
+    /// `grant_allow(tid, allow) -> 0`: the caller's program accepts (`allow` = 1) or no longer
+    /// accepts (0) `region_grant`s into its threads' views from the program of thread `tid`
+    /// (its own program's grants need no consent). Withdrawing it takes nothing back that was
+    /// granted before (the program may revoke that itself). At most
+    /// [`crate::signal::MAX_ALLOWED`] programs at once (`ENOMEM`); `ESRCH` for an unknown
+    /// thread or a kernel thread, `EINVAL` for another `allow`.
+    GrantAllow = 38,
 }
 
 /// Rights bits of region syscalls.
@@ -182,7 +192,7 @@ pub struct ViewEntry {
 
 impl Syscall {
     /// Every syscall, in number order.
-    pub const ALL: [Syscall; 38] = [
+    pub const ALL: [Syscall; 39] = [
         Syscall::Exit,
         Syscall::ConsoleWrite,
         Syscall::Clock,
@@ -221,6 +231,7 @@ impl Syscall {
         Syscall::S3Barrier,
         Syscall::Signal,
         Syscall::SignalAllow,
+        Syscall::GrantAllow,
     ];
 
     /// Decodes a syscall number.

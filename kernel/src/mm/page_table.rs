@@ -111,24 +111,32 @@ impl<F: PageTableFormat> PageTable<F> {
     }
 
     /// Copies the trees below root entries `range` of `other` into this table (which has none
-    /// there yet): new intermediate tables, the same leaves. For deriving one user view from
-    /// another (`view.rs`): a copy is a few table frames, where mapping every page again is a
-    /// walk per page. Intermediate entries are made `user` (every view mapping is a user one).
-    /// On running out of table frames, what was copied so far stays (the caller frees it).
-    pub fn copy_root_entries(
+    /// there yet): new intermediate tables (made `user`: every view mapping is a user one), the
+    /// same leaves — except every leaf in `skip` — and at most `*budget` table frames made
+    /// (each one counted off). A subtree wholly inside `skip`, or met once the budget is spent,
+    /// is left out: its addresses stay unmapped here. For deriving one user view from another
+    /// whose rights differ on the region at `skip` (`view.rs`; the new view maps what was left
+    /// out on first touch): at most `*budget` table copies and a scan of their entries,
+    /// whatever the size of `other`, where mapping every page again is a walk per page. On
+    /// running out of table frames, what was copied so far stays (the caller frees it).
+    pub fn copy_root_entries_bounded(
         &mut self,
         mem: &impl PhysMemory,
         frames: &mut impl TableFrames,
         other: &PageTable<F>,
         range: core::ops::Range<usize>,
+        skip: &core::ops::Range<u64>,
+        budget: &mut usize,
     ) -> Result<(), MapError> {
         for i in range {
             // SAFETY: live root table.
             let entry = unsafe { *slot(mem, other.root, i) };
             if let Entry::Table(next) = F::decode(entry, F::LEVELS - 1) {
-                let copy = copy_subtree::<F>(mem, frames, next, F::LEVELS - 2)?;
-                // SAFETY: live root table, entry empty (caller's contract).
-                unsafe { *slot(mem, self.root, i) = F::table_entry(copy, true) };
+                let base = i as u64 * F::leaf_size(F::LEVELS - 1);
+                if let Some(copy) = copy_subtree_bounded::<F>(mem, frames, next, F::LEVELS - 2, base, skip, budget)? {
+                    // SAFETY: live root table, entry empty (caller's contract).
+                    unsafe { *slot(mem, self.root, i) = F::table_entry(copy, true) };
+                }
             }
         }
         Ok(())
@@ -263,38 +271,63 @@ impl<F: PageTableFormat> PageTable<F> {
     }
 }
 
-/// A copy of the table `table` at `level` and of the tables below it (leaves are shared).
-fn copy_subtree<F: PageTableFormat>(mem: &impl PhysMemory, frames: &mut impl TableFrames, table: Frame, level: usize) -> Result<Frame, MapError> {
+/// A copy of the table `table` at `level`, covering the addresses from `base`, and of the
+/// tables below it, without the leaves in `skip` and with at most `*budget` tables made
+/// (leaves are shared). `None`: nothing to copy (wholly in `skip`, or the budget is spent).
+fn copy_subtree_bounded<F: PageTableFormat>(
+    mem: &impl PhysMemory,
+    frames: &mut impl TableFrames,
+    table: Frame,
+    level: usize,
+    base: u64,
+    skip: &core::ops::Range<u64>,
+    budget: &mut usize,
+) -> Result<Option<Frame>, MapError> {
+    let entry_span = F::leaf_size(level);
+    let end = base.saturating_add(entry_span * ENTRIES as u64);
+    if (skip.start <= base && end <= skip.end) || *budget == 0 {
+        return Ok(None);
+    }
+    *budget -= 1;
     let copy = frames.allocate_table().ok_or(MapError::OutOfMemory)?;
-    // SAFETY: both frames are whole live tables reachable through `mem`.
-    unsafe { mem.table(copy).write(*mem.table(table)) };
-    if level > 0 {
-        for i in 0..ENTRIES {
-            // SAFETY: live table.
-            let entry = unsafe { *slot(mem, table, i) };
-            if let Entry::Table(next) = F::decode(entry, level) {
-                match copy_subtree::<F>(mem, frames, next, level - 1) {
+    let overlaps = |at: u64| at < skip.end && skip.start < at.saturating_add(entry_span);
+    if level == 0 {
+        // SAFETY: both frames are whole live tables reachable through `mem`.
+        unsafe { mem.table(copy).write(*mem.table(table)) };
+        if skip.start < end && base < skip.end {
+            for i in 0..ENTRIES {
+                if overlaps(base + i as u64 * entry_span) {
                     // SAFETY: `copy` is ours and live.
-                    Ok(sub) => unsafe { *slot(mem, copy, i) = F::table_entry(sub, true) },
-                    Err(e) => {
-                        // Entries not copied yet still name `table`'s children: clear them so
-                        // freeing the copy frees only what it owns.
-                        for j in i..ENTRIES {
-                            // SAFETY: as above.
-                            unsafe {
-                                if let Entry::Table(_) = F::decode(*slot(mem, copy, j), level) {
-                                    *slot(mem, copy, j) = 0;
-                                }
-                            }
-                        }
-                        free_subtree::<F>(mem, frames, copy, level);
-                        return Err(e);
-                    }
+                    unsafe { *slot(mem, copy, i) = 0 };
                 }
             }
         }
+        return Ok(Some(copy));
     }
-    Ok(copy)
+    // Entries are filled one by one, so the copy never names `table`'s children and freeing
+    // it on failure frees only what it owns.
+    zero(mem, copy);
+    for i in 0..ENTRIES {
+        let at = base + i as u64 * entry_span;
+        // SAFETY: live table.
+        let entry = unsafe { *slot(mem, table, i) };
+        match F::decode(entry, level) {
+            Entry::Table(next) => match copy_subtree_bounded::<F>(mem, frames, next, level - 1, at, skip, budget) {
+                // SAFETY: `copy` is ours and live.
+                Ok(Some(sub)) => unsafe { *slot(mem, copy, i) = F::table_entry(sub, true) },
+                Ok(None) => {}
+                Err(e) => {
+                    free_subtree::<F>(mem, frames, copy, level);
+                    return Err(e);
+                }
+            },
+            // A large leaf (views make none): kept unless it covers part of `skip`.
+            // SAFETY: `copy` is ours and live.
+            Entry::Leaf(..) if !overlaps(at) => unsafe { *slot(mem, copy, i) = entry },
+            Entry::Leaf(..) | Entry::Empty => {}
+        }
+    }
+    Ok(Some(copy))
 }
 
 fn free_subtree<F: PageTableFormat>(mem: &impl PhysMemory, frames: &mut impl TableFrames, table: Frame, level: usize) {
@@ -354,6 +387,48 @@ mod tests {
         assert_eq!(pt.translate(mem, va), None);
         assert_eq!(pt.unmap(mem, va).unwrap_err(), UnmapError::NotMapped(va));
         pt.free_tables(mem, &mut MachineTables(&mut m), 0..ENTRIES);
+        assert_eq!(m.live(), 0, "every table frame is returned");
+    }
+
+    #[test]
+    fn bounded_copy_leaves_out_the_skipped_range_and_stops_at_the_budget() {
+        let mut m = FakeMachine::new(256);
+        let mem = &m.memory();
+        let flags = MapFlags::READ | MapFlags::USER;
+        let mut pt = PageTable::<X86_64>::new(mem, &mut MachineTables(&mut m)).unwrap();
+        // Three 2 MiB-apart groups of pages: 0x4000_0000.., 0x4020_0000.., 0x4040_0000.. .
+        let pages: Vec<u64> = (0..3u64).flat_map(|g| (0..4u64).map(move |p| 0x4000_0000 + g * 0x20_0000 + p * 0x1000)).collect();
+        for (n, va) in pages.iter().enumerate() {
+            pt.map(mem, &mut MachineTables(&mut m), VirtAddr::new(*va), Frame::from_number(0x100 + n as u64), flags, 0).unwrap().ignore();
+        }
+        // Skip two pages of the middle group; budget enough for everything.
+        let skip = 0x4020_1000..0x4020_3000;
+        let mut copy = PageTable::<X86_64>::new(mem, &mut MachineTables(&mut m)).unwrap();
+        let mut budget = 100;
+        copy.copy_root_entries_bounded(mem, &mut MachineTables(&mut m), &pt, 0..ENTRIES, &skip, &mut budget).unwrap();
+        // Tables: one at each of levels 3, 2 and one leaf table per group.
+        assert_eq!(budget, 100 - 5);
+        for va in &pages {
+            let want = if skip.contains(va) { None } else { pt.translate(mem, VirtAddr::new(*va)) };
+            assert_eq!(copy.translate(mem, VirtAddr::new(*va)), want, "{va:#x}");
+        }
+        // A range covering a whole leaf table: that table is not copied at all.
+        let mut copy2 = PageTable::<X86_64>::new(mem, &mut MachineTables(&mut m)).unwrap();
+        let mut budget = 100;
+        copy2.copy_root_entries_bounded(mem, &mut MachineTables(&mut m), &pt, 0..ENTRIES, &(0x4020_0000..0x4040_0000), &mut budget).unwrap();
+        assert_eq!(budget, 100 - 4);
+        // A budget of 3: the two upper tables and the first leaf table; the rest is left out.
+        let mut copy3 = PageTable::<X86_64>::new(mem, &mut MachineTables(&mut m)).unwrap();
+        let mut budget = 3;
+        copy3.copy_root_entries_bounded(mem, &mut MachineTables(&mut m), &pt, 0..ENTRIES, &(0..0), &mut budget).unwrap();
+        assert_eq!(budget, 0);
+        for va in &pages {
+            let want = if *va < 0x4020_0000 { pt.translate(mem, VirtAddr::new(*va)) } else { None };
+            assert_eq!(copy3.translate(mem, VirtAddr::new(*va)), want, "{va:#x}");
+        }
+        for t in [pt, copy, copy2, copy3] {
+            t.free_tables(mem, &mut MachineTables(&mut m), 0..ENTRIES);
+        }
         assert_eq!(m.live(), 0, "every table frame is returned");
     }
 }

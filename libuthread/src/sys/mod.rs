@@ -109,7 +109,9 @@ pub fn region_create(len: usize, rights: usize, flags: usize) -> SysResult {
     call(Syscall::RegionCreate as usize, [len, rights, flags, 0, 0, 0])
 }
 
-/// Gives thread `tid` `rights` on the region at `addr`.
+/// Gives thread `tid` `rights` on the region at `addr`. A thread of another program only from
+/// the region's owner, and only while that program accepts the caller's grants
+/// ([`grant_allow`]); else `EPERM`.
 pub fn region_grant(addr: usize, rights: usize, tid: usize) -> SysResult {
     call(Syscall::RegionGrant as usize, [addr, rights, tid, 0, 0, 0])
 }
@@ -346,4 +348,16 @@ pub fn signal_allow(tid: usize, allow: bool) -> SysResult {
 /// `signal_allow` with a raw `allow` word (tests of the kernel's checks).
 pub fn signal_allow_raw(tid: usize, allow: usize) -> SysResult {
     call(Syscall::SignalAllow as usize, [tid, allow, 0, 0, 0, 0])
+}
+
+/// `grant_allow`: the caller's program accepts (`true`) or no longer accepts `region_grant`s
+/// into its threads' views from the program of kernel thread `tid`. Without it another
+/// program's grant gets `EPERM`; withdrawing it takes back nothing granted before.
+pub fn grant_allow(tid: usize, allow: bool) -> SysResult {
+    call(Syscall::GrantAllow as usize, [tid, usize::from(allow), 0, 0, 0, 0])
+}
+
+/// `grant_allow` with a raw `allow` word (tests of the kernel's checks).
+pub fn grant_allow_raw(tid: usize, allow: usize) -> SysResult {
+    call(Syscall::GrantAllow as usize, [tid, allow, 0, 0, 0, 0])
 }

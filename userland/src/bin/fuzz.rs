@@ -167,7 +167,7 @@ static OK: AtomicU64 = AtomicU64::new(0);
 /// Errors by `Errno` value (index 0: a code the library does not know — a failure).
 static ERRORS: [AtomicU64; 10] = [const { AtomicU64::new(0) }; 10];
 /// Calls by syscall number (the last slot: unknown numbers).
-static BY_CALL: [AtomicU64; 38] = [const { AtomicU64::new(0) }; 38];
+static BY_CALL: [AtomicU64; 40] = [const { AtomicU64::new(0) }; 40];
 
 /// splitmix64: small, deterministic, good enough to pick arguments.
 struct Rng(u64);
@@ -357,6 +357,12 @@ fn one(rng: &mut Rng) {
             let _ = call(n(S::RegionCreate), [len, r, flags, 0, 0, 0]);
         }
         8 | 9 => {
+            if rng.chance(8) {
+                // Consent to grants from any program (nobody else grants into the fuzzer).
+                let allow = rng.pick(&[0, 1, 2, usize::MAX]);
+                let _ = call(n(S::GrantAllow), [rng.thread_id(), allow, 0, 0, 0, 0]);
+                return;
+            }
             let _ = call(n(S::RegionGrant), [rng.target_address(), rng.rights(), rng.thread_id(), 0, 0, 0]);
         }
         10 | 11 => {
@@ -723,7 +729,7 @@ fn main() -> i32 {
         e(Errno::NotSup as usize),
         e(0)
     );
-    let mut per_call = [0u64; 38];
+    let mut per_call = [0u64; 40];
     for (p, c) in per_call.iter_mut().zip(BY_CALL.iter()) {
         *p = c.load(Ordering::Relaxed);
     }

@@ -33,7 +33,13 @@ fn main() -> i32 {
     // SAFETY: just created, writable.
     unsafe { (region as *mut usize).write_volatile(PATTERN) };
     let Ok(m) = sys::spawn(mate, 0, 16 * 1024, false) else { return 1 };
+    let _ = sys::publish(VICTIM_FIRST_KEY, sys::thread_self());
     let attacker = sys::lookup_wait(ATTACKER_TID_KEY);
+    // Accept the attacker's grants: its push is let in, and must reach both view-mates.
+    if sys::grant_allow(attacker, true).is_err() {
+        println!("grab_victim: FAILED: grant_allow");
+        return 1;
+    }
     if sys::region_grant(region, rights::READ, attacker).is_err() {
         println!("grab_victim: FAILED: could not grant the attacker read rights");
         return 1;

@@ -1,6 +1,7 @@
 //! The attacker of the grant/revoke authority test: holding read rights the victim granted it,
 //! it tries to revoke the victim's own region from the victim, to pass those rights on to
-//! another of the victim's threads, and pushes a region of its own into one victim thread —
+//! another of the victim's threads, and pushes a region of its own into one victim thread (the
+//! victim accepts its grants: `grant_pusher+grant_victim` tests a push without consent) —
 //! which must reach all of the victim's view-mates, never split them. Exits 0 when each answer
 //! is the one the authority rules give (ARCHITECTURE.md).
 #![no_std]
@@ -11,6 +12,11 @@ use tsumugi_abi::syscall::rights;
 use tsumugi_userland::grab::*;
 
 fn main() -> i32 {
+    // The victim grants this program read rights on its region: accept its grants first.
+    if sys::grant_allow(sys::lookup_wait(VICTIM_FIRST_KEY), true).is_err() {
+        println!("grabber: FAILED: grant_allow");
+        return 1;
+    }
     if sys::publish(ATTACKER_TID_KEY, sys::thread_self()).is_err() {
         return 1;
     }

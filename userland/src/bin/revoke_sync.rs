@@ -18,6 +18,7 @@ fn main() -> i32 {
     let _ = sys::thread_pin(Some(0));
     let Ok(region) = sys::region_create(4096, rights::READ | rights::WRITE, 0) else { return 1 };
     let counter = region as *const u64;
+    let _ = sys::publish(OWNER_TID_KEY, sys::thread_self());
     let target = sys::lookup_wait(TARGET_TID_KEY);
     if sys::region_grant(region, rights::READ | rights::WRITE, target).is_err() {
         println!("revoke_sync: FAILED: could not grant the region to the target");

@@ -13,6 +13,11 @@ use tsumugi_userland::s3::*;
 
 
 fn main() -> i32 {
+    // The waiter grants this program its region: accept its grants first.
+    if let Err(e) = sys::grant_allow(sys::lookup_wait(WAITER_TID_KEY), true) {
+        println!("s3_holder: FAILED: grant_allow: {e:?}");
+        return 1;
+    }
     let _ = sys::publish(HOLDER_TID_KEY, sys::thread_self());
     let region = sys::lookup_wait(REGION_KEY);
     // SAFETY: the waiter initialised the region before publishing it and outlives this program.

@@ -31,6 +31,7 @@ fn main() -> i32 {
     }
     // SAFETY: initialised above; the region lives as long as this program.
     let s: &'static Shared = unsafe { &*shared };
+    let _ = sys::publish(WAITER_TID_KEY, sys::thread_self());
     let holder = sys::lookup_wait(HOLDER_TID_KEY);
     if let Err(e) = sys::region_grant(region, rights::READ | rights::WRITE, holder) {
         println!("s3_waiter: FAILED: grant to the holder: {e:?}");

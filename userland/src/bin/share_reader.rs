@@ -1,12 +1,17 @@
-//! The other half of `share_writer`: publishes its thread id, waits for the buffer's address,
-//! and checks it sees the writer's data at that same address.
+//! The other half of `share_writer`: accepts grants from the writer's program, publishes its
+//! thread id, waits for the buffer's address, and checks it sees the writer's data at that same
+//! address.
 #![no_std]
 #![no_main]
 
 use libuthread::{println, sys};
-use tsumugi_userland::share::{pattern, BUFFER_KEY, BUFFER_LEN, DONE_KEY, READER_KEY};
+use tsumugi_userland::share::{pattern, BUFFER_KEY, BUFFER_LEN, DONE_KEY, READER_KEY, WRITER_KEY};
 
 fn main() -> i32 {
+    if sys::grant_allow(sys::lookup_wait(WRITER_KEY), true).is_err() {
+        println!("share_reader: FAILED: grant_allow");
+        return 1;
+    }
     let _ = sys::publish(READER_KEY, sys::thread_self());
     let buf = sys::lookup_wait(BUFFER_KEY);
     let mut bad = 0;

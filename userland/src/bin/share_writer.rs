@@ -1,11 +1,12 @@
 //! Shares a buffer with `share_reader` by passing a pointer: creates a region, fills it, grants
-//! the reader's thread read access, and publishes the address. Run as `share_writer+share_reader`.
+//! the reader's thread read access (the reader accepted grants from this program first), and
+//! publishes the address. Run as `share_writer+share_reader`.
 #![no_std]
 #![no_main]
 
 use libuthread::{println, sys};
 use tsumugi_abi::syscall::rights;
-use tsumugi_userland::share::{pattern, BUFFER_KEY, BUFFER_LEN, DONE_KEY, READER_KEY};
+use tsumugi_userland::share::{pattern, BUFFER_KEY, BUFFER_LEN, DONE_KEY, READER_KEY, WRITER_KEY};
 
 fn main() -> i32 {
     let Ok(buf) = sys::region_create(BUFFER_LEN, rights::READ | rights::WRITE, 0) else {
@@ -15,6 +16,10 @@ fn main() -> i32 {
     for i in 0..BUFFER_LEN {
         // SAFETY: the region was just created writable for this thread.
         unsafe { ((buf + i) as *mut u8).write_volatile(pattern(i)) };
+    }
+    if sys::publish(WRITER_KEY, sys::thread_self()).is_err() {
+        println!("share_writer: FAILED: publish");
+        return 1;
     }
     let reader = sys::lookup_wait(READER_KEY);
     match sys::region_grant(buf, rights::READ, reader) {

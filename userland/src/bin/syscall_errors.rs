@@ -1,5 +1,6 @@
 //! Bad syscalls get error codes: an unknown number, pointers outside the caller's memory, a
-//! range that wraps, a bad clock selector, bad signal numbers, targets and scopes. Exits 0 when every answer is the expected one.
+//! range that wraps, a bad clock selector, bad signal numbers, targets and scopes, bad
+//! `grant_allow` arguments. Exits 0 when every answer is the expected one.
 #![no_std]
 #![no_main]
 
@@ -32,6 +33,25 @@ static LONG: [u8; 5000] = {
     b
 };
 
+/// A zero-on-touch region larger than the machine's memory (256 MiB).
+const HUGE_LAZY: usize = 512 << 20;
+
+/// `console_write` of all of a zero-on-touch region larger than memory: the kernel checks the
+/// whole buffer but backs only the 4 KiB it writes (it used to back every page, under the
+/// view-space lock, and answer `ENOMEM`). The first page holds a line, so the log stays text.
+fn huge_lazy_write() -> sys::SysResult {
+    use tsumugi_abi::syscall::{region_flags, rights};
+    let r = sys::region_create(HUGE_LAZY, rights::READ | rights::WRITE, region_flags::LAZY)?;
+    let line = b"syscall_errors: a 512 MiB write of zero-on-touch memory is cut at 4 KiB";
+    // SAFETY: the region was just made, writable, larger than a page.
+    unsafe {
+        core::ptr::write_bytes(r as *mut u8, b' ', 4096);
+        core::ptr::copy_nonoverlapping(line.as_ptr(), r as *mut u8, line.len());
+        *((r + 4095) as *mut u8) = b'\n';
+    }
+    sys::call(Syscall::ConsoleWrite as usize, [r, HUGE_LAZY, 0, 0, 0, 0])
+}
+
 fn main() -> i32 {
     let write = Syscall::ConsoleWrite as usize;
     let msg = b"syscall_errors: a good write works\n";
@@ -46,9 +66,14 @@ fn main() -> i32 {
         expect("signal to no thread", sys::signal(usize::MAX, 15, 0), Err(Some(Errno::Srch))),
         expect("signal with a bad scope", sys::signal(sys::thread_self(), 17, 7), Err(Some(Errno::Inval))),
         expect("signal_allow for no thread", sys::signal_allow(usize::MAX, true), Err(Some(Errno::Srch))),
+        expect("grant_allow for no thread", sys::grant_allow(usize::MAX, true), Err(Some(Errno::Srch))),
+        expect("grant_allow with allow 2", sys::grant_allow_raw(sys::thread_self(), 2), Err(Some(Errno::Inval))),
+        expect("grant_allow of its own program", sys::grant_allow(sys::thread_self(), true), Ok(0)),
+        expect("grant_allow withdrawn", sys::grant_allow(sys::thread_self(), false), Ok(0)),
         expect("good write", sys::console_write(msg), Ok(msg.len())),
         expect("empty write", sys::call(write, [0, 0, 0, 0, 0, 0]), Ok(0)),
         expect("a long write is cut at 4 KiB", sys::console_write(&LONG), Ok(4096)),
+        expect("a write longer than memory backs only what it writes", huge_lazy_write(), Ok(4096)),
     ];
     if checks.iter().all(|&ok| ok) {
         0

@@ -35,6 +35,7 @@ mod test_support;
 mod cubix;
 mod fcs_sweep;
 mod fp_switch;
+mod grant_cost;
 mod host_comparison;
 mod host_switch;
 mod kernel_switch;
