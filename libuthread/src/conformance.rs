@@ -528,7 +528,8 @@ fn inline_child_blocks_like_a_thread() -> Outcome {
 
 /// Children that their spawner does not join at once still run (a spawn only lists the child on
 /// its vCPU; it becomes visible to the scheduler when the spawner gives up its vCPU): children
-/// waited for through a channel, in spawn order on one vCPU; a child joined by another thread
+/// waited for through a channel (each exactly once; in any order, since a preemption can
+/// requeue a child before it sends); a child joined by another thread
 /// than its spawner; a detached child left behind by a thread that exits.
 fn unjoined_children_still_run() -> Outcome {
     let (tx, rx) = mpsc::channel::<usize>();
@@ -545,7 +546,6 @@ fn unjoined_children_still_run() -> Outcome {
     let mut sorted = got.clone();
     sorted.sort_unstable();
     ensure!(sorted == [0, 1, 2], "the children sent {got:?}");
-    ensure!(crate::vcpu_count() > 1 || got == [0, 1, 2], "on one vCPU the children ran out of spawn order: {got:?}");
 
     let first = crate::spawn(|| 7u32);
     let joiner = crate::spawn(move || first.join().unwrap_or(0) * 2);
