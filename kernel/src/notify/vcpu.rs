@@ -134,7 +134,8 @@ fn spare_main() -> ! {
 
 /// Hands vCPU `vcpu` to a spare activation with the view `view` (the blocking thread's), to
 /// enter the handler with `args`; returns `false` if there is none (then a new activation must
-/// be started). The spare runs on this CPU, next.
+/// be started). The spare runs on this CPU, next: the caller must give the CPU up soon
+/// (`scheduler::hand_next`).
 pub fn hand_to_spare(domain: &Domain, view: Option<crate::mm::view::ViewId>, vcpu: usize, args: [u64; 4]) -> bool {
     let spare = {
         let mut st = domain.kn.state();
@@ -147,7 +148,9 @@ pub fn hand_to_spare(domain: &Domain, view: Option<crate::mm::view::ViewId>, vcp
         t
     };
     spare.last_cpu.store(arch::cpu::cpu_index(), Ordering::Relaxed);
-    thread::wake(spare);
+    // The caller gives this CPU up right after (it waits, or becomes a spare itself): the spare
+    // runs next here without a run-queue round trip.
+    thread::wake_next(spare);
     true
 }
 
