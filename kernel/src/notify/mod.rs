@@ -186,13 +186,10 @@ mod machine {
         SLEEPERS.lock().any(|s| core::ptr::eq(Arc::as_ptr(&s.domain), domain) && s.thmb == thmb)
     }
 
-    /// Counts an upcall about to be delivered.
-    pub(super) fn count_upcall(domain: &Domain, kind: u64) {
-        scheduler::with_current(|t| {
-            if let Some(t) = t {
-                t.perf.tally(tsumugi_abi::perf::Event::Upcalls);
-            }
-        });
+    /// Counts an upcall about to be delivered; `me` is the running thread (its perf counters
+    /// count it).
+    pub(super) fn count_upcall(me: &Thread, domain: &Domain, kind: u64) {
+        me.perf.tally(tsumugi_abi::perf::Event::Upcalls);
         domain.kn.count_upcall(kind);
         crate::trace::upcall(domain.id, kind);
     }
@@ -219,7 +216,7 @@ mod machine {
     fn upcall(me: &Thread, frame: &mut TrapFrame, vcpu: usize, args: [u64; 4]) {
         let Some(domain) = &me.domain else { return };
         let Some(cfg) = domain.kn.config() else { return };
-        count_upcall(domain, args[0]);
+        count_upcall(me, domain, args[0]);
         frame.set_upcall(cfg.handler, cfg.upcall_stacks[vcpu], args);
         arch::cpu::set_user_ltn(0);
     }

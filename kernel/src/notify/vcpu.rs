@@ -111,7 +111,7 @@ pub fn start_activation(domain: &Arc<Domain>, source: &Thread, vcpu: usize, hand
     let view = source.view().ok_or(Errno::Fault)?;
     let set = views::with(|s, _| s.set(view).map(|x| x.to_vec())).ok_or(Errno::Fault)?;
     let v = views::with(|s, m| s.attach(m, &set)).map_err(|_| Errno::NoMem)?;
-    super::count_upcall(domain, args[0]);
+    super::count_upcall(source, domain, args[0]);
     domain.spawn(v, Body::Upcall { ip: handler, sp: stack, args }, true, Some(vcpu)).map_err(|_| Errno::NoMem)
 }
 
@@ -192,7 +192,7 @@ pub fn serve_as_spare() -> ! {
                 if tell {
                     tell_fp_live(&me, vcpu);
                 }
-                super::count_upcall(&domain, args[0]);
+                super::count_upcall(&me, &domain, args[0]);
                 Some((cfg.handler, cfg.upcall_stacks[vcpu], args))
             })
         };
