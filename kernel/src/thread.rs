@@ -519,6 +519,12 @@ pub fn sleep_nanos(nanos: u64) {
     }
 }
 
+/// The earliest deadline of a sleeping thread (nanoseconds; `u64::MAX`: none), without the lock.
+#[inline(always)]
+pub fn earliest_sleeper() -> u64 {
+    SLEEPERS_EARLIEST.load(Ordering::Acquire)
+}
+
 /// Wakes sleepers whose deadline has passed at `now` (timer tick, CPU 0; nanoseconds). Most
 /// ticks have none due: the earliest deadline is checked first, without the lock.
 #[inline(always)]

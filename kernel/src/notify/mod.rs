@@ -402,6 +402,12 @@ mod machine {
         domain.kn.sleeping.store(0, Ordering::Relaxed);
     }
 
+    /// The earliest deadline of a timed wait (nanoseconds; `u64::MAX`: none), without the lock.
+    #[inline(always)]
+    pub fn earliest_sleeper() -> u64 {
+        EARLIEST.load(Ordering::Acquire)
+    }
+
     /// Ends the timed waits whose deadline has passed at `now` (timer tick; nanoseconds): the
     /// result (0) goes into the thread's ThMB and `UNBLOCKED` into its program's ring, in
     /// deadline order.

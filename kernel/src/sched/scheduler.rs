@@ -719,10 +719,13 @@ pub fn tick(from_user: bool) -> bool {
             dump();
             crate::notify::dump();
         }
-        // Most ticks have no timed wait due: both queues check their earliest deadline first.
-        let now = arch::timer::nanos();
-        crate::thread::wake_sleepers(now);
-        crate::notify::wake_sleepers(now);
+        // Most ticks have no timed wait at all (then not even the clock is read), or none due:
+        // both queues check their earliest deadline first.
+        if crate::thread::earliest_sleeper().min(crate::notify::earliest_sleeper()) != u64::MAX {
+            let now = arch::timer::nanos();
+            crate::thread::wake_sleepers(now);
+            crate::notify::wake_sleepers(now);
+        }
         crate::console_input::poll();
     }
     let current = cpu.current.load(Ordering::Relaxed);
