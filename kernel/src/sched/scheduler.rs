@@ -4,7 +4,9 @@
 //! Invariants:
 //! - kernel code runs with interrupts disabled; they are enabled only in user mode and while an
 //!   idle CPU halts, so no lock is ever held by code an interrupt handler interrupted;
-//! - a thread is in at most one run queue, and only when its state is `Ready`;
+//! - a thread is in at most one run queue, and only when its state is `Ready`; a `Ready` thread
+//!   may instead sit in its CPU's hand-next slot (`Cpu::handed`, [`hand_next`]), which that CPU's
+//!   next `schedule` empties;
 //! - a CPU switching away from a thread leaves it in `Cpu::prev` and the *next* context finishes
 //!   the job (requeue or drop) after the switch, so no other CPU can run a thread whose stack
 //!   is still in use; `on_cpu` is cleared at that point and a CPU taking a thread waits for it;
