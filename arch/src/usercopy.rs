@@ -135,6 +135,44 @@ impl Access {
         // SAFETY: as in `get_u64`; `src` is ours.
         result(unsafe { user_copy_out(dst, src.as_ptr(), src.len()) })
     }
+
+    /// [`get_u64`](Self::get_u64) of a word whose address the caller proved once for all (an
+    /// event ring checked at registration): no per-access check on the hot path.
+    ///
+    /// # Safety
+    /// `src` is 8-byte aligned and `[src, src + 8)` lies in the user half.
+    #[inline(always)]
+    pub unsafe fn get_u64_prechecked(&self, src: u64) -> Result<u64, UserFault> {
+        debug_assert!(src % 8 == 0 && in_user_half(src, 8));
+        let mut value = 0;
+        // SAFETY: the caller's contract; as in `get_u64`.
+        result(unsafe { user_get_u64(src, &mut value) })?;
+        Ok(value)
+    }
+
+    /// [`put_u64`](Self::put_u64) of a word whose address the caller proved (see
+    /// [`get_u64_prechecked`](Self::get_u64_prechecked)).
+    ///
+    /// # Safety
+    /// `dst` is 8-byte aligned and `[dst, dst + 8)` lies in the user half.
+    #[inline(always)]
+    pub unsafe fn put_u64_prechecked(&self, dst: u64, value: u64) -> Result<(), UserFault> {
+        debug_assert!(dst % 8 == 0 && in_user_half(dst, 8));
+        // SAFETY: the caller's contract; as in `get_u64`.
+        result(unsafe { user_put_u64(dst, value) })
+    }
+
+    /// [`copy_to`](Self::copy_to) a range the caller proved (see
+    /// [`get_u64_prechecked`](Self::get_u64_prechecked)).
+    ///
+    /// # Safety
+    /// `[dst, dst + src.len())` lies in the user half.
+    #[inline(always)]
+    pub unsafe fn copy_to_prechecked(&self, dst: u64, src: &[u8]) -> Result<(), UserFault> {
+        debug_assert!(in_user_half(dst, src.len()));
+        // SAFETY: the caller's contract; as in `copy_to`.
+        result(unsafe { user_copy_out(dst, src.as_ptr(), src.len()) })
+    }
 }
 
 /// Reads the 8-byte-aligned word at user address `src` (one load).

@@ -10,6 +10,7 @@ use spin::Mutex;
 
 use crate::sched::scheduler::{self, Then};
 use crate::thread::{self, Thread};
+use core::mem::MaybeUninit;
 use core::sync::atomic::Ordering;
 
 /// Bytes kept until read.
@@ -26,6 +27,11 @@ static INPUT: Mutex<Input> = Mutex::new(Input { bytes: [0; CAPACITY], head: 0, l
 
 /// Moves bytes the UART received into the ring and wakes readers (timer tick, CPU 0).
 pub fn poll() {
+    // Most ticks nothing was typed: one register read, no lock. (Bytes already in the ring
+    // never wait for this: a reader takes them before it would block.)
+    if !arch::serial::byte_waiting() {
+        return;
+    }
     let mut woken = Vec::new();
     {
         let mut input = INPUT.lock();
@@ -46,19 +52,22 @@ pub fn poll() {
 }
 
 /// Reads at least one byte into `buf` (blocking the calling kernel thread until one arrives);
-/// returns how many.
-pub fn read_blocking(buf: &mut [u8]) -> usize {
+/// returns the bytes read, the start of `buf`. `buf` need not be initialised: only the bytes
+/// read are written (a one-byte read does not pay for zeroing a buffer first).
+pub fn read_blocking(buf: &mut [MaybeUninit<u8>]) -> &mut [u8] {
     loop {
         {
             let mut input = INPUT.lock();
             if input.len > 0 {
                 let n = input.len.min(buf.len());
                 for b in buf.iter_mut().take(n) {
-                    *b = input.bytes[input.head];
+                    b.write(input.bytes[input.head]);
                     input.head = (input.head + 1) % CAPACITY;
                     input.len -= 1;
                 }
-                return n;
+                // SAFETY: the first `n` bytes of `buf` were just written; MaybeUninit<u8> has
+                // u8's layout.
+                return unsafe { core::slice::from_raw_parts_mut(buf.as_mut_ptr().cast::<u8>(), n) };
             }
             let me = scheduler::current().expect("a reader thread");
             // A kill that came before this point found the thread running and only kicked

@@ -286,19 +286,20 @@ pub fn on_trap() {
 /// At a switch to `next` on this CPU: FP access on only if `next` owns the registers here
 /// (lazy), or save/restore now (eager, for threads that used FP).
 pub fn switch_to(next: &Arc<Thread>) {
+    // A thread that never used FP needs nothing but the lazy trap, in every mode but eager
+    // (which saves the owner's registers now): the common switch decides on one load. (It
+    // cannot own this CPU's registers: ownership comes with the first FP trap, which marks it.)
+    if !next.fp.used.load(Ordering::Acquire) {
+        if MODE.load(Ordering::Relaxed) == Mode::Eager as u8 {
+            save_owner(arch::cpu::cpu_index());
+        }
+        arch::fpu::disable();
+        return;
+    }
     let cpu = arch::cpu::cpu_index();
     let owner = CPUS[cpu].owner.load(Ordering::Acquire);
     if owner == Arc::as_ptr(next) as *mut Thread {
         arch::fpu::enable();
-        return;
-    }
-    // A thread that never used FP needs nothing but the lazy trap, in every mode but eager
-    // (which saves the owner's registers now): the common switch decides on one load.
-    if !next.fp.used.load(Ordering::Acquire) {
-        if MODE.load(Ordering::Relaxed) == Mode::Eager as u8 {
-            save_owner(cpu);
-        }
-        arch::fpu::disable();
         return;
     }
     // An FP user. The default mode is tested first; the baselines pay the extra compare.

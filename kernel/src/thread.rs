@@ -424,6 +424,19 @@ pub fn wake(t: Arc<Thread>) {
     scheduler::make_ready(t);
 }
 
+/// Wakes `t` if it is blocked, to run next on this CPU once the running thread gives it up
+/// (`scheduler::hand_next`): for a running thread about to block that hands its CPU on.
+pub fn wake_next(t: Arc<Thread>) {
+    {
+        let _life = t.life.lock();
+        if t.state.load(Ordering::Acquire) != State::Blocked as u8 {
+            return;
+        }
+        t.state.store(State::Ready as u8, Ordering::Release);
+    }
+    scheduler::hand_next(t);
+}
+
 /// Ends the running thread. `value` is its exit value (`None` when it was killed). The last
 /// thread of a domain ends the domain.
 pub fn exit_current(value: Option<usize>) -> ! {
@@ -504,6 +517,12 @@ pub fn sleep_nanos(nanos: u64) {
     if s.remove(&key).is_some() {
         publish_earliest(&s);
     }
+}
+
+/// The earliest deadline of a sleeping thread (nanoseconds; `u64::MAX`: none), without the lock.
+#[inline(always)]
+pub fn earliest_sleeper() -> u64 {
+    SLEEPERS_EARLIEST.load(Ordering::Acquire)
 }
 
 /// Wakes sleepers whose deadline has passed at `now` (timer tick, CPU 0; nanoseconds). Most

@@ -123,6 +123,14 @@ pub fn write_bytes(bytes: &[u8]) {
     });
 }
 
+/// Whether the UART holds a received byte: one read of its flag register, without the lock
+/// (the read has no side effect), so that the timer tick's poll costs one read when nothing was
+/// typed.
+#[inline]
+pub fn byte_waiting() -> bool {
+    read(reg::FR) & FR_RXFE == 0
+}
+
 /// A byte the UART received, if any (never blocks).
 pub fn try_read_byte() -> Option<u8> {
     super::cpu::without_interrupts(|| {

@@ -3,6 +3,7 @@
 //! (or before [`init`]) the SBI legacy console carries the text, one `ecall` per byte.
 
 use core::fmt;
+use core::sync::atomic::{AtomicUsize, Ordering};
 use spin::Mutex;
 use uart_16550::MmioSerialPort;
 
@@ -10,6 +11,8 @@ use super::layout::PHYS_MAP;
 
 /// The UART, once [`init`] found and programmed it.
 static PORT: Mutex<Option<MmioSerialPort>> = Mutex::new(None);
+/// The UART's register base once [`init`] programmed it (0: none), for [`byte_waiting`].
+static LSR_BASE: AtomicUsize = AtomicUsize::new(0);
 
 /// Where the UART's registers are: the boot map lists their page as reserved, so the direct
 /// map covers it in the boot tables and in the kernel's tables alike.
@@ -25,6 +28,7 @@ pub fn init() {
     let mut port = unsafe { MmioSerialPort::new(base) };
     port.init();
     *PORT.lock() = Some(port);
+    LSR_BASE.store(base, Ordering::Relaxed);
 }
 
 /// Sends bytes through `port`, or the SBI console when there is no UART.
@@ -59,6 +63,20 @@ pub fn write_str(s: &str) {
 /// Writes bytes to the console (user output: not necessarily UTF-8).
 pub fn write_bytes(bytes: &[u8]) {
     super::cpu::without_interrupts(|| send(PORT.lock().as_mut(), bytes.iter().copied(), true));
+}
+
+/// Whether the UART holds a received byte: one read of its line status register, without the
+/// port lock (the read has no effect on data or transmission), so that the timer tick's poll
+/// costs one read when nothing was typed. `false` without a UART.
+#[inline]
+pub fn byte_waiting() -> bool {
+    /// Line status register offset and its "data ready" bit.
+    const LSR: usize = 5;
+    const DATA_READY: u8 = 1;
+    let base = LSR_BASE.load(Ordering::Relaxed);
+    // SAFETY: `base` (set by `init`) maps the 16550's registers through the direct map; reading
+    // the line status register has no effect on the data or transmit paths the locked driver uses.
+    base != 0 && unsafe { core::ptr::read_volatile((base + LSR) as *const u8) } & DATA_READY != 0
 }
 
 /// A byte the UART received, if any (never blocks; nothing without a UART).

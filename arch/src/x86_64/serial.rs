@@ -36,6 +36,21 @@ pub fn write_bytes(bytes: &[u8]) {
     });
 }
 
+/// Whether the UART holds a received byte: one read of its line status register, without the
+/// port lock (the read has no effect on data or transmission), so that the timer tick's poll
+/// costs one port read when nothing was typed.
+#[inline]
+pub fn byte_waiting() -> bool {
+    /// Line status register and its "data ready" bit.
+    const LSR: u16 = COM1 + 5;
+    const DATA_READY: u8 = 1;
+    let lsr: u8;
+    // SAFETY: reads COM1's line status register, which has no side effect on the data or
+    // transmit paths the locked driver uses.
+    unsafe { core::arch::asm!("in al, dx", out("al") lsr, in("dx") LSR, options(nomem, nostack, preserves_flags)) };
+    lsr & DATA_READY != 0
+}
+
 /// A byte the UART received, if any (never blocks).
 pub fn try_read_byte() -> Option<u8> {
     super::cpu::without_interrupts(|| PORT.lock().try_receive().ok())

@@ -186,13 +186,10 @@ mod machine {
         SLEEPERS.lock().any(|s| core::ptr::eq(Arc::as_ptr(&s.domain), domain) && s.thmb == thmb)
     }
 
-    /// Counts an upcall about to be delivered.
-    pub(super) fn count_upcall(domain: &Domain, kind: u64) {
-        scheduler::with_current(|t| {
-            if let Some(t) = t {
-                t.perf.tally(tsumugi_abi::perf::Event::Upcalls);
-            }
-        });
+    /// Counts an upcall about to be delivered; `me` is the running thread (its perf counters
+    /// count it).
+    pub(super) fn count_upcall(me: &Thread, domain: &Domain, kind: u64) {
+        me.perf.tally(tsumugi_abi::perf::Event::Upcalls);
         domain.kn.count_upcall(kind);
         crate::trace::upcall(domain.id, kind);
     }
@@ -219,7 +216,7 @@ mod machine {
     fn upcall(me: &Thread, frame: &mut TrapFrame, vcpu: usize, args: [u64; 4]) {
         let Some(domain) = &me.domain else { return };
         let Some(cfg) = domain.kn.config() else { return };
-        count_upcall(domain, args[0]);
+        count_upcall(me, domain, args[0]);
         frame.set_upcall(cfg.handler, cfg.upcall_stacks[vcpu], args);
         arch::cpu::set_user_ltn(0);
     }
@@ -228,36 +225,39 @@ mod machine {
     /// 0): save it into its ThMB, post `PREEMPTED`, let others run, then upcall. Otherwise
     /// (LTN = 0, or not a vCPU) plain preemption, resumed in place.
     pub fn preempt(frame: &mut TrapFrame) {
-        let me = scheduler::current().expect("preempting a thread");
-        let Some(vcpu) = current_vcpu(&me) else {
-            drop(me);
-            scheduler::preempt();
-            return;
-        };
-        if super::signal::enabled() {
-            let ltn = arch::cpu::user_ltn();
-            if ltn != 0 {
-                if let Err(report) = super::signal::deliver(&me, frame, vcpu, ltn) {
-                    kill(&me, report);
-                }
-                drop(me);
+        // Borrowed, not counted, although `scheduler::preempt` may switch away inside the
+        // borrow: a preemption only requeues the running thread, and the run queue keeps it
+        // alive while others run, so the borrow stays valid until it runs here again (and
+        // `kill` never returns).
+        scheduler::with_current(|me| {
+            let me = me.expect("preempting a thread");
+            let Some(vcpu) = current_vcpu(me) else {
                 scheduler::preempt();
                 return;
+            };
+            if super::signal::enabled() {
+                let ltn = arch::cpu::user_ltn();
+                if ltn != 0 {
+                    if let Err(report) = super::signal::deliver(me, frame, vcpu, ltn) {
+                        kill(me, report);
+                    }
+                    scheduler::preempt();
+                    return;
+                }
             }
-        }
-        match save::save(&me, frame) {
-            Err(Refused::NoThmb) => {
-                drop(me);
-                scheduler::preempt();
+            match save::save(me, frame) {
+                Err(Refused::NoThmb) => {
+                    scheduler::preempt();
+                }
+                Ok(thmb) => {
+                    let domain = me.domain.as_ref().expect("a vCPU has a domain");
+                    post_own(domain, Event { kind: EventKind::Preempted as u64, thread: thmb, arg0: vcpu as u64, arg1: 0 });
+                    scheduler::preempt();
+                    upcall(me, frame, vcpu, [EventKind::Preempted as u64, thmb, vcpu as u64, 0]);
+                }
+                Err(Refused::Bad(report)) => kill(me, report),
             }
-            Ok(thmb) => {
-                let domain = me.domain.as_ref().expect("a vCPU has a domain");
-                post_own(domain, Event { kind: EventKind::Preempted as u64, thread: thmb, arg0: vcpu as u64, arg1: 0 });
-                scheduler::preempt();
-                upcall(&me, frame, vcpu, [EventKind::Preempted as u64, thmb, vcpu as u64, 0]);
-            }
-            Err(Refused::Bad(report)) => kill(&me, report),
-        }
+        })
     }
 
     /// A page fault the view does not allow, in a vCPU: with LTN ≠ 0 the thread is saved and
@@ -403,6 +403,12 @@ mod machine {
         q.retain(|s| !core::ptr::eq(Arc::as_ptr(&s.domain), domain));
         EARLIEST.store(q.earliest(), Ordering::Release);
         domain.kn.sleeping.store(0, Ordering::Relaxed);
+    }
+
+    /// The earliest deadline of a timed wait (nanoseconds; `u64::MAX`: none), without the lock.
+    #[inline(always)]
+    pub fn earliest_sleeper() -> u64 {
+        EARLIEST.load(Ordering::Acquire)
     }
 
     /// Ends the timed waits whose deadline has passed at `now` (timer tick; nanoseconds): the

@@ -88,7 +88,10 @@ fn save_fast(ltn: u64, frame: &TrapFrame, uses_fp: bool) -> Result<(), ()> {
     let user = unsafe { arch::usercopy::Access::open() };
     frame.store_full_frame(&user, ltn + FULL_OFFSET as u64).map_err(|_| ())?;
     // The mask last: it says what the rest holds.
-    user.put_u64(ltn + MASK_OFFSET as u64, saved).map_err(|_| ())
+    const _: () = assert!(MASK_OFFSET + 8 <= FULL_OFFSET);
+    // SAFETY: `ltn` is THMB_ALIGN-aligned (`save`), and the word lies between `ltn` and the
+    // full frame, whose whole range `store_full_frame` found in the user half.
+    unsafe { user.put_u64_prechecked(ltn + MASK_OFFSET as u64, saved) }.map_err(|_| ())
 }
 
 /// The FP part of a fast save: [`mask::FP`] if the state went into the thread's FP area, 0 if

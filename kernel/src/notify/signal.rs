@@ -60,7 +60,7 @@ pub fn deliver(me: &Thread, frame: &mut TrapFrame, vcpu: usize, ltn: u64) -> Res
     if !checked || crate::user_access::copy_out(at, bytes_of(&sig)).is_err() {
         return Err(alloc::format!("preempt=signal: the thread's stack at {at:#x} cannot take a signal frame"));
     }
-    super::count_upcall(me.domain.as_ref().expect("checked"), EventKind::Preempted as u64);
+    super::count_upcall(me, me.domain.as_ref().expect("checked"), EventKind::Preempted as u64);
     frame.set_upcall(cfg.handler, at, [EventKind::Preempted as u64, at, vcpu as u64, 0]);
     arch::cpu::set_user_ltn(0);
     Ok(())

@@ -6,8 +6,7 @@
 //! lock with the earliest deadline published in an atomic, so a tick with nothing due costs a
 //! clock read and a compare instead of the lock.
 
-use alloc::collections::BinaryHeap;
-use core::cmp::{Ordering, Reverse};
+use alloc::vec::Vec;
 
 /// Most timed waits one program may have pending at once (`sleep` then answers `EAGAIN`):
 /// each costs the kernel a queue entry, and a program must not grow the kernel without bound.
@@ -19,29 +18,14 @@ struct Entry<T> {
     item: T,
 }
 
-impl<T> PartialEq for Entry<T> {
-    fn eq(&self, other: &Self) -> bool {
-        self.key == other.key
-    }
-}
-
-impl<T> Eq for Entry<T> {}
-
-impl<T> PartialOrd for Entry<T> {
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        Some(self.cmp(other))
-    }
-}
-
-impl<T> Ord for Entry<T> {
-    fn cmp(&self, other: &Self) -> Ordering {
-        self.key.cmp(&other.key)
-    }
-}
-
 /// A min-queue of items by deadline, ties in arrival order.
+///
+/// A binary min-heap by `(deadline, arrival)` in a vector (the children of `i` at `2i + 1` and
+/// `2i + 2`), written out rather than `BinaryHeap<Reverse<…>>`: a `sleep` pushes with one
+/// capacity check and a sift-up that usually ends at once (the kernel's `sleep` hot path).
+/// Keys are unique (the arrival number), so the order is total and deterministic.
 pub struct Queue<T> {
-    heap: BinaryHeap<Reverse<Entry<T>>>,
+    heap: Vec<Entry<T>>,
     arrivals: u64,
 }
 
@@ -52,42 +36,85 @@ pub struct Full<T>(pub T);
 impl<T> Queue<T> {
     /// An empty queue (allocates nothing).
     pub const fn new() -> Self {
-        Queue { heap: BinaryHeap::new(), arrivals: 0 }
+        Queue { heap: Vec::new(), arrivals: 0 }
     }
 
     /// Adds `item`, due at `deadline`. Fails, giving the item back, only if the queue has to
     /// grow and the heap has no memory.
+    #[inline]
     pub fn push(&mut self, deadline: u64, item: T) -> Result<(), Full<T>> {
-        if self.heap.try_reserve(1).is_err() {
+        if self.heap.len() == self.heap.capacity() && self.heap.try_reserve(1).is_err() {
             return Err(Full(item));
         }
         let key = (deadline, self.arrivals);
         self.arrivals += 1;
-        self.heap.push(Reverse(Entry { key, item }));
+        self.heap.push(Entry { key, item });
+        self.sift_up(self.heap.len() - 1);
         Ok(())
+    }
+
+    /// Moves the entry at `i` up to its place.
+    #[inline]
+    fn sift_up(&mut self, mut i: usize) {
+        while i > 0 {
+            let parent = (i - 1) / 2;
+            if self.heap[parent].key <= self.heap[i].key {
+                break;
+            }
+            self.heap.swap(parent, i);
+            i = parent;
+        }
+    }
+
+    /// Moves the entry at `i` down to its place.
+    fn sift_down(&mut self, mut i: usize) {
+        let len = self.heap.len();
+        loop {
+            let left = 2 * i + 1;
+            if left >= len {
+                break;
+            }
+            let right = left + 1;
+            let child = if right < len && self.heap[right].key < self.heap[left].key { right } else { left };
+            if self.heap[i].key <= self.heap[child].key {
+                break;
+            }
+            self.heap.swap(i, child);
+            i = child;
+        }
     }
 
     /// Removes and returns the earliest item if it is due at `now`.
     pub fn pop_due(&mut self, now: u64) -> Option<T> {
-        match self.heap.peek() {
-            Some(Reverse(e)) if e.key.0 <= now => self.heap.pop().map(|Reverse(e)| e.item),
-            _ => None,
+        if self.heap.first()?.key.0 > now {
+            return None;
         }
+        let last = self.heap.pop()?;
+        if self.heap.is_empty() {
+            return Some(last.item);
+        }
+        let top = core::mem::replace(&mut self.heap[0], last);
+        self.sift_down(0);
+        Some(top.item)
     }
 
     /// The earliest deadline, or `u64::MAX` when empty.
+    #[inline]
     pub fn earliest(&self) -> u64 {
-        self.heap.peek().map_or(u64::MAX, |Reverse(e)| e.key.0)
+        self.heap.first().map_or(u64::MAX, |e| e.key.0)
     }
 
     /// Removes every item `keep` rejects (a program that ended), keeping the order of the rest.
     pub fn retain(&mut self, mut keep: impl FnMut(&T) -> bool) {
-        self.heap.retain(|Reverse(e)| keep(&e.item));
+        self.heap.retain(|e| keep(&e.item));
+        for i in (0..self.heap.len() / 2).rev() {
+            self.sift_down(i);
+        }
     }
 
     /// Whether some pending item satisfies `f` (a signal asking whether a thread sleeps).
     pub fn any(&self, mut f: impl FnMut(&T) -> bool) -> bool {
-        self.heap.iter().any(|Reverse(e)| f(&e.item))
+        self.heap.iter().any(|e| f(&e.item))
     }
 
     /// Pending waits.
@@ -138,13 +165,18 @@ mod tests {
     proptest! {
         /// Against a model: a list kept sorted by (deadline, arrival).
         #[test]
-        fn matches_a_sorted_list(ops in proptest::collection::vec((any::<bool>(), 0u64..50), 0..300)) {
+        fn matches_a_sorted_list(ops in proptest::collection::vec((0u8..7, 0u64..50), 0..300)) {
             let mut q = Queue::new();
             let mut model: Vec<((u64, u64), u64)> = Vec::new();
             let mut arrivals = 0u64;
             let mut now = 0u64;
-            for (push, x) in ops {
-                if push {
+            for (op, x) in ops {
+                if op == 0 {
+                    // A program ends: its items (here: those with this remainder) leave.
+                    let m = x % 3 + 2;
+                    q.retain(|&item| item % m != 0);
+                    model.retain(|&(_, item)| item % m != 0);
+                } else if op < 4 {
                     q.push(now + x, arrivals).unwrap();
                     model.push(((now + x, arrivals), arrivals));
                     model.sort();

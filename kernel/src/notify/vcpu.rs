@@ -111,7 +111,7 @@ pub fn start_activation(domain: &Arc<Domain>, source: &Thread, vcpu: usize, hand
     let view = source.view().ok_or(Errno::Fault)?;
     let set = views::with(|s, _| s.set(view).map(|x| x.to_vec())).ok_or(Errno::Fault)?;
     let v = views::with(|s, m| s.attach(m, &set)).map_err(|_| Errno::NoMem)?;
-    super::count_upcall(domain, args[0]);
+    super::count_upcall(source, domain, args[0]);
     domain.spawn(v, Body::Upcall { ip: handler, sp: stack, args }, true, Some(vcpu)).map_err(|_| Errno::NoMem)
 }
 
@@ -145,7 +145,8 @@ fn spare_main() -> ! {
 
 /// Hands vCPU `vcpu` to a spare activation with the view `view` (the blocking thread's), to
 /// enter the handler with `args`; returns `false` if there is none (then a new activation must
-/// be started). The spare runs on this CPU, next.
+/// be started). The spare runs on this CPU, next: the caller must give the CPU up soon
+/// (`scheduler::hand_next`).
 pub fn hand_to_spare(domain: &Domain, view: Option<crate::mm::view::ViewId>, vcpu: usize, args: [u64; 4]) -> bool {
     let spare = {
         let mut st = domain.kn.state();
@@ -162,7 +163,9 @@ pub fn hand_to_spare(domain: &Domain, view: Option<crate::mm::view::ViewId>, vcp
         t
     };
     spare.last_cpu.store(arch::cpu::cpu_index(), Ordering::Relaxed);
-    thread::wake(spare);
+    // The caller gives this CPU up right after (it waits, or becomes a spare itself): the spare
+    // runs next here without a run-queue round trip.
+    thread::wake_next(spare);
     true
 }
 
@@ -204,7 +207,7 @@ pub fn serve_as_spare() -> ! {
                 if tell {
                     tell_fp_live(&me, vcpu);
                 }
-                super::count_upcall(&domain, args[0]);
+                super::count_upcall(&me, &domain, args[0]);
                 Some((cfg.handler, cfg.upcall_stacks[vcpu], args))
             })
         };

@@ -4,7 +4,9 @@
 //! Invariants:
 //! - kernel code runs with interrupts disabled; they are enabled only in user mode and while an
 //!   idle CPU halts, so no lock is ever held by code an interrupt handler interrupted;
-//! - a thread is in at most one run queue, and only when its state is `Ready`;
+//! - a thread is in at most one run queue, and only when its state is `Ready`; a `Ready` thread
+//!   may instead sit in its CPU's hand-next slot (`Cpu::handed`, [`hand_next`]), which that CPU's
+//!   next `schedule` empties;
 //! - a CPU switching away from a thread leaves it in `Cpu::prev` and the *next* context finishes
 //!   the job (requeue or drop) after the switch, so no other CPU can run a thread whose stack
 //!   is still in use; `on_cpu` is cleared at that point and a CPU taking a thread waits for it;
@@ -88,6 +90,10 @@ pub struct Cpu {
     pinned_queued: AtomicUsize,
     /// The running thread (an `Arc` leaked into this pointer), or null when idle.
     current: AtomicPtr<Thread>,
+    /// A `Ready` thread the running thread handed this CPU to ([`hand_next`]; an `Arc` leaked
+    /// into this pointer), or null: the next `schedule` here runs it, without a run-queue round
+    /// trip. In no run queue; set and taken only by this CPU.
+    handed: AtomicPtr<Thread>,
     /// The idle loop's context (the CPU's boot stack).
     idle: UnsafeCell<KernelContext>,
     /// Work left for the next context: the previous thread and what to do with it.
@@ -119,6 +125,7 @@ const CPU_INIT: Cpu = Cpu {
     len: AtomicUsize::new(0),
     pinned_queued: AtomicUsize::new(0),
     current: AtomicPtr::new(core::ptr::null_mut()),
+    handed: AtomicPtr::new(core::ptr::null_mut()),
     idle: UnsafeCell::new(KernelContext::EMPTY),
     prev: UnsafeCell::new(Prev::Nothing),
     loaded_root: AtomicU64::new(0),
@@ -281,6 +288,35 @@ pub fn make_ready(t: Arc<Thread>) {
     }
 }
 
+/// Makes `t` (already marked `Ready`) the thread this CPU runs next: the running thread is
+/// about to give the CPU up (a blocking call handing its vCPU to a spare activation), and the
+/// next `schedule` here switches straight to `t` instead of queueing and picking it. Falls
+/// back to [`make_ready`] when `t` is pinned to another CPU, or when a thread is handed
+/// already.
+pub fn hand_next(t: Arc<Thread>) {
+    let index = arch::cpu::cpu_index();
+    let cpu = &CPUS[index];
+    let pin = t.pin.load(Ordering::Relaxed);
+    if (pin != crate::thread::NO_PIN && pin != index) || cpu.current.load(Ordering::Relaxed).is_null() || !cpu.handed.load(Ordering::Relaxed).is_null() {
+        make_ready(t);
+        return;
+    }
+    cpu.handed.store(Arc::into_raw(t) as *mut Thread, Ordering::Relaxed);
+}
+
+/// Takes the thread handed to this CPU ([`hand_next`]), if any.
+#[inline(always)]
+fn take_handed(cpu: &Cpu) -> Option<Arc<Thread>> {
+    let p = cpu.handed.load(Ordering::Relaxed);
+    if p.is_null() {
+        return None;
+    }
+    cpu.handed.store(core::ptr::null_mut(), Ordering::Relaxed);
+    // SAFETY: `hand_next` leaked this Arc into the slot; taken once (the slot is cleared, and
+    // only this CPU touches it, with interrupts off).
+    Some(unsafe { Arc::from_raw(p) })
+}
+
 fn send_reschedule(cpu: usize) {
     this_cpu().counters.bump(Counter::IpisSent);
     crate::smp::send_ipi(cpu, crate::smp::Ipi::Reschedule);
@@ -295,6 +331,9 @@ fn send_reschedule(cpu: usize) {
 /// always taken.
 #[inline(always)]
 fn pick_next(cpu_index: usize, self_ptr: *const Thread) -> Option<Arc<Thread>> {
+    if let Some(t) = take_handed(&CPUS[cpu_index]) {
+        return Some(t);
+    }
     // Nothing queued here and no other CPU to steal from (a preemption or yield of the only
     // runnable thread): answer before setting up the loop below.
     if CPUS[cpu_index].len.load(Ordering::Relaxed) == 0 && ONLINE.load(Ordering::Relaxed) <= 1 {
@@ -373,6 +412,11 @@ pub fn schedule(then: Then) -> bool {
     let index = arch::cpu::cpu_index();
     let cpu = &CPUS[index];
     let prev_ptr = cpu.current.load(Ordering::Relaxed);
+    if let Some(next) = take_handed(cpu) {
+        // The running thread handed the CPU to `next` (never itself: it was running then).
+        switch_to(cpu, prev_ptr, next, Prev::Owned(prev_ptr, then));
+        return true;
+    }
     if then == Then::Requeue && !prev_ptr.is_null() && cpu.len.load(Ordering::Relaxed) > 0 {
         return requeue_and_switch(cpu, prev_ptr);
     }
@@ -677,10 +721,13 @@ pub fn tick(from_user: bool) -> bool {
             dump();
             crate::notify::dump();
         }
-        // Most ticks have no timed wait due: both queues check their earliest deadline first.
-        let now = arch::timer::nanos();
-        crate::thread::wake_sleepers(now);
-        crate::notify::wake_sleepers(now);
+        // Most ticks have no timed wait at all (then not even the clock is read), or none due:
+        // both queues check their earliest deadline first.
+        if crate::thread::earliest_sleeper().min(crate::notify::earliest_sleeper()) != u64::MAX {
+            let now = arch::timer::nanos();
+            crate::thread::wake_sleepers(now);
+            crate::notify::wake_sleepers(now);
+        }
         crate::console_input::poll();
     }
     let current = cpu.current.load(Ordering::Relaxed);
