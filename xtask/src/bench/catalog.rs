@@ -96,6 +96,26 @@ pub struct TableInfo {
     /// that numbers of one kind share an axis; empty, or none of them printed: every numeric
     /// column. The text table and the CSV always have every column.
     pub chart: &'static [&'static str],
+    /// Prefixes of the rows whose figures depend on how QEMU interleaves several CPUs: even
+    /// under `-icount` that order follows host events (the I/O thread's kicks end a CPU's
+    /// slice early), so these figures differ from host to host. They are printed and charted
+    /// but never recorded in, or checked against, `bench/expected-<arch>.csv`.
+    pub varies: &'static [&'static str],
+}
+
+impl TableInfo {
+    /// Whether `row`'s figures depend on the interleaving of CPUs ([`TableInfo::varies`]).
+    pub fn row_varies(&self, row: &str) -> bool {
+        self.varies.iter().any(|prefix| row.starts_with(prefix))
+    }
+}
+
+/// Whether `row` of `table` has figures that vary from host to host (see [`TableInfo::varies`]).
+pub fn row_varies(table: &str, row: &str) -> bool {
+    BENCHES
+        .iter()
+        .flat_map(|bench| bench.tables)
+        .any(|info| info.table == table && info.row_varies(row))
 }
 
 /// One benchmark: a QEMU boot (or a host run) and how to read what it prints.

@@ -3,7 +3,8 @@
 //!
 //! The expected file has one line per figure, `table,row,column,value`, under that header. Only
 //! numbers measured under `-icount shift=0` go there (never host timings, never words such as
-//! `unsupported`). A figure is a cost (instructions, misses, bytes, an overhead), so a rise
+//! `unsupported`), and only those that repeat on any host: rows whose figures follow the order
+//! QEMU interleaves several CPUs in are left out ([`super::catalog::TableInfo::varies`]). A figure is a cost (instructions, misses, bytes, an overhead), so a rise
 //! beyond [`TOLERANCE`] is a regression — except a comparison of a baseline with our mechanism
 //! (`ratio*`, `*_over_*`, `*speedup*` columns: how many times ours is faster), where a fall is
 //! ([`higher_is_better`]). The other way is an improvement to record with `--bless`, which
@@ -11,6 +12,7 @@
 
 use std::fmt::Write as _;
 
+use super::catalog::row_varies;
 use super::line::{is_name, Value};
 use super::table::Tables;
 
@@ -48,11 +50,12 @@ impl Figure {
     }
 }
 
-/// The figures of `arch` in `tables`: every cell holding a number, in table, row, column order.
+/// The figures of `arch` in `tables`: every cell holding a number, in table, row, column order,
+/// less the rows that vary from host to host ([`super::catalog::TableInfo::varies`]).
 pub fn figures(tables: &Tables, arch: &str) -> Vec<Figure> {
     let mut out = Vec::new();
     for table in tables.tables.iter().filter(|t| t.arch == arch) {
-        for row in &table.rows {
+        for row in table.rows.iter().filter(|r| !row_varies(&table.name, &r.name)) {
             for column in &table.columns {
                 if let Some(value) = row.cells.get(column) {
                     if let Some(number) = value.number() {
@@ -359,6 +362,19 @@ mod tests {
                 figure("lazy_save", "window", "n", "214"),
             ]
         );
+    }
+
+    #[test]
+    fn leaves_out_rows_that_follow_cpu_interleaving() {
+        let mut tables = Tables::default();
+        for text in [
+            "BENCH table=s3 row=phase_v1_g4 s3=10",
+            "BENCH table=s3 row=phase_v4_g4 s3=20",
+            "BENCH table=s3 row=phase_v8_g1 s3=30",
+        ] {
+            tables.add("x86_64", &line(text), "");
+        }
+        assert_eq!(figures(&tables, "x86_64"), [figure("s3", "phase_v1_g4", "s3", "10")]);
     }
 
     #[test]

@@ -14,6 +14,7 @@ pub const CUBIX: TableInfo = TableInfo {
     // switches that cause them. Cycles stay in the table: TCG does not model TLB-miss cost.
     y_label: "per turn: TLB misses, view switches",
     chart: &["t1_dtlb-misses", "t2_dtlb-misses", "t1_itlb-misses", "t2_itlb-misses", "t1_view-switches", "t2_view-switches"],
+    varies: &[],
 };
 
 /// The Cubix experiment (issue 9) with the TLB tags (PCID/ASID) the kernel uses by default.

@@ -10,4 +10,5 @@ pub const FCS_SWEEP: TableInfo = TableInfo {
     x_label: "call depth at the switch point (L = C)",
     y_label: "cycles per switch",
     chart: &[],
+    varies: &[],
 };

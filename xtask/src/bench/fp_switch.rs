@@ -14,6 +14,7 @@ pub const FP_SWITCH: TableInfo = TableInfo {
     x_label: "case",
     y_label: "cycles per switch",
     chart: &["cycles_per_switch"],
+    varies: &[],
 };
 
 /// Always-lazy FP switching (issue 6; the kernel default until adaptive switching). fpbench keeps SIMD registers live with

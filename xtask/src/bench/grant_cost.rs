@@ -12,6 +12,7 @@ pub const GRANT_COST: TableInfo = TableInfo {
     x_label: "step",
     y_label: "instructions",
     chart: &["instructions"],
+    varies: &[],
 };
 
 /// Grants and revokes beside and of a large region (grantbench).

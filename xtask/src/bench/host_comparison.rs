@@ -31,6 +31,7 @@ pub const HOST_GO: TableInfo = TableInfo {
     x_label: "benchmark",
     y_label: "ns per op",
     chart: &["mid_ns"],
+    varies: &[],
 };
 
 /// The comparison table.
@@ -42,6 +43,7 @@ pub const COMPARISON: TableInfo = TableInfo {
     x_label: "operation",
     y_label: "ns per operation",
     chart: &["libuthread_ns", "go_ns", "corosensei_ns", "os_thread_ns"],
+    varies: &[],
 };
 
 /// Go's side of the host comparison.

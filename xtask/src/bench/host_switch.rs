@@ -15,6 +15,7 @@ pub const HOST_SWITCH: TableInfo = TableInfo {
     x_label: "benchmark",
     y_label: "ns per iteration",
     chart: &[],
+    varies: &[],
 };
 
 /// Host comparison (issue 9): libuthread's hosted switch vs other libraries and OS threads.

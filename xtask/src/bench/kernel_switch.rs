@@ -10,6 +10,7 @@ pub const KERNEL_SWITCH: TableInfo = TableInfo {
     x_label: "case",
     y_label: "cycles per switch",
     chart: &["cycles_per_switch"],
+    varies: &[],
 };
 
 /// Kernel thread switch: yield round trips in one view and across two views (a page-table

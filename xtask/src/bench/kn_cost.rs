@@ -10,6 +10,7 @@ pub const KN_COST: TableInfo = TableInfo {
     x_label: "event",
     y_label: "instructions",
     chart: &[],
+    varies: &[],
 };
 
 /// Kernel Notification: a blocking syscall or a preemption turned into an upcall.

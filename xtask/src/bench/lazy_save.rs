@@ -10,4 +10,5 @@ pub const LAZY_SAVE: TableInfo = TableInfo {
     x_label: "mode",
     y_label: "cycles / bytes",
     chart: &[],
+    varies: &[],
 };

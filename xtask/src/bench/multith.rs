@@ -15,6 +15,7 @@ pub const MULITH: TableInfo = TableInfo {
     x_label: "operation",
     y_label: "cycles",
     chart: &[],
+    varies: &[],
 };
 
 /// libuthread micro-benchmarks: MULiTh Table 2, the FCS depth sweep, WINDOW vs FULL saves.

@@ -16,6 +16,7 @@ pub const STACKTHREADS: TableInfo = TableInfo {
     x_label: "application",
     y_label: "overhead over sequential, %",
     chart: &["fk_overhead_pct", "sw_overhead_pct"],
+    varies: &[],
 };
 
 /// The applications sequential, FK and SW on one CPU.
@@ -42,6 +43,7 @@ pub const HOST_STACKTHREADS: TableInfo = TableInfo {
     x_label: "benchmark",
     y_label: "ns per run",
     chart: &["mid_ns"],
+    varies: &[],
 };
 
 /// The same applications hosted (criterion), with FK fib on 1 and 2 vCPUs.

@@ -266,6 +266,7 @@ mod tests {
             x_label: "",
             y_label: "",
             chart: &[],
+            varies: &[],
         }]);
         let text = render_text(&tables.tables[0], "tcg");
         let lines: Vec<&str> = text.lines().collect();
