@@ -45,7 +45,7 @@ pub fn kernel_main(info: &'static BootInfo) -> ! {
         Err(why) => panic!("memory set-up failed: {why}"),
     };
     let heap = crate::mm::heap::init().unwrap_or_else(|why| panic!("{why}"));
-    crate::mm::views::init();
+    crate::mm::space::init();
     let tags = match bootopt::get(cmdline, bootopt::TLBTAG).map(bootopt::on_off) {
         Some(Some(false)) => 0,
         Some(None) => {
@@ -54,7 +54,7 @@ pub fn kernel_main(info: &'static BootInfo) -> ! {
         }
         _ => arch::tlb::enable_tags(&features),
     };
-    crate::mm::tags::init(tags);
+    crate::mm::cpu_tags::init(tags);
     println!("tlb tags: {}", if tags > 1 { "on" } else { "off (every view switch flushes)" });
     configure_scheduler(cmdline);
     println!(

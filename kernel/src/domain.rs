@@ -16,8 +16,8 @@ use tsumugi_abi::log::{DOMAIN, EXITED, KILLED};
 use crate::loader::{self, LoadError};
 use crate::mm::kernel_space::phys_to_virt;
 use crate::mm::region::RegionKind;
-use crate::mm::view::{Backing, RegionId, ViewError, ViewId};
-use crate::mm::views;
+use crate::mm::view_space::{Backing, RegionId, ViewError, ViewId};
+use crate::mm::space;
 use crate::sched::scheduler::{self, Then};
 use crate::stats::Counters;
 use crate::thread::{self, Body, State, Thread};
@@ -43,7 +43,7 @@ pub const MAX_LIVE_THREADS: usize = 1024;
 /// Regions a program may own (the image's and stack's included).
 pub const MAX_REGIONS: usize = 4096;
 /// Pages all of a program's regions may span (1 GiB): each page has a record on the kernel
-/// heap whether or not it is backed (`view::Region::frames`).
+/// heap whether or not it is backed (`view_space::Region::frames`).
 pub const MAX_REGION_PAGES: u64 = 1 << 18;
 
 /// Why a program may not have another thread.
@@ -177,7 +177,7 @@ impl Domain {
     pub fn load(name: &str, bytes: &[u8]) -> Result<Arc<Domain>, StartError> {
         let image = loader::parse(bytes, arch::ELF_MACHINE).map_err(StartError::Load)?;
         let mut regions = Vec::new();
-        let result = views::with_space(|space, m| -> Result<(u64, VirtAddr), StartError> {
+        let result = space::with_space(|space, m| -> Result<(u64, VirtAddr), StartError> {
             let span = image.end - image.start;
             let range = space.allocate_range(span, IMAGE_ALIGN).ok_or(StartError::NoMemory)?;
             let base = range.as_u64() - image.start;
@@ -221,7 +221,7 @@ impl Domain {
         let (entry, stack_top) = match result {
             Ok(v) => v,
             Err(e) => {
-                views::with(|s, m| {
+                space::with(|s, m| {
                     for (id, _) in &regions {
                         let _ = s.release_region(m, *id);
                     }
@@ -264,7 +264,7 @@ impl Domain {
             live.retain(|w| w.strong_count() > 0);
             live.push(Arc::downgrade(self));
         }
-        let view = views::with(|s, m| s.attach(m, &self.initial_view))?;
+        let view = space::with(|s, m| s.attach(m, &self.initial_view))?;
         let body = Body::User { ip: self.entry.as_u64(), sp: self.stack_top.as_u64(), arg: 0 };
         Ok(self.spawn(view, body, true, None)?)
     }
@@ -286,7 +286,7 @@ impl Domain {
             }
         };
         let made = if charged {
-            let root = views::with(|s, _| s.root(view)).expect("an attached view").number();
+            let root = space::with(|s, _| s.root(view)).expect("an attached view").number();
             Thread::new(Some(self.clone()), body, Some((view, root)), affine).map_err(|_| SpawnError::NoMemory)
         } else {
             Err(SpawnError::Quota)
@@ -301,7 +301,7 @@ impl Domain {
                     inner.made -= 1;
                     inner.live -= 1;
                 }
-                views::with(|s, m| s.detach(m, view)).expect("attached");
+                space::with(|s, m| s.detach(m, view)).expect("attached");
                 return Err(e);
             }
         };
@@ -384,7 +384,7 @@ impl Domain {
         crate::notify::release(self);
         crate::names::BOARD.lock().forget(self.id);
         crate::s3::program_ended(self.id, &regions);
-        views::with(|s, m| {
+        space::with(|s, m| {
             for id in regions {
                 s.release_region(m, id).expect("a domain's own region");
             }
@@ -448,7 +448,7 @@ impl Domain {
     /// Releases the regions of a domain that never started (self-tests, failed starts).
     pub fn discard(&self) {
         let regions = core::mem::take(&mut self.inner.lock().regions);
-        views::with(|s, m| {
+        space::with(|s, m| {
             for id in regions {
                 let _ = s.release_region(m, id);
             }

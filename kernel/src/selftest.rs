@@ -15,7 +15,7 @@ use tsumugi_abi::log::{SELFTEST, SELFTEST_FAILED, SELFTEST_OK, SELFTEST_SUMMARY}
 use crate::initrd::Archive;
 use crate::mm::kernel_space::{self, phys_to_virt, with_frames};
 use crate::mm::kernel_stack::KernelStack;
-use crate::mm::views;
+use crate::mm::space;
 
 /// A test: a name and a function returning `Err(message)` on failure.
 type Test = (&'static str, fn(&Context) -> Result<(), String>);
@@ -216,7 +216,7 @@ fn address_space_checks_user_ranges(ctx: &Context) -> Result<(), String> {
         let a = crate::domain::Domain::load("selftest-a", init.data).map_err(|e| format!("{e}"))?;
         let b = crate::domain::Domain::load("selftest-b", init.data).map_err(|e| format!("{e}"))?;
         check(a.entry != b.entry, || "two instances share an address".into())?;
-        let (va, vb) = views::with(|s, m| -> Result<_, String> {
+        let (va, vb) = space::with(|s, m| -> Result<_, String> {
             let sa = s.region_at(a.entry.as_u64()).ok_or("no text region")?;
             let sb = s.region_at(b.entry.as_u64()).ok_or("no text region")?;
             let va = s.attach(m, &[(sa, MapFlags::READ | MapFlags::EXEC)]).map_err(|e| format!("{e:?}"))?;
@@ -226,7 +226,7 @@ fn address_space_checks_user_ranges(ctx: &Context) -> Result<(), String> {
             s.detach(m, va2).map_err(|e| format!("{e:?}"))?;
             Ok((va, vb))
         })?;
-        views::with(|s, m| -> Result<(), String> {
+        space::with(|s, m| -> Result<(), String> {
             let text = a.entry.as_u64();
             check(s.check(va, text, 16, MapFlags::READ).is_ok(), || "text not readable".into())?;
             check(s.check(va, text, 16, MapFlags::WRITE).is_err(), || "text writable".into())?;

@@ -123,7 +123,7 @@ mod machine {
                 return Err(Errno::Fault);
             }
             let view = me.view().ok_or(Errno::Fault)?;
-            crate::mm::views::with(|s, _| s.check(view, target, HEADER_SIZE as u64, MapFlags::WRITE)).map_err(|_| Errno::Fault)?;
+            crate::mm::space::with(|s, _| s.check(view, target, HEADER_SIZE as u64, MapFlags::WRITE)).map_err(|_| Errno::Fault)?;
             if mine.ending() {
                 return Err(Errno::Srch);
             }

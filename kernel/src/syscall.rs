@@ -12,8 +12,8 @@ use tsumugi_abi::syscall::{encode_result, region_flags, rights, thread_flags, Cl
 
 use crate::domain::{Outcome, SpawnError};
 use crate::mm::region::RegionKind;
-use crate::mm::view::{Backing, ViewError, ViewId};
-use crate::mm::views;
+use crate::mm::view_space::{Backing, ViewError, ViewId};
+use crate::mm::space;
 use crate::names;
 use crate::sched::scheduler::{self, CPUS};
 use crate::thread::{self, Body, Thread};
@@ -107,7 +107,7 @@ fn check_user_backing(ptr: u64, len: u64, back: u64, need: MapFlags) -> Result<(
         return Ok(());
     }
     let view = my_view()?;
-    views::with(|s, m| {
+    space::with(|s, m| {
         s.check(view, ptr, len, need).map_err(|_| Errno::Fault)?;
         s.populate(m, view, ptr, back.min(len)).map_err(|_| Errno::NoMem)
     })
@@ -167,7 +167,7 @@ fn console_read(frame: &mut TrapFrame, buf: u64, len: u64) -> SysResult {
     // the call waits).
     if !crate::user_access::mapped_for(buf, len, MapFlags::WRITE) {
         let view = my_view()?;
-        views::with(|s, _| s.check(view, buf, len, MapFlags::WRITE)).map_err(|_| Errno::Fault)?;
+        space::with(|s, _| s.check(view, buf, len, MapFlags::WRITE)).map_err(|_| Errno::Fault)?;
     }
     let n = crate::notify::blocking(frame, || {
         // Nothing is initialised up front: only the bytes read are written (zeroing even the
@@ -202,8 +202,8 @@ fn thread_create(entry: u64, stack_top: u64, arg: u64, flags: usize) -> SysResul
     }
     let me = me();
     let domain = me.domain.clone().ok_or(Errno::Inval)?;
-    let set = views::with(|s, _| s.set(me.view().expect("user thread")).map(|x| x.to_vec())).ok_or(Errno::Fault)?;
-    let view = views::with(|s, m| s.attach(m, &set)).map_err(view_errno)?;
+    let set = space::with(|s, _| s.set(me.view().expect("user thread")).map(|x| x.to_vec())).ok_or(Errno::Fault)?;
+    let view = space::with(|s, m| s.attach(m, &set)).map_err(view_errno)?;
     let body = Body::User { ip: entry, sp: stack_top, arg };
     let t = domain.spawn(view, body, flags & thread_flags::AFFINE != 0, None).map_err(|e| match e {
         SpawnError::Quota => Errno::Again,
@@ -322,7 +322,7 @@ fn region_create(len: u64, rights_bits: usize, flags: usize) -> SysResult {
 /// `region_create` once the region is charged to the program (the caller refunds on error).
 fn region_create_charged(me: &Arc<Thread>, domain: &Arc<crate::domain::Domain>, pages: u64, rights: MapFlags, flags: usize) -> SysResult {
     let backing = if flags & region_flags::LAZY != 0 { Backing::ZeroOnTouch } else { Backing::Eager };
-    let (id, start) = views::with_space(|space, m| {
+    let (id, start) = space::with_space(|space, m| {
         let start = space.allocate_range(pages * PAGE_SIZE, PAGE_SIZE).ok_or(Errno::NoMem)?;
         match space.views.create_region(m, start, pages, RegionKind::Shared, backing) {
             Ok(id) => {
@@ -352,7 +352,7 @@ fn region_create_charged(me: &Arc<Thread>, domain: &Arc<crate::domain::Domain>, 
     // The lock is held already; the creator's own CPU reloads at once (nothing to wait for).
     if let Err(e) = RightsChange::new(id, rights).apply(me) {
         // Nobody holds it: drop it at once.
-        views::with(|s, m| s.release_region(m, id)).ok();
+        space::with(|s, m| s.release_region(m, id)).ok();
         return Err(e);
     }
     domain.own_region(id);
@@ -371,7 +371,7 @@ fn region_create_charged(me: &Arc<Thread>, domain: &Arc<crate::domain::Domain>, 
 /// hundreds of threads of one view rebuilt and looked up the new view's set per thread, and a
 /// program of 500 threads making regions spent most of its time there (the stress suite).
 struct RightsChange {
-    id: crate::mm::view::RegionId,
+    id: crate::mm::view_space::RegionId,
     rights: MapFlags,
     /// (old view, new view, new root) of the moves made so far.
     made: alloc::vec::Vec<(ViewId, ViewId, u64)>,
@@ -380,7 +380,7 @@ struct RightsChange {
 }
 
 impl RightsChange {
-    fn new(id: crate::mm::view::RegionId, rights: MapFlags) -> Self {
+    fn new(id: crate::mm::view_space::RegionId, rights: MapFlags) -> Self {
         RightsChange { id, rights, made: alloc::vec::Vec::new(), reloads: alloc::vec::Vec::new() }
     }
 
@@ -395,7 +395,7 @@ impl RightsChange {
         let old = t.view().ok_or(Errno::Srch)?;
         let (id, rights) = (self.id, self.rights);
         let known = self.made.iter().find(|(o, ..)| *o == old).map(|&(_, new, root)| (new, root));
-        let (new, root) = views::with(|s, m| {
+        let (new, root) = space::with(|s, m| {
             // Attach the new view for `t`; the old one stays attached (as stale) until the CPU
             // that runs `t` has loaded the new root. A view made for an earlier thread of the
             // same old view is reused (if it still lives: its threads may have left it).
@@ -405,7 +405,7 @@ impl RightsChange {
                 }
             }
             // Bounded work whatever the regions' sizes (`ViewSpace::attach_changed`): the old
-            // view's table copied without the region, then at most `view::MAP_BUDGET` of its
+            // view's table copied without the region, then at most `view_space::MAP_BUDGET` of its
             // pages mapped; the rest is mapped on first touch.
             let new = s.attach_changed(m, old, id, rights)?;
             Ok::<_, ViewError>((new, s.root(new).expect("attached").number()))
@@ -428,7 +428,7 @@ impl RightsChange {
 /// and returns once the CPU running it uses that view. One change of the program's views at a
 /// time (its `region_lock`, as `region_create` and foreign grants take it), so two concurrent
 /// changes of one thread's rights both hold: each builds its view from the other's result.
-fn change_rights(t: &Arc<Thread>, id: crate::mm::view::RegionId, rights: MapFlags) -> Result<(), Errno> {
+fn change_rights(t: &Arc<Thread>, id: crate::mm::view_space::RegionId, rights: MapFlags) -> Result<(), Errno> {
     let mut change = RightsChange::new(id, rights);
     {
         let domain = t.domain.clone().ok_or(Errno::Srch)?;
@@ -444,7 +444,7 @@ fn change_rights(t: &Arc<Thread>, id: crate::mm::view::RegionId, rights: MapFlag
 fn move_to_view(t: &Arc<Thread>, new: ViewId, root: u64) -> Result<Option<crate::smp::Ticket>, Errno> {
     if !t.set_view(new, root) {
         // `t` ended meanwhile: nobody else will detach the view made for it.
-        views::with(|s, m| s.detach(m, new)).map_err(view_errno)?;
+        space::with(|s, m| s.detach(m, new)).map_err(view_errno)?;
         return Err(Errno::Srch);
     }
     let me_id = scheduler::with_current(|c| c.map(|c| c.id));
@@ -465,9 +465,9 @@ fn move_to_view(t: &Arc<Thread>, new: ViewId, root: u64) -> Result<Option<crate:
 }
 
 /// The region at `addr` and the caller's rights on it.
-fn my_region(addr: u64) -> Result<(crate::mm::view::RegionId, MapFlags), Errno> {
+fn my_region(addr: u64) -> Result<(crate::mm::view_space::RegionId, MapFlags), Errno> {
     let view = my_view()?;
-    views::with(|s, _| {
+    space::with(|s, _| {
         let r = s.region_at(addr).ok_or(Errno::Fault)?;
         let rights = s.rights(view, r);
         if rights.is_empty() {
@@ -492,7 +492,7 @@ fn rights_target(me: &Thread, tid: u64) -> Result<(Arc<Thread>, bool), Errno> {
 }
 
 /// Whether the caller's program owns region `region` (made it, or it is of its image).
-fn caller_owns(me: &Thread, region: crate::mm::view::RegionId) -> bool {
+fn caller_owns(me: &Thread, region: crate::mm::view_space::RegionId) -> bool {
     me.domain.as_ref().is_some_and(|d| d.owns(region))
 }
 
@@ -578,7 +578,7 @@ fn region_revoke(addr: u64, tid: u64) -> SysResult {
 
 fn view_query(buf: u64, max: u64) -> SysResult {
     let view = my_view()?;
-    let entries = views::with(|s, _| s.view_regions(view));
+    let entries = space::with(|s, _| s.view_regions(view));
     let n = entries.len().min(max as usize);
     let bytes = (n as u64).checked_mul(VIEW_ENTRY_SIZE).ok_or(Errno::Inval)?;
     check_user(buf, bytes, MapFlags::WRITE)?;

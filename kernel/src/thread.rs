@@ -15,7 +15,7 @@ use spin::Mutex;
 
 use crate::domain::Domain;
 use crate::mm::kernel_stack::{KernelStack, NoStack};
-use crate::mm::view::ViewId;
+use crate::mm::view_space::ViewId;
 use crate::sched::scheduler::{self, Then};
 
 /// A thread's view and the views it left that a CPU may still have loaded.
@@ -315,7 +315,7 @@ impl Thread {
         if stale.is_empty() {
             return;
         }
-        crate::mm::views::with(|s, m| {
+        crate::mm::space::with(|s, m| {
             stale.retain(|&v| {
                 let busy = s.root(v).is_some_and(|r| crate::sched::scheduler::root_loaded_anywhere(r.number()));
                 if !busy {
@@ -454,7 +454,7 @@ pub fn exit_current(value: Option<usize>) -> ! {
     let views = me.take_views();
     if !views.is_empty() {
         scheduler::reload_current_root();
-        crate::mm::views::with(|s, m| {
+        crate::mm::space::with(|s, m| {
             for v in views {
                 s.detach(m, v).expect("a thread's view exists");
             }

@@ -12,8 +12,8 @@ use tsumugi_abi::stats::Counter;
 use tsumugi_abi::syscall::{encode_result, Syscall};
 
 use crate::domain::Outcome;
-use crate::mm::view::Fault;
-use crate::mm::views;
+use crate::mm::view_space::Fault;
+use crate::mm::space;
 use crate::sched::scheduler::{self, Then};
 use crate::thread;
 
@@ -116,7 +116,7 @@ fn user_page_fault(frame: &mut TrapFrame, address: u64, access: Access) {
     if address < arch::layout::KERNEL_HALF {
         let view = scheduler::with_current(|t| t.and_then(|t| t.view()));
         if let Some(view) = view {
-            match views::with(|s, m| s.fault(m, view, address, need(access))) {
+            match space::with(|s, m| s.fault(m, view, address, need(access))) {
                 // The page is there now. If it was there already, this CPU may still run an older
                 // root of the thread: a change of its view (another vCPU's `region_create`) can
                 // race with the switch that loaded the root, and then no kick comes. Reload it,
@@ -165,7 +165,7 @@ fn describe_page_fault(frame: &TrapFrame, address: u64, access: Access) -> Strin
         Access::Execute => "execute",
     };
     let view = scheduler::with_current(|t| t.and_then(|t| t.view()));
-    let found = views::with(|s, _| {
+    let found = space::with(|s, _| {
         let r = s.region_at(address)?;
         let info = s.region_info(r)?;
         Some((info, view.map_or(MapFlags::empty(), |v| s.rights(v, r))))

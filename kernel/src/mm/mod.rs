@@ -5,8 +5,8 @@ pub mod frame_alloc;
 pub mod machine;
 pub mod page_table;
 pub mod region;
-pub mod tlb_tag;
-pub mod view;
+pub mod tag_alloc;
+pub mod view_space;
 pub mod user_range;
 
 #[cfg(target_os = "none")]
@@ -16,6 +16,6 @@ pub mod kernel_space;
 #[cfg(target_os = "none")]
 pub mod kernel_stack;
 #[cfg(target_os = "none")]
-pub mod tags;
+pub mod cpu_tags;
 #[cfg(target_os = "none")]
-pub mod views;
+pub mod space;

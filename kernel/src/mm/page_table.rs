@@ -115,7 +115,7 @@ impl<F: PageTableFormat> PageTable<F> {
     /// same leaves — except every leaf in `skip` — and at most `*budget` table frames made
     /// (each one counted off). A subtree wholly inside `skip`, or met once the budget is spent,
     /// is left out: its addresses stay unmapped here. For deriving one user view from another
-    /// whose rights differ on the region at `skip` (`view.rs`; the new view maps what was left
+    /// whose rights differ on the region at `skip` (`view_space.rs`; the new view maps what was left
     /// out on first touch): at most `*budget` table copies and a scan of their entries,
     /// whatever the size of `other`, where mapping every page again is a walk per page. On
     /// running out of table frames, what was copied so far stays (the caller frees it).

@@ -65,7 +65,7 @@ mod machine {
     pub use super::state::DomainKn;
     pub use super::vcpu::{dump, note_fp_use, park, register, release, unpark};
     use crate::domain::{Domain, Outcome};
-    use crate::mm::views;
+    use crate::mm::space;
     use crate::sched::scheduler;
     use crate::thread::{self, Thread, NOT_A_VCPU};
 
@@ -82,7 +82,7 @@ mod machine {
         if runs_in(domain) && unsafe { arch::usercopy::put_u64(addr, result) }.is_ok() {
             return true;
         }
-        views::write_owned(domain, addr, &result.to_le_bytes()).is_ok()
+        space::write_owned(domain, addr, &result.to_le_bytes()).is_ok()
     }
 
     /// Appends `event` to `domain`'s ring (or holds it back, in order, when full) and wakes a

@@ -17,7 +17,7 @@ use core::sync::atomic::{fence, Ordering};
 use tsumugi_abi::kn::{Event, RING_SLOTS_OFFSET};
 
 use super::state::{Config, State};
-use crate::mm::views;
+use crate::mm::space;
 
 /// Most events a program may have held back (its ring full) before it is ended: a library
 /// that never drains its ring must not grow the kernel without bound.
@@ -76,9 +76,9 @@ pub fn flush_held(cfg: &Config, st: &mut State, own: bool) -> bool {
     }
     let read = |addr| {
         let mut raw = [0u8; 8];
-        views::read_as(cfg.ring_view, addr, &mut raw).map(|_| u64::from_le_bytes(raw)).map_err(|_| ())
+        space::read_as(cfg.ring_view, addr, &mut raw).map(|_| u64::from_le_bytes(raw)).map_err(|_| ())
     };
-    flush_with(cfg, st, read, |addr, bytes| views::write_as(cfg.ring_view, addr, bytes).map_err(|_| ())).unwrap_or(false)
+    flush_with(cfg, st, read, |addr, bytes| space::write_as(cfg.ring_view, addr, bytes).map_err(|_| ())).unwrap_or(false)
 }
 
 /// The flush over one kind of access. `Err` if an access failed (the events not yet moved stay
@@ -105,5 +105,5 @@ fn flush_with(cfg: &Config, st: &mut State, read: impl Fn(u64) -> Result<u64, ()
 /// Whether the ring holds events the library has not read (checked read of `head`).
 pub fn unread(cfg: &Config, st: &State) -> bool {
     let mut raw = [0u8; 8];
-    views::read_as(cfg.ring_view, cfg.ring + HEAD, &mut raw).is_ok_and(|_| u64::from_le_bytes(raw) != st.tail)
+    space::read_as(cfg.ring_view, cfg.ring + HEAD, &mut raw).is_ok_and(|_| u64::from_le_bytes(raw) != st.tail)
 }

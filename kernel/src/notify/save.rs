@@ -22,8 +22,8 @@ use arch::trap::TrapFrame;
 use core::mem::size_of;
 use tsumugi_abi::kn::{mask, FullFrame, FP_AREA_ALIGN, FP_AREA_PTR_OFFSET, FP_AREA_SIZE, FP_FORMAT_OFFSET, FULL_OFFSET, HEADER_SIZE, MASK_OFFSET, THMB_ALIGN};
 
-use crate::mm::view::ViewId;
-use crate::mm::views;
+use crate::mm::view_space::ViewId;
+use crate::mm::space;
 use crate::thread::Thread;
 
 /// Bytes of a ThMB header the kernel writes.
@@ -140,16 +140,16 @@ pub fn save_checked(view: ViewId, ltn: u64, full: &FullFrame, uses_fp: bool) -> 
 /// `view`; the mask last. Returns the report if the thread may not write them.
 pub fn write_checked(view: ViewId, ltn: u64, full: &FullFrame, fp: Option<&[u8]>) -> Result<(), String> {
     // Check the whole header before writing any of it.
-    let writable = views::with(|s, _| s.check(view, ltn, THMB_HEADER, MapFlags::WRITE).is_ok());
+    let writable = space::with(|s, _| s.check(view, ltn, THMB_HEADER, MapFlags::WRITE).is_ok());
     if !writable {
         return Err(format!("bad LTN {ltn:#x}: the thread's view may not write a ThMB there"));
     }
-    views::write_as(view, ltn + FULL_OFFSET as u64, frame_bytes(full)).map_err(|_| format!("bad LTN {ltn:#x}: write refused"))?;
+    space::write_as(view, ltn + FULL_OFFSET as u64, frame_bytes(full)).map_err(|_| format!("bad LTN {ltn:#x}: write refused"))?;
     let saved = mask::FULL | match fp {
         Some(state) => write_fp_checked(view, ltn, state)?,
         None => 0,
     };
-    views::write_as(view, ltn + MASK_OFFSET as u64, &saved.to_le_bytes()).map_err(|_| format!("bad LTN {ltn:#x}: write refused"))
+    space::write_as(view, ltn + MASK_OFFSET as u64, &saved.to_le_bytes()).map_err(|_| format!("bad LTN {ltn:#x}: write refused"))
 }
 
 /// With a FULL save: puts `state` (FP/SIMD registers in the port's save format) into the FP
@@ -157,7 +157,7 @@ pub fn write_checked(view: ViewId, ltn: u64, full: &FullFrame, fp: Option<&[u8]>
 /// losing it. Returns [`mask::FP`] if written, 0 if the ThMB names no FP area.
 fn write_fp_checked(view: ViewId, ltn: u64, state: &[u8]) -> Result<u64, String> {
     let mut word = [0u8; 8];
-    views::read_as(view, ltn + FP_AREA_PTR_OFFSET as u64, &mut word).map_err(|_| format!("bad LTN {ltn:#x}: read refused"))?;
+    space::read_as(view, ltn + FP_AREA_PTR_OFFSET as u64, &mut word).map_err(|_| format!("bad LTN {ltn:#x}: read refused"))?;
     let area = u64::from_le_bytes(word);
     if area == 0 {
         return Ok(0);
@@ -168,8 +168,8 @@ fn write_fp_checked(view: ViewId, ltn: u64, state: &[u8]) -> Result<u64, String>
     if state.len() > FP_AREA_SIZE {
         return Err(format!("FP state of {} bytes does not fit the ABI's {FP_AREA_SIZE}-byte area", state.len()));
     }
-    views::write_as(view, area, state).map_err(|_| format!("bad FP area {area:#x} in ThMB {ltn:#x}: the thread's view may not write it"))?;
+    space::write_as(view, area, state).map_err(|_| format!("bad FP area {area:#x} in ThMB {ltn:#x}: the thread's view may not write it"))?;
     let format = arch::fpu::thmb_format().to_le_bytes();
-    views::write_as(view, ltn + FP_FORMAT_OFFSET as u64, &format).map_err(|_| format!("bad LTN {ltn:#x}: write refused"))?;
+    space::write_as(view, ltn + FP_FORMAT_OFFSET as u64, &format).map_err(|_| format!("bad LTN {ltn:#x}: write refused"))?;
     Ok(mask::FP)
 }

@@ -17,7 +17,7 @@ use arch::trap::TrapFrame;
 use tsumugi_abi::kn::{EventKind, FullFrame};
 use tsumugi_abi::syscall::Errno;
 
-use crate::mm::views;
+use crate::mm::space;
 use crate::thread::Thread;
 
 /// Whether the baseline is on (`preempt=signal` boot option).
@@ -56,7 +56,7 @@ pub fn deliver(me: &Thread, frame: &mut TrapFrame, vcpu: usize, ltn: u64) -> Res
     let sig = SignalFrame { full: frame.to_full_frame(), ltn };
     let at = (frame.sp().wrapping_sub(RED_ZONE + FRAME_BYTES as u64)) & !63;
     // The conventional checked copy-out (rights, lazy fill), then the fix-up copy.
-    let checked = views::with(|s, m| s.check(view, at, FRAME_BYTES as u64, MapFlags::WRITE).is_ok() && s.populate(m, view, at, FRAME_BYTES as u64).is_ok());
+    let checked = space::with(|s, m| s.check(view, at, FRAME_BYTES as u64, MapFlags::WRITE).is_ok() && s.populate(m, view, at, FRAME_BYTES as u64).is_ok());
     if !checked || crate::user_access::copy_out(at, bytes_of(&sig)).is_err() {
         return Err(alloc::format!("preempt=signal: the thread's stack at {at:#x} cannot take a signal frame"));
     }
@@ -74,7 +74,7 @@ pub fn sigreturn(me: &Thread, frame: &mut TrapFrame, at: u64) -> Result<usize, E
         return Err(Errno::Inval);
     }
     let view = me.view().ok_or(Errno::Fault)?;
-    views::with(|s, m| {
+    space::with(|s, m| {
         s.check(view, at, FRAME_BYTES as u64, MapFlags::READ).map_err(|_| Errno::Fault)?;
         s.populate(m, view, at, FRAME_BYTES as u64).map_err(|_| Errno::NoMem)
     })?;

@@ -9,7 +9,7 @@ use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use spin::{Mutex, MutexGuard, Once};
 use tsumugi_abi::kn::Event;
 
-use crate::mm::view::ViewId;
+use crate::mm::view_space::ViewId;
 use crate::thread::Thread;
 
 /// What registration fixed; immutable for the program's life, so the fast paths read it

@@ -11,7 +11,7 @@ use tsumugi_abi::syscall::Errno;
 
 use super::state::Config;
 use crate::domain::Domain;
-use crate::mm::views;
+use crate::mm::space;
 use crate::sched::scheduler::{self, Then};
 use crate::thread::{self, Body, Thread, NOT_A_VCPU};
 
@@ -23,13 +23,13 @@ pub fn register(me: &Arc<Thread>, reg_addr: u64) -> Result<usize, Errno> {
     let domain = me.domain.clone().ok_or(Errno::Inval)?;
     let view = me.view().ok_or(Errno::Fault)?;
     let mut raw = [0u8; size_of::<Registration>()];
-    views::read_as(view, reg_addr, &mut raw).map_err(|_| Errno::Fault)?;
+    space::read_as(view, reg_addr, &mut raw).map_err(|_| Errno::Fault)?;
     let word = |i: usize| u64::from_le_bytes(raw[i * 8..i * 8 + 8].try_into().expect("8 bytes"));
     let reg = Registration { handler: word(0), ring: word(1), upcall_stacks: word(2), vcpus: word(3), fp_live: word(4) };
     if reg.vcpus == 0 || reg.vcpus as usize > MAX_VCPUS {
         return Err(Errno::Inval);
     }
-    let exec_ok = views::with(|s, _| s.check(view, reg.handler, 1, MapFlags::EXEC).is_ok());
+    let exec_ok = space::with(|s, _| s.check(view, reg.handler, 1, MapFlags::EXEC).is_ok());
     if !exec_ok {
         return Err(Errno::Fault);
     }
@@ -37,7 +37,7 @@ pub fn register(me: &Arc<Thread>, reg_addr: u64) -> Result<usize, Errno> {
         return Err(Errno::Inval);
     }
     let mut header = [0u8; size_of::<RingHeader>()];
-    views::read_as(view, reg.ring, &mut header).map_err(|_| Errno::Fault)?;
+    space::read_as(view, reg.ring, &mut header).map_err(|_| Errno::Fault)?;
     let header_word = |i: usize| u64::from_le_bytes(header[i * 8..i * 8 + 8].try_into().expect("8 bytes"));
     let (tail, capacity) = (header_word(1), header_word(2));
     if capacity == 0 || !capacity.is_power_of_two() || capacity > MAX_RING_SLOTS {
@@ -46,9 +46,9 @@ pub fn register(me: &Arc<Thread>, reg_addr: u64) -> Result<usize, Errno> {
     // The whole ring, once: the fast paths then write it through the loaded table, whose
     // rights the page table enforces; the checked path re-checks at every write.
     let ring_bytes = RING_SLOTS_OFFSET as u64 + capacity * size_of::<Event>() as u64;
-    views::with(|s, _| s.check(view, reg.ring, ring_bytes, MapFlags::WRITE)).map_err(|_| Errno::Fault)?;
+    space::with(|s, _| s.check(view, reg.ring, ring_bytes, MapFlags::WRITE)).map_err(|_| Errno::Fault)?;
     if reg.fp_live != 0 {
-        let fp_live_ok = reg.fp_live % 8 == 0 && views::with(|s, _| s.check(view, reg.fp_live, reg.vcpus * 8, MapFlags::WRITE).is_ok());
+        let fp_live_ok = reg.fp_live % 8 == 0 && space::with(|s, _| s.check(view, reg.fp_live, reg.vcpus * 8, MapFlags::WRITE).is_ok());
         if !fp_live_ok {
             return Err(Errno::Fault);
         }
@@ -57,16 +57,16 @@ pub fn register(me: &Arc<Thread>, reg_addr: u64) -> Result<usize, Errno> {
     stacks.try_reserve_exact(reg.vcpus as usize).map_err(|_| Errno::NoMem)?;
     for v in 0..reg.vcpus {
         let mut top = [0u8; 8];
-        views::read_as(view, reg.upcall_stacks + v * 8, &mut top).map_err(|_| Errno::Fault)?;
+        space::read_as(view, reg.upcall_stacks + v * 8, &mut top).map_err(|_| Errno::Fault)?;
         let top = u64::from_le_bytes(top);
-        views::with(|s, _| s.check(view, top.saturating_sub(64), 64, MapFlags::WRITE)).map_err(|_| Errno::Fault)?;
+        space::with(|s, _| s.check(view, top.saturating_sub(64), 64, MapFlags::WRITE)).map_err(|_| Errno::Fault)?;
         stacks.push(top);
     }
     if domain.kn.registered() {
         return Err(Errno::Inval);
     }
     // The ring view stays attached while the program lives (released with the domain).
-    let ring_view = views::with(|s, m| {
+    let ring_view = space::with(|s, m| {
         let set = s.set(view).map(|x| x.to_vec()).unwrap_or_default();
         s.attach(m, &set)
     })
@@ -74,7 +74,7 @@ pub fn register(me: &Arc<Thread>, reg_addr: u64) -> Result<usize, Errno> {
     let config = Config { handler: reg.handler, ring: reg.ring, capacity, fp_live: reg.fp_live, ring_view, upcall_stacks: stacks };
     if domain.kn.install(config, reg.vcpus as usize, tail).is_err() {
         // Another thread of the program registered meanwhile.
-        let _ = views::with(|s, m| s.detach(m, ring_view));
+        let _ = space::with(|s, m| s.detach(m, ring_view));
         return Err(Errno::Inval);
     }
     me.vcpu.store(0, Ordering::Release);
@@ -109,8 +109,8 @@ pub fn register(me: &Arc<Thread>, reg_addr: u64) -> Result<usize, Errno> {
 pub fn start_activation(domain: &Arc<Domain>, source: &Thread, vcpu: usize, handler: u64, stack: u64, args: [u64; 4]) -> Result<Arc<Thread>, Errno> {
     let _creating = domain.region_lock.lock();
     let view = source.view().ok_or(Errno::Fault)?;
-    let set = views::with(|s, _| s.set(view).map(|x| x.to_vec())).ok_or(Errno::Fault)?;
-    let v = views::with(|s, m| s.attach(m, &set)).map_err(|_| Errno::NoMem)?;
+    let set = space::with(|s, _| s.set(view).map(|x| x.to_vec())).ok_or(Errno::Fault)?;
+    let v = space::with(|s, m| s.attach(m, &set)).map_err(|_| Errno::NoMem)?;
     super::count_upcall(source, domain, args[0]);
     domain.spawn(v, Body::Upcall { ip: handler, sp: stack, args }, true, Some(vcpu)).map_err(|_| Errno::NoMem)
 }
@@ -134,8 +134,8 @@ fn spares_kept(st: &super::state::State) -> usize {
 fn new_spare(domain: &Arc<Domain>, source: &Thread) -> Result<Arc<Thread>, Errno> {
     let _creating = domain.region_lock.lock();
     let view = source.view().ok_or(Errno::Fault)?;
-    let set = views::with(|s, _| s.set(view).map(|x| x.to_vec())).ok_or(Errno::Fault)?;
-    let v = views::with(|s, m| s.attach(m, &set)).map_err(|_| Errno::NoMem)?;
+    let set = space::with(|s, _| s.set(view).map(|x| x.to_vec())).ok_or(Errno::Fault)?;
+    let v = space::with(|s, m| s.attach(m, &set)).map_err(|_| Errno::NoMem)?;
     domain.spawn(v, Body::Kernel(spare_main), true, None).map_err(|_| Errno::NoMem)
 }
 
@@ -147,7 +147,7 @@ fn spare_main() -> ! {
 /// enter the handler with `args`; returns `false` if there is none (then a new activation must
 /// be started). The spare runs on this CPU, next: the caller must give the CPU up soon
 /// (`scheduler::hand_next`).
-pub fn hand_to_spare(domain: &Domain, view: Option<crate::mm::view::ViewId>, vcpu: usize, args: [u64; 4]) -> bool {
+pub fn hand_to_spare(domain: &Domain, view: Option<crate::mm::view_space::ViewId>, vcpu: usize, args: [u64; 4]) -> bool {
     let spare = {
         let mut st = domain.kn.state();
         if st.vcpus.get(vcpu).is_none_or(|v| v.handoff.is_some()) {
@@ -248,7 +248,7 @@ fn tell_fp_live(me: &Thread, v: usize) {
     if word != 0 {
         // Checked writable at registration; a refusal now (the program unmapped it) only
         // costs the program its own FP callee-saved registers, as it asked.
-        let _ = views::write_as(view, word + 8 * v as u64, &1u64.to_le_bytes());
+        let _ = space::write_as(view, word + 8 * v as u64, &1u64.to_le_bytes());
     }
 }
 
@@ -340,7 +340,7 @@ pub fn release(domain: &Domain) {
     drop(parked);
     super::forget_sleepers(domain);
     if let Some(cfg) = domain.kn.config() {
-        let _ = views::with(|s, m| s.detach(m, cfg.ring_view));
+        let _ = space::with(|s, m| s.detach(m, cfg.ring_view));
     }
 }
 
@@ -350,7 +350,7 @@ pub fn dump() {
         let Some(cfg) = d.kn.config() else { return };
         if let Some(st) = d.kn.try_state() {
             let mut raw = [0u8; 8];
-            let head = views::read_as(cfg.ring_view, cfg.ring, &mut raw).map_or(u64::MAX, |_| u64::from_le_bytes(raw));
+            let head = space::read_as(cfg.ring_view, cfg.ring, &mut raw).map_or(u64::MAX, |_| u64::from_le_bytes(raw));
             let parked: Vec<(usize, u64, bool)> = st.vcpus.iter().enumerate().map(|(i, v)| (i, v.parked.as_ref().map_or(0, |t| t.id), v.token)).collect();
             crate::println!("watchdog: domain {}: ring head {head} tail {} held {}, vcpus (index, parked thread, token) {:?}", d.id, st.tail, st.held.len(), parked);
         }

@@ -31,8 +31,8 @@ mod machine {
     use tsumugi_abi::syscall::{decode_result, encode_result, Errno};
 
     use super::table::{Kind, Refusal, Table};
-    use crate::mm::view::{RegionId, ViewId};
-    use crate::mm::{kernel_space, views};
+    use crate::mm::view_space::{RegionId, ViewId};
+    use crate::mm::{kernel_space, space};
     use crate::sched::scheduler::{self, Then};
     use crate::thread::{self, Thread};
 
@@ -79,7 +79,7 @@ mod machine {
         if !(arch::layout::USER_START..arch::layout::USER_END).contains(&addr) {
             return Err(Errno::Fault);
         }
-        views::with(|s, m| {
+        space::with(|s, m| {
             s.check(view, addr, 8, MapFlags::WRITE).map_err(|_| Errno::Fault)?;
             s.populate(m, view, addr, 8).map_err(|_| Errno::NoMem)?;
             let page = VirtAddr::new(addr / PAGE_SIZE * PAGE_SIZE);
@@ -104,7 +104,7 @@ mod machine {
 
     /// The live program owning the region at `addr` (where a holder's tag, its ThMB, lies).
     fn owner_at(addr: u64) -> Option<u64> {
-        let region: RegionId = views::with(|s, _| s.region_at(addr))?;
+        let region: RegionId = space::with(|s, _| s.region_at(addr))?;
         crate::domain::owner_of(region)
     }
 
@@ -367,7 +367,7 @@ mod machine {
             let words = table.words(|_| true);
             for word in words {
                 let Some(entry) = table.find(word) else { continue };
-                let in_memory_that_goes = views::with(|s, _| s.region_at(word)).is_some_and(|r| regions.contains(&r));
+                let in_memory_that_goes = space::with(|s, _| s.region_at(word)).is_some_and(|r| regions.contains(&r));
                 if in_memory_that_goes {
                     for w in table.take(word, usize::MAX).0 {
                         w.state.store(BROKEN, Ordering::Release);

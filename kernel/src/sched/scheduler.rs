@@ -589,7 +589,7 @@ fn load_root(cpu: &Cpu, root: u64) -> Option<bool> {
     }
     cpu.loaded_root.store(root, Ordering::Release);
     let mut generation = cpu.tag_generation.load(Ordering::Relaxed);
-    let (tag, flush_all) = crate::mm::tags::choose(root, KERNEL_ROOT.load(Ordering::Relaxed), &mut generation);
+    let (tag, flush_all) = crate::mm::cpu_tags::choose(root, KERNEL_ROOT.load(Ordering::Relaxed), &mut generation);
     cpu.tag_generation.store(generation, Ordering::Relaxed);
     // SAFETY: every root is a view table or the kernel table, all sharing the kernel half.
     unsafe { arch::tlb::load_root_tagged(Frame::from_number(root), tag, flush_all) };

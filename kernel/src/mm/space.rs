@@ -17,7 +17,7 @@ use super::kernel_space::{allocate_zeroed_frame, kernel_root, with_frames, Direc
 use super::machine::Machine;
 use super::page_table::PageTable;
 use super::user_range::UserRangeAllocator;
-use super::view::{RegionId, ViewSpace};
+use super::view_space::{RegionId, ViewSpace};
 
 /// The machine as the view code sees it.
 pub struct KernelMachine;
@@ -94,7 +94,7 @@ impl Space {
             return;
         }
         for root in self.views.take_freed_roots() {
-            super::tags::release(root.number());
+            super::cpu_tags::release(root.number());
         }
         for region in self.views.take_freed() {
             let Some(start) = self.region_range.remove(&region) else { continue };
@@ -116,7 +116,7 @@ pub fn with<R>(f: impl FnOnce(&mut ViewSpace<PageFormat>, &mut KernelMachine) ->
 /// Runs `f` with the whole space (views and ranges).
 pub fn with_space<R>(f: impl FnOnce(&mut Space, &mut KernelMachine) -> R) -> R {
     let mut guard = SPACE.lock();
-    let space = guard.as_mut().expect("views used before mm::views::init");
+    let space = guard.as_mut().expect("views used before mm::space::init");
     let r = f(space, &mut KernelMachine);
     space.reclaim();
     r
@@ -129,7 +129,7 @@ pub struct Refused(pub u64);
 /// Writes `bytes` at user address `addr` as view `view` would (the view must hold every byte
 /// with write rights), through the region's frames: no page table needs to be loaded, so the
 /// kernel can write into a thread's memory from any CPU and any context.
-pub fn write_as(view: super::view::ViewId, addr: u64, bytes: &[u8]) -> Result<(), Refused> {
+pub fn write_as(view: super::view_space::ViewId, addr: u64, bytes: &[u8]) -> Result<(), Refused> {
     with(|s, m| {
         s.check(view, addr, bytes.len() as u64, arch::mapping::MapFlags::WRITE).map_err(|_| Refused(addr))?;
         let mut done = 0usize;
@@ -147,7 +147,7 @@ pub fn write_as(view: super::view::ViewId, addr: u64, bytes: &[u8]) -> Result<()
 }
 
 /// Reads `out.len()` bytes at user address `addr` as view `view` would (read rights needed).
-pub fn read_as(view: super::view::ViewId, addr: u64, out: &mut [u8]) -> Result<(), Refused> {
+pub fn read_as(view: super::view_space::ViewId, addr: u64, out: &mut [u8]) -> Result<(), Refused> {
     with(|s, _| {
         s.check(view, addr, out.len() as u64, arch::mapping::MapFlags::READ).map_err(|_| Refused(addr))?;
         let mut done = 0usize;

@@ -1,5 +1,5 @@
 //! The kernel's TLB tags: one [`TagAllocator`] for all CPUs, and the tag each view (named by its
-//! root frame) holds. See `tlb_tag.rs` for the scheme and the per-CPU protocol this follows.
+//! root frame) holds. See `tag_alloc.rs` for the scheme and the per-CPU protocol this follows.
 
 use alloc::collections::BTreeMap;
 use core::cell::UnsafeCell;
@@ -8,7 +8,7 @@ use spin::Mutex;
 
 use crate::sched::scheduler::MAX_CPUS;
 
-use super::tlb_tag::{Tag, TagAllocator, UNTAGGED};
+use super::tag_alloc::{Tag, TagAllocator, UNTAGGED};
 
 struct Tags {
     allocator: TagAllocator,
