@@ -33,6 +33,10 @@ extern "C" {
     fn user_get_u64(src: u64, out: *mut u64) -> usize;
     /// `user_put_u64(dst_user, value) -> 0 | 1`: one aligned word.
     fn user_put_u64(dst: u64, value: u64) -> usize;
+    /// `user_cmpxchg_u64(addr_user, expected, new, prev_out) -> 0 | 1`: one aligned word,
+    /// compared with `expected` and replaced by `new` if equal, atomically (acquire and
+    /// release); what it held goes to `prev_out`.
+    fn user_cmpxchg_u64(addr: u64, expected: u64, new: u64, prev: *mut u64) -> usize;
     static user_copy_access_start: u8;
     static user_copy_access_end: u8;
     static user_copy_fixup: u8;
@@ -193,6 +197,29 @@ pub unsafe fn get_u64(src: u64) -> Result<u64, UserFault> {
 pub unsafe fn put_u64(dst: u64, value: u64) -> Result<(), UserFault> {
     // SAFETY: the caller's contract.
     unsafe { Access::open() }.put_u64(dst, value)
+}
+
+/// Compares the 8-byte-aligned user word at `addr` with `expected` and, if equal, replaces it
+/// with `new`, atomically against every CPU (and the program's own atomics on it), through the
+/// loaded page table: `Ok(Ok(expected))` when it swapped, `Ok(Err(seen))` when the word held
+/// `seen`, `Err` when the access faulted (not mapped, or not writable by the program) — what a
+/// futex-style kernel operation needs on a word the program shares. The word is written even
+/// when it does not match (with what it held, atomically), so the write right is checked every
+/// time, as x86's `lock cmpxchg` does: a word the program may only read always faults.
+///
+/// # Safety
+/// As for [`copy_from_user`].
+#[inline]
+pub unsafe fn cmpxchg_u64(addr: u64, expected: u64, new: u64) -> Result<Result<u64, u64>, UserFault> {
+    if addr % 8 != 0 || !in_user_half(addr, 8) {
+        return Err(UserFault);
+    }
+    let _window = port::AtomicWindow::open();
+    let mut seen = 0;
+    // SAFETY: the word is user memory (checked above; the caller's contract) whose faults the
+    // fix-up turns into a return of 1; `seen` is ours.
+    result(unsafe { user_cmpxchg_u64(addr, expected, new, &mut seen) })?;
+    Ok(if seen == expected { Ok(seen) } else { Err(seen) })
 }
 
 /// The trap path's exception-table lookup: if `frame` is a kernel-mode data fault inside the

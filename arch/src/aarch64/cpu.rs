@@ -180,6 +180,7 @@ fn init_cpu(percpu: &'static mut PerCpu, index: u64, features: Features) {
     percpu.redistributor = 0;
     // SAFETY: TPIDR_EL1 is ours (EL1-only); from here on it names this 'static block.
     unsafe { asm!("msr tpidr_el1, {}", in(reg) percpu as *mut PerCpu as u64, options(nomem, nostack, preserves_flags)) };
+    super::usercopy::set_pan(features.pan);
     if features.pan {
         // SAFETY: with SCTLR_EL1.SPAN clear every exception to EL1 sets PSTATE.PAN, and we set
         // it now: the kernel then faults on any plain access to user pages. User copies use

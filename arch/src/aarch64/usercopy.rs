@@ -6,7 +6,8 @@
 //! memory, and the accesses work with PAN on — the kernel keeps `PSTATE.PAN` set at all times
 //! where the CPU has it (cpu.rs), the analogue of SMAP without opening a window.
 
-use core::arch::global_asm;
+use core::arch::{asm, global_asm};
+use core::sync::atomic::{AtomicBool, Ordering};
 
 use super::trap::{ec, TrapFrame};
 
@@ -17,6 +18,43 @@ impl Window {
     #[inline(always)]
     pub(crate) fn open() -> Self {
         Window
+    }
+}
+
+/// Whether the CPUs have PAN (then the kernel keeps it set; `cpu.rs`).
+static PAN: AtomicBool = AtomicBool::new(false);
+
+/// Records that the CPUs have PAN and keep it set.
+pub(crate) fn set_pan(present: bool) {
+    PAN.store(present, Ordering::Relaxed);
+}
+
+/// A window for an atomic read-modify-write of a user word: there is no unprivileged exclusive
+/// load/store, so PAN is cleared until dropped. The access is then checked with EL1's rights,
+/// which for a user page are the same as EL0's for writes (a read-only user page is read-only
+/// at EL1 too); a fault inside leaves PAN clear in the saved state, so the drop sets it again
+/// whatever happened.
+pub(crate) struct AtomicWindow;
+
+impl AtomicWindow {
+    #[inline(always)]
+    pub(crate) fn open() -> Self {
+        if PAN.load(Ordering::Relaxed) {
+            // SAFETY: `.inst 0xd500409f` is `msr pan, #0` (FEAT_PAN, present): privileged
+            // accesses may reach user pages until the drop sets PAN again.
+            unsafe { asm!(".inst 0xd500409f", options(nomem, nostack, preserves_flags)) };
+        }
+        AtomicWindow
+    }
+}
+
+impl Drop for AtomicWindow {
+    #[inline(always)]
+    fn drop(&mut self) {
+        if PAN.load(Ordering::Relaxed) {
+            // SAFETY: `.inst 0xd500419f` is `msr pan, #1`: closes the window.
+            unsafe { asm!(".inst 0xd500419f", options(nomem, nostack, preserves_flags)) };
+        }
     }
 }
 
@@ -31,6 +69,7 @@ global_asm!(
     .global user_get_u64
     .global user_put_u64
     .global user_store_frame
+    .global user_cmpxchg_u64
     .global user_copy_access_start
     .global user_copy_access_end
     .global user_copy_fixup
@@ -121,6 +160,15 @@ user_store_frame:                       // TrapFrame (x1) -> FullFrame (x0): x0.
     sttr x12, [x0, #8*\n]
     sttr x13, [x0, #8*\n+8]
     .endr
+    mov x0, #0
+    ret
+user_cmpxchg_u64:                       // (addr x0, expected x1, new x2, prev_out x3), PAN open
+1:  ldaxr x9, [x0]
+    cmp x9, x1
+    csel x11, x2, x9, eq                // no match: store back what was there, so that the
+    stlxr w10, x11, [x0]                // write right is checked as on x86 (`lock cmpxchg`)
+    cbnz w10, 1b
+    str x9, [x3]
     mov x0, #0
     ret
 user_copy_access_end:

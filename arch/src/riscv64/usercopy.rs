@@ -12,6 +12,9 @@ use super::trap::TrapFrame;
 /// Supervisor access to user pages (`sstatus.SUM`), from `open` until dropped.
 pub(crate) struct Window;
 
+/// An atomic read-modify-write of a user word needs no more than the plain window.
+pub(crate) type AtomicWindow = Window;
+
 impl Window {
     #[inline(always)]
     pub(crate) fn open() -> Self {
@@ -40,6 +43,7 @@ global_asm!(
     .global user_get_u64
     .global user_put_u64
     .global user_store_frame
+    .global user_cmpxchg_u64
     .global user_copy_access_start
     .global user_copy_access_end
     .global user_copy_fixup
@@ -98,6 +102,19 @@ user_store_frame:                       # TrapFrame (a1) -> FullFrame (a0): x1..
     .endr
     ld t0, 256(a1)
     sd t0, 0(a0)
+    li a0, 0
+    ret
+user_cmpxchg_u64:                       # (addr a0, expected a1, new a2, prev_out a3)
+    .option push
+    .option arch, +a                    # global_asm! does not inherit the target's features
+1:  lr.d.aqrl t0, (a0)
+    mv t2, a2
+    beq t0, a1, 2f
+    mv t2, t0                           # no match: store back what was there, so that the
+2:  sc.d.rl t1, t2, (a0)                # write right is checked as on x86 (`lock cmpxchg`)
+    bnez t1, 1b
+    .option pop
+    sd t0, 0(a3)
     li a0, 0
     ret
 user_copy_access_end:

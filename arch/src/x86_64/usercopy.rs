@@ -16,6 +16,9 @@ pub fn set_smap(enabled: bool) {
 /// Supervisor access to user pages, from `open` until dropped (`stac`/`clac` under SMAP).
 pub(crate) struct Window;
 
+/// An atomic read-modify-write of a user word needs no more than the plain window.
+pub(crate) type AtomicWindow = Window;
+
 impl Window {
     #[inline(always)]
     pub(crate) fn open() -> Self {
@@ -51,6 +54,7 @@ global_asm!(
     .global user_get_u64
     .global user_put_u64
     .global user_store_frame
+    .global user_cmpxchg_u64
     .global user_copy_access_start
     .global user_copy_access_end
     .global user_copy_fixup
@@ -111,6 +115,12 @@ user_store_frame:                       /* TrapFrame (rsi) -> FullFrame (rdi), n
     mov %rax, 128(%rdi)
     mov 152(%rsi), %rcx
     mov %rcx, 136(%rdi)
+    xor %eax, %eax
+    ret
+user_cmpxchg_u64:                       /* (addr rdi, expected rsi, new rdx, prev_out rcx) */
+    mov %rsi, %rax
+    lock cmpxchg %rdx, (%rdi)
+    mov %rax, (%rcx)
     xor %eax, %eax
     ret
 user_copy_access_end:

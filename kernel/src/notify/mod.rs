@@ -19,6 +19,8 @@
 //!   checked (through the view space; a bad LTN ends the program).
 //! - `ring`: the event ring, fast and checked.
 //! - `vcpu`: registration, activations, spare activations, park and unpark.
+//! - [`park`]: waits that hold no activation (S3's waits): the thread saved, the vCPU back to
+//!   its library at once, the waker posts `UNBLOCKED`.
 //! - [`sa_copy`] and [`signal`]: the conventional baselines the benchmarks compare with
 //!   (`kn=sa`: Scheduler-Activations-style save in kernel memory and copy-out;
 //!   `preempt=signal`: preemption delivered as a signal frame on the thread's stack).
@@ -33,6 +35,8 @@
 
 pub mod sleepers;
 
+#[cfg(target_os = "none")]
+pub mod park;
 #[cfg(target_os = "none")]
 mod ring;
 #[cfg(target_os = "none")]
@@ -76,7 +80,7 @@ mod machine {
 
     /// Stores a blocking call's `result` in the result register of the ThMB `thmb` of `domain`
     /// (through the loaded table when a thread of the program runs here, else checked).
-    fn write_result(domain: &Domain, thmb: u64, result: u64) -> bool {
+    pub(super) fn write_result(domain: &Domain, thmb: u64, result: u64) -> bool {
         let addr = thmb + RESULT_OFFSET as u64;
         // SAFETY: `runs_in`: the program's table is loaded.
         if runs_in(domain) && unsafe { arch::usercopy::put_u64(addr, result) }.is_ok() {
@@ -95,7 +99,7 @@ mod machine {
     /// common case — nothing held back, room in the ring — is inlined into the stop paths; the
     /// rest is [`post_as`]'s.
     #[inline(always)]
-    fn post_own(domain: &Domain, event: Event) {
+    pub(super) fn post_own(domain: &Domain, event: Event) {
         stopped(event.thread);
         if let Some(cfg) = domain.kn.config() {
             let mut st = domain.kn.state();
@@ -200,12 +204,12 @@ mod machine {
     }
 
     /// The running thread's vCPU index if it is a vCPU of a registered program.
-    fn current_vcpu(me: &Thread) -> Option<usize> {
+    pub(super) fn current_vcpu(me: &Thread) -> Option<usize> {
         let v = me.vcpu.load(Ordering::Acquire);
         (v != NOT_A_VCPU && me.domain.as_ref().is_some_and(|d| d.kn.registered())).then_some(v)
     }
 
-    fn kill(me: &Thread, reason: String) -> ! {
+    pub(super) fn kill(me: &Thread, reason: String) -> ! {
         if let Some(d) = &me.domain {
             d.end(Outcome::Killed(reason));
         }
@@ -213,7 +217,7 @@ mod machine {
     }
 
     /// Turns the running vCPU's return to user mode into an upcall.
-    fn upcall(me: &Thread, frame: &mut TrapFrame, vcpu: usize, args: [u64; 4]) {
+    pub(super) fn upcall(me: &Thread, frame: &mut TrapFrame, vcpu: usize, args: [u64; 4]) {
         let Some(domain) = &me.domain else { return };
         let Some(cfg) = domain.kn.config() else { return };
         count_upcall(me, domain, args[0]);

@@ -7,8 +7,11 @@
 //! through the direct map, after checking the caller's view may write it), so its
 //! read-modify-writes are atomic against the programs' own compare-exchanges on any CPU.
 //!
-//! A waiter blocks through `notify::blocking`: on a vCPU the library gets `BLOCKED(t)` at once
-//! and `UNBLOCKED(t)` once the kernel acquired the lock for t (or released the barrier).
+//! A user thread of a vCPU waits *parked* (`notify::park`): saved into its ThMB, with no
+//! kernel thread waiting for it; the library gets `BLOCKED(t)` at once, and the kernel posts
+//! `UNBLOCKED(t)`, with the wait's result in t's ThMB, from the syscall that acquired the lock
+//! for t or released the barrier (a batch release posts for every waiter in one call). Any
+//! other caller blocks as a plain thread (`notify::blocking`).
 //!
 //! Lock order: [`TABLE`], then the view space, then (for the owner of a holder's region) the
 //! list of live programs; wake-ups happen after [`TABLE`] is dropped.
@@ -32,6 +35,7 @@ mod machine {
 
     use super::table::{Kind, Refusal, Table};
     use crate::mm::view_space::{RegionId, ViewId};
+    use crate::notify::park::{self, Parked};
     use crate::mm::{kernel_space, space};
     use crate::sched::scheduler::{self, Then};
     use crate::thread::{self, Thread};
@@ -47,7 +51,11 @@ mod machine {
 
     /// A thread waiting in the kernel on a word.
     pub struct Waiter {
+        /// The waiting thread; for a parked user thread, the activation that parked it (its
+        /// view is the program's).
         thread: Arc<Thread>,
+        /// The parked user thread, if it waits without a kernel thread.
+        parked: Option<Parked>,
         /// Its program.
         program: u64,
         /// The tag a lock is acquired under on its behalf.
@@ -81,9 +89,15 @@ mod machine {
         }
         space::with(|s, m| {
             s.check(view, addr, 8, MapFlags::WRITE).map_err(|_| Errno::Fault)?;
-            s.populate(m, view, addr, 8).map_err(|_| Errno::NoMem)?;
             let page = VirtAddr::new(addr / PAGE_SIZE * PAGE_SIZE);
-            let (pa, _) = s.translate(m, view, page).ok_or(Errno::Fault)?;
+            // A word in use is mapped already (one table walk); only a first touch fills it.
+            let (pa, _) = match s.translate(m, view, page) {
+                Some(mapped) => mapped,
+                None => {
+                    s.populate(m, view, addr, 8).map_err(|_| Errno::NoMem)?;
+                    s.translate(m, view, page).ok_or(Errno::Fault)?
+                }
+            };
             let at = kernel_space::phys_to_virt(PhysAddr::new(pa.as_u64() + addr % PAGE_SIZE));
             // SAFETY: the view may write these 8 aligned bytes of a live region's frame (just
             // checked and backed), reached through the direct map; the view space's lock keeps
@@ -92,6 +106,60 @@ mod machine {
             let word = unsafe { AtomicU64::from_ptr(at.as_u64() as *mut u64) };
             Ok(f(word))
         })
+    }
+
+    /// A word of user memory as a view may touch it. For the calling thread's own view
+    /// (`own`: its table is the one loaded) every operation is one atomic instruction through
+    /// that table, with fault fix-up (`arch::usercopy::cmpxchg_u64`: the page table enforces
+    /// the view's write right); only when that faults — a page not filled yet, or no right —
+    /// does it go the checked way ([`with_word`]), which fills the page or names the error.
+    /// For another view (a waiter's, at the end of a program) it always goes the checked way.
+    #[derive(Clone, Copy)]
+    struct Word {
+        view: ViewId,
+        addr: u64,
+        own: bool,
+    }
+
+    impl Word {
+        /// The caller's word at `addr`.
+        fn own(view: ViewId, addr: u64) -> Word {
+            Word { view, addr, own: true }
+        }
+
+        /// The word at `addr` as `view` (not loaded here) may touch it.
+        fn of(view: ViewId, addr: u64) -> Word {
+            Word { view, addr, own: false }
+        }
+
+        /// Compare-exchange: `Ok(current)` when it swapped, `Err(seen)` otherwise.
+        fn cas(self, current: u64, new: u64) -> Result<Result<u64, u64>, Errno> {
+            if self.own {
+                // SAFETY: a syscall runs with the caller's table loaded, whose user half holds
+                // only its view's mappings.
+                if let Ok(r) = unsafe { arch::usercopy::cmpxchg_u64(self.addr, current, new) } {
+                    return Ok(r);
+                }
+            }
+            with_word(self.view, self.addr, |a| a.compare_exchange(current, new, Ordering::AcqRel, Ordering::Acquire))
+        }
+
+        /// An atomic read (a compare-exchange of 0 by 0: the kernel acts only on words the
+        /// view may write).
+        fn load(self) -> Result<u64, Errno> {
+            Ok(self.cas(0, 0)?.unwrap_or_else(|seen| seen))
+        }
+
+        /// Atomic read-modify-write by `f`; returns the old value.
+        fn update(self, f: impl Fn(u64) -> u64) -> Result<u64, Errno> {
+            let mut cur = self.load()?;
+            loop {
+                match self.cas(cur, f(cur))? {
+                    Ok(old) => return Ok(old),
+                    Err(seen) => cur = seen,
+                }
+            }
+        }
     }
 
     /// The calling thread, its program and view (`EINVAL` for a kernel thread).
@@ -108,8 +176,8 @@ mod machine {
         crate::domain::owner_of(region)
     }
 
-    fn new_waiter(me: Arc<Thread>, program: u64, tag: u64) -> Arc<Waiter> {
-        Arc::new(Waiter { thread: me, program, tag, state: AtomicU8::new(PENDING) })
+    fn new_waiter(me: Arc<Thread>, program: u64, tag: u64, parked: Option<Parked>) -> Arc<Waiter> {
+        Arc::new(Waiter { thread: me, parked, program, tag, state: AtomicU8::new(PENDING) })
     }
 
     impl Waiter {
@@ -117,6 +185,45 @@ mod machine {
         fn view(&self) -> Option<ViewId> {
             self.thread.view()
         }
+
+        /// Ends the wait, whose state has left `PENDING`: a parked thread gets its result and
+        /// `UNBLOCKED`, a blocked one is woken (and reads its state). Called without [`TABLE`].
+        fn wake(&self) {
+            match &self.parked {
+                Some(p) => p.finish(outcome(self.state.load(Ordering::Acquire))),
+                None => thread::wake(self.thread.clone()),
+            }
+        }
+    }
+
+    /// What `enqueue` (under [`TABLE`]) decided: queued, or done without waiting.
+    type Queued = Result<Option<usize>, Errno>;
+
+    /// Queues the caller on `word` through `enqueue`, which runs under [`TABLE`] with the table,
+    /// the caller's view and its waiter, and returns `Ok(None)` once the waiter is queued,
+    /// `Ok(Some(r))` when there is nothing to wait for (result `r`) or an error; then waits.
+    /// A vCPU's user thread is parked first (so its `BLOCKED` precedes any waker's
+    /// `UNBLOCKED`), and an immediate result reaches it as a wait's result does.
+    fn queue_and_wait(frame: &mut TrapFrame, word: u64, tag: u64, enqueue: impl FnOnce(&mut Table<Arc<Waiter>>, ViewId, &Arc<Waiter>) -> Queued) -> SysResult {
+        let (me, program, view) = caller()?;
+        let mut enqueue = Some(enqueue);
+        let parked = park::park(frame, |p| {
+            let w = new_waiter(me.clone(), program, tag, Some(p));
+            let queued = (enqueue.take().expect("called once"))(&mut TABLE.lock(), view, &w);
+            match queued {
+                Ok(None) => {}
+                Ok(Some(r)) => w.parked.as_ref().expect("parked").finish(encode_result(Ok(r))),
+                Err(e) => w.parked.as_ref().expect("parked").finish(encode_result(Err(e))),
+            }
+        });
+        if let Some(r) = parked {
+            return r;
+        }
+        let w = new_waiter(me, program, tag, None);
+        if let Some(r) = (enqueue.take().expect("not called"))(&mut TABLE.lock(), view, &w)? {
+            return Ok(r);
+        }
+        wait(frame, word, w)
     }
 
     /// What a waiter's wait ended with, as a syscall result.
@@ -170,7 +277,7 @@ mod machine {
         let mut woken = Vec::new();
         if let Some(Kind::Barrier(_)) = kind {
             if let Some(view) = w.view() {
-                let _ = with_word(view, word, |a| a.fetch_or(barrier::BROKEN, Ordering::AcqRel));
+                let _ = Word::of(view, word).update(|v| v | barrier::BROKEN);
             }
             woken = table.take(word, usize::MAX).0;
             for o in &woken {
@@ -179,7 +286,7 @@ mod machine {
         }
         drop(table);
         for o in woken {
-            thread::wake(o.thread.clone());
+            o.wake();
         }
         outcome(BROKEN)
     }
@@ -189,79 +296,72 @@ mod machine {
         if tag == 0 || tag & WAITERS != 0 {
             return Err(Errno::Inval);
         }
-        let (me, program, view) = caller()?;
         /// What the word said.
         enum Seen {
             Taken,
             Holder(u64),
             Mine,
         }
-        let waiter = new_waiter(me, program, tag);
-        {
-            let mut table = TABLE.lock();
-            loop {
-                let more = table.find(word).is_some_and(|e| e.kind == Kind::Lock && !e.waiters.is_empty());
-                let seen = with_word(view, word, |a| {
-                    let cur = a.load(Ordering::Acquire);
-                    if cur & !WAITERS == tag {
-                        Seen::Mine
-                    } else if cur & !WAITERS == 0 {
-                        // Free (the holder released it after our user-mode attempt).
-                        let want = tag | if more { WAITERS } else { 0 };
-                        match a.compare_exchange(cur, want, Ordering::AcqRel, Ordering::Acquire) {
-                            Ok(_) => Seen::Taken,
-                            Err(now) => Seen::Holder(now),
-                        }
-                    } else {
-                        Seen::Holder(cur)
-                    }
-                })?;
-                let cur = match seen {
-                    Seen::Taken => return Ok(0),
-                    // Not recursive: waiting for oneself would never end.
-                    Seen::Mine => return Err(Errno::Inval),
-                    Seen::Holder(cur) => cur,
-                };
-                if cur & !WAITERS == 0 {
-                    continue;
+        queue_and_wait(frame, word, tag, |table, view, waiter| loop {
+            let more = table.find(word).is_some_and(|e| e.kind == Kind::Lock && !e.waiters.is_empty());
+            let w = Word::own(view, word);
+            let cur = w.load()?;
+            let seen = if cur & !WAITERS == tag {
+                Seen::Mine
+            } else if cur & !WAITERS == 0 {
+                // Free (the holder released it after our user-mode attempt).
+                let want = tag | if more { WAITERS } else { 0 };
+                match w.cas(cur, want)? {
+                    Ok(_) => Seen::Taken,
+                    Err(now) => Seen::Holder(now),
                 }
-                let holder = owner_at(cur & !WAITERS);
-                if holder.is_none() {
-                    // The holder's program is gone (its ThMB's region with it): take the lock.
-                    let want = tag | if more { WAITERS } else { 0 };
-                    if with_word(view, word, |a| a.compare_exchange(cur, want, Ordering::AcqRel, Ordering::Acquire).is_ok())? {
-                        return Ok(OWNER_DIED);
-                    }
-                    continue;
-                }
-                let entry = table.enqueue(word, Kind::Lock, program, waiter.clone()).map_err(refused)?;
-                if entry.holder.is_none() {
-                    entry.holder = holder;
-                }
-                // The waiters bit makes the holder's release come to the kernel.
-                if with_word(view, word, |a| a.compare_exchange(cur, cur | WAITERS, Ordering::AcqRel, Ordering::Acquire).is_ok())? {
-                    break;
-                }
-                // The word moved meanwhile: out of the queue and look again.
-                table.remove(word, |x| Arc::ptr_eq(x, &waiter));
+            } else {
+                Seen::Holder(cur)
+            };
+            let cur = match seen {
+                Seen::Taken => return Ok(Some(0)),
+                // Not recursive: waiting for oneself would never end.
+                Seen::Mine => return Err(Errno::Inval),
+                Seen::Holder(cur) => cur,
+            };
+            if cur & !WAITERS == 0 {
+                continue;
             }
-        }
-        wait(frame, word, waiter)
+            let holder = owner_at(cur & !WAITERS);
+            if holder.is_none() {
+                // The holder's program is gone (its ThMB's region with it): take the lock.
+                let want = tag | if more { WAITERS } else { 0 };
+                if w.cas(cur, want)?.is_ok() {
+                    return Ok(Some(OWNER_DIED));
+                }
+                continue;
+            }
+            let entry = table.enqueue(word, Kind::Lock, waiter.program, waiter.clone()).map_err(refused)?;
+            if entry.holder.is_none() {
+                entry.holder = holder;
+            }
+            // The waiters bit makes the holder's release come to the kernel.
+            if w.cas(cur, cur | WAITERS)?.is_ok() {
+                return Ok(None);
+            }
+            // The word moved meanwhile: out of the queue and look again.
+            table.remove(word, |x| Arc::ptr_eq(x, waiter));
+        })
     }
 
-    /// Hands the lock at `word` to its first waiter (writing its tag into the word through
-    /// `view`), or frees it when nobody waits; the caller holds [`TABLE`]. Returns the waiter
-    /// to wake.
-    fn hand_on(table: &mut Table<Arc<Waiter>>, view: ViewId, word: u64, state: u8) -> Result<Option<Arc<Waiter>>, Errno> {
+    /// Hands the lock at `w` to its first waiter (writing its tag into the word), or frees it
+    /// when nobody waits; the caller holds [`TABLE`]. Returns the waiter to wake.
+    fn hand_on(table: &mut Table<Arc<Waiter>>, w: Word, state: u8) -> Result<Option<Arc<Waiter>>, Errno> {
+        let word = w.addr;
         let is_lock = table.find(word).is_some_and(|e| e.kind == Kind::Lock);
         if !is_lock {
-            with_word(view, word, |a| a.store(0, Ordering::Release))?;
+            w.update(|_| 0)?;
             return Ok(None);
         }
         let (mut next, more) = table.take(word, 1);
         let Some(next) = next.pop() else { return Ok(None) };
         let value = next.tag | if more { WAITERS } else { 0 };
-        if let Err(e) = with_word(view, word, |a| a.store(value, Ordering::Release)) {
+        if let Err(e) = w.update(|_| value) {
             // Leave the waiter where it was.
             let _ = table.enqueue(word, Kind::Lock, next.program, next);
             return Err(e);
@@ -278,30 +378,28 @@ mod machine {
         let (_, _, view) = caller()?;
         let next = {
             let mut table = TABLE.lock();
-            let cur = with_word(view, word, |a| a.load(Ordering::Acquire))?;
+            let w = Word::own(view, word);
+            let cur = w.load()?;
             if tag == 0 || cur & !WAITERS != tag {
                 return Err(Errno::Perm);
             }
-            hand_on(&mut table, view, word, DONE)?
+            hand_on(&mut table, w, DONE)?
         };
         if let Some(n) = next {
-            thread::wake(n.thread.clone());
+            n.wake();
         }
         Ok(0)
     }
 
     /// `s3_wait(word, expected)`.
     pub fn wait_on(frame: &mut TrapFrame, word: u64, expected: u64) -> SysResult {
-        let (me, program, view) = caller()?;
-        let waiter = new_waiter(me, program, 0);
-        {
-            let mut table = TABLE.lock();
-            if with_word(view, word, |a| a.load(Ordering::Acquire))? != expected {
-                return Ok(1);
+        queue_and_wait(frame, word, 0, |table, view, waiter| {
+            if Word::own(view, word).load()? != expected {
+                return Ok(Some(1));
             }
-            table.enqueue(word, Kind::Wait, program, waiter.clone()).map_err(refused)?;
-        }
-        wait(frame, word, waiter)
+            table.enqueue(word, Kind::Wait, waiter.program, waiter.clone()).map_err(refused)?;
+            Ok(None)
+        })
     }
 
     /// `s3_wake(word, n)`: wakes up to `n` waiters (futex or barrier) in one operation.
@@ -309,7 +407,8 @@ mod machine {
         let (_, _, view) = caller()?;
         let woken = {
             let mut table = TABLE.lock();
-            with_word(view, word, |_| ())?;
+            // The caller must be able to touch the word (one atomic read through its table).
+            Word::own(view, word).load()?;
             match table.find(word).map(|e| e.kind) {
                 Some(Kind::Wait | Kind::Barrier(_)) => {}
                 Some(Kind::Lock) => return Err(Errno::Inval),
@@ -323,7 +422,7 @@ mod machine {
         };
         let count = woken.len();
         for w in woken {
-            thread::wake(w.thread.clone());
+            w.wake();
         }
         Ok(count)
     }
@@ -333,27 +432,22 @@ mod machine {
         if count == 0 || count > MAX_BARRIER_COUNT || (expected & barrier::ARRIVED) as usize >= count {
             return Err(Errno::Inval);
         }
-        let (me, program, view) = caller()?;
-        let waiter = new_waiter(me, program, 0);
-        {
-            let mut table = TABLE.lock();
-            loop {
-                let cur = with_word(view, word, |a| a.load(Ordering::Acquire))?;
-                if cur & barrier::BROKEN != 0 {
-                    return Err(Errno::Srch);
-                }
-                if cur & !barrier::SLEEPERS != expected & !barrier::SLEEPERS {
-                    // The round ended (or more arrived): the caller looks again.
-                    return Ok(1);
-                }
-                table.enqueue(word, Kind::Barrier(count), program, waiter.clone()).map_err(refused)?;
-                if with_word(view, word, |a| a.compare_exchange(cur, cur | barrier::SLEEPERS, Ordering::AcqRel, Ordering::Acquire).is_ok())? {
-                    break;
-                }
-                table.remove(word, |x| Arc::ptr_eq(x, &waiter));
+        queue_and_wait(frame, word, 0, |table, view, waiter| loop {
+            let w = Word::own(view, word);
+            let cur = w.load()?;
+            if cur & barrier::BROKEN != 0 {
+                return Err(Errno::Srch);
             }
-        }
-        wait(frame, word, waiter)
+            if cur & !barrier::SLEEPERS != expected & !barrier::SLEEPERS {
+                // The round ended (or more arrived): the caller looks again.
+                return Ok(Some(1));
+            }
+            table.enqueue(word, Kind::Barrier(count), waiter.program, waiter.clone()).map_err(refused)?;
+            if w.cas(cur, cur | barrier::SLEEPERS)?.is_ok() {
+                return Ok(None);
+            }
+            table.remove(word, |x| Arc::ptr_eq(x, waiter));
+        })
     }
 
     /// Program `program` has ended (its threads are gone; `regions` are about to be freed).
@@ -375,12 +469,28 @@ mod machine {
                     }
                     continue;
                 }
+                // Its parked threads leave their queues (a blocked thread leaves by itself,
+                // `give_up`, before its program ends); at a barrier that breaks the barrier
+                // for those still waiting, as `give_up` does.
+                let kind = entry.kind;
+                let view = entry.waiters.iter().find(|w| w.program != program).and_then(|w| w.view());
+                if table.remove(word, |w| w.parked.is_some() && w.program == program) > 0 {
+                    if let (Kind::Barrier(_), Some(view)) = (kind, view) {
+                        let _ = Word::of(view, word).update(|v| v | barrier::BROKEN);
+                        for w in table.take(word, usize::MAX).0 {
+                            w.state.store(BROKEN, Ordering::Release);
+                            wake.push(w);
+                        }
+                        continue;
+                    }
+                }
+                let Some(entry) = table.find(word) else { continue };
                 if entry.kind != Kind::Lock || entry.holder != Some(program) {
                     continue;
                 }
                 // Through the first waiter's view: it was checked there when it queued.
                 let view = entry.waiters.front().and_then(|w| w.view());
-                let handed = view.map(|v| hand_on(&mut table, v, word, INHERITED));
+                let handed = view.map(|v| hand_on(&mut table, Word::of(v, word), INHERITED));
                 match handed {
                     Some(Ok(Some(w))) => wake.push(w),
                     // Its view lost the word meanwhile: nobody can be given it.
@@ -394,7 +504,7 @@ mod machine {
             }
         }
         for w in wake {
-            thread::wake(w.thread.clone());
+            w.wake();
         }
     }
 }
