@@ -488,8 +488,9 @@ mod machine {
                 if entry.kind != Kind::Lock || entry.holder != Some(program) {
                     continue;
                 }
-                // Through the first waiter's view: it was checked there when it queued.
-                let view = entry.waiters.front().and_then(|w| w.view());
+                // Through a waiter's view: each was checked there when it queued. (A parked
+                // waiter's is its activation's, which may have ended since: take a live one.)
+                let view = entry.waiters.iter().find_map(|w| w.view());
                 let handed = view.map(|v| hand_on(&mut table, Word::of(v, word), INHERITED));
                 match handed {
                     Some(Ok(Some(w))) => wake.push(w),
