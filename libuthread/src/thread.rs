@@ -127,6 +127,7 @@ pub fn vcpu_count() -> usize {
 ///     assert!(h.is_finished());
 /// });
 /// ```
+#[inline]
 pub fn yield_now() {
     sched::yield_current()
 }

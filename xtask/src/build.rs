@@ -348,7 +348,9 @@ mod tests {
         assert_eq!(
             userland_command(&debian_tools(), Arch::X86_64, false).display(),
             format!(
-                "{env} build {common} --manifest-path {}/userland/Cargo.toml --bins",
+                "RUSTC=/usr/bin/rustc RUSTC_BOOTSTRAP=1 RUSTFLAGS='-C force-frame-pointers=yes \
+                 -C linker=/usr/bin/ld.lld -C relocation-model=pie -Zdirect-access-external-data=yes' \
+                 /usr/bin/cargo build {common} --manifest-path {}/userland/Cargo.toml --bins",
                 workspace_root().display()
             )
         );
