@@ -140,7 +140,7 @@ impl Arch {
     /// x86_64 gets `relocation-model=pie` too: the target's default (`pic`) links the same
     /// static PIE but compiles as for a shared object, where every exported symbol may be
     /// preempted, so calls into another crate go through the GOT (`call [rip + slot]`); `pie`
-    /// calls them directly as on riscv64 and aarch64. (Statics: [`Arch::user_tuning_flags`].)
+    /// calls them directly as on riscv64 and aarch64.
     pub fn user_rustflags(self) -> &'static [&'static str] {
         match self {
             Arch::X86_64 => &["-C", "relocation-model=pie"],
@@ -194,21 +194,6 @@ impl Arch {
             (Arch::X86_64 | Arch::Riscv64, _) => &[],
             (Arch::Aarch64, true) => &["-Zfixed-x18"],
             (Arch::Aarch64, false) => &["-C", "target-feature=+reserve-x18"],
-        }
-    }
-
-    /// `rustc` flags that only tune user code, and need `build_std` (the `RUSTC_BOOTSTRAP`
-    /// toolchain): on x86_64, `-Zdirect-access-external-data=yes`. Even with
-    /// `relocation-model=pie`, LLVM reads a static that another codegen unit or crate defines
-    /// (libuthread's per-vCPU table, its shutdown flag, its idle set, reached from inlined
-    /// code) through a GOT load — two instructions per access, and `x86_64-unknown-none` does
-    /// not let LLD relax them. A program is one static PIE, so every symbol is its own and a
-    /// `rip`-relative access is always right: one instruction (x86_64 -icount: yield round
-    /// trip 232 -> 228, lazy-save window switch 116 -> 114).
-    pub fn user_tuning_flags(self, build_std: bool) -> &'static [&'static str] {
-        match (self, build_std) {
-            (Arch::X86_64, true) => &["-Zdirect-access-external-data=yes"],
-            _ => &[],
         }
     }
 
@@ -448,10 +433,6 @@ mod tests {
         // gp is the thread library's: no global-pointer relaxation.
         assert!(Arch::Riscv64.user_rustflags().contains(&"link-arg=--no-relax"));
         assert_eq!(Arch::X86_64.user_rustflags(), ["-C", "relocation-model=pie"]);
-        // Statics addressed rip-relative, not through the GOT (only with the bootstrap toolchain).
-        assert_eq!(Arch::X86_64.user_tuning_flags(true), ["-Zdirect-access-external-data=yes"]);
-        assert!(Arch::X86_64.user_tuning_flags(false).is_empty());
-        assert!(Arch::Riscv64.user_tuning_flags(true).is_empty());
     }
 
     #[test]

@@ -349,7 +349,7 @@ mod tests {
             userland_command(&debian_tools(), Arch::X86_64, false).display(),
             format!(
                 "RUSTC=/usr/bin/rustc RUSTC_BOOTSTRAP=1 RUSTFLAGS='-C force-frame-pointers=yes \
-                 -C linker=/usr/bin/ld.lld -C relocation-model=pie -Zdirect-access-external-data=yes' \
+                 -C linker=/usr/bin/ld.lld -C relocation-model=pie' \
                  /usr/bin/cargo build {common} --manifest-path {}/userland/Cargo.toml --bins",
                 workspace_root().display()
             )

@@ -238,7 +238,6 @@ pub fn check_elf(bytes: &[u8], arch: Arch) -> Result<()> {
 pub fn build_command_for(tools: &Tools, arch: Arch, release: bool, dir: &Path, flavor: build::Flavor) -> Cmd {
     let mut rustflags = arch.user_rustflags().to_vec();
     rustflags.extend(arch.user_reserved_register_flags(tools.toolchain.build_std()));
-    rustflags.extend(arch.user_tuning_flags(tools.toolchain.build_std()));
     let mut cmd = build::cross_cargo_for(tools, arch.triple(), "build", &rustflags, flavor)
         .arg("--manifest-path")
         .arg(dir.join("Cargo.toml"))
