@@ -146,7 +146,8 @@ fn spare_main() -> ! {
 /// Hands vCPU `vcpu` to a spare activation with the view `view` (the blocking thread's), to
 /// enter the handler with `args`; returns `false` if there is none (then a new activation must
 /// be started). The spare runs on this CPU, next: the caller must give the CPU up soon
-/// (`scheduler::hand_next`).
+/// (`scheduler::hand_next`). The caller counts the upcall for its own counters (the spare does
+/// not: see `count_delivered`).
 pub fn hand_to_spare(domain: &Domain, view: Option<crate::mm::view_space::ViewId>, vcpu: usize, args: [u64; 4]) -> bool {
     let spare = {
         let mut st = domain.kn.state();
@@ -207,7 +208,7 @@ pub fn serve_as_spare() -> ! {
                 if tell {
                     tell_fp_live(&me, vcpu);
                 }
-                super::count_upcall(&me, &domain, args[0]);
+                super::count_delivered(&domain, args[0]);
                 Some((cfg.handler, cfg.upcall_stacks[vcpu], args))
             })
         };
