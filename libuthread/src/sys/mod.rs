@@ -307,13 +307,14 @@ fn user_counters_changed(opened: bool) {
 ///
 /// Limits in an M:N program: while any user thread has a counter open, the program's
 /// voluntary switches save and resume full frames (no direct switch, about a syscall more per
-/// resume); a child that `join` runs inline on its joiner counts as itself only from its first
-/// `perf_*` call or resume, and the joiner counts again, after it, from its own next one; a thread switched out before the program's first counter was
-/// opened resumes once more by the window path, which reports nothing, so that run counts for
-/// the user thread whose counters the vCPU carries (open counters before spawning the threads
-/// you measure); close counters before the thread ends (counters left open keep the
-/// program in that mode, and a later thread given the same ThMB is not given them — it gets
-/// its own handles — but they are kept until the program ends).
+/// resume); a child that `join` runs inline on its joiner counts as itself only from its
+/// first `perf_*` call or resume, and the joiner counts again, after it, from its own next
+/// one; a thread switched out before the program's first counter was opened resumes once
+/// more by the window path, which reports nothing, so that run counts for the user thread
+/// whose counters the vCPU carries (open counters before spawning the threads you measure).
+/// Close counters before the thread ends: counters are keyed by the thread's ThMB address, so
+/// counters left open pass to the next thread given the same ThMB (its handles come after
+/// them), and they keep the program in the counting mode.
 pub fn perf_open(event: tsumugi_abi::perf::Event) -> SysResult {
     let r = call(Syscall::PerfOpen as usize, [event as usize, 0, 0, 0, 0, 0]);
     if r.is_ok() && ltn_read() != 0 {
