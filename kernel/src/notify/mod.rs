@@ -309,12 +309,10 @@ mod machine {
         let cfg = domain.kn.config().expect("checked registered");
         me.vcpu.store(NOT_A_VCPU, Ordering::Release);
         let args = [EventKind::Blocked as u64, thmb, vcpu as u64, 0];
-        if super::vcpu::hand_to_spare(&domain, me.view(), vcpu, args) {
-            // The upcall is the blocking thread's event (as `start_activation` counts it): its
-            // counters — the user thread's it carries — count it, not the spare's.
-            me.perf.tally(tsumugi_abi::perf::Event::Upcalls);
-        } else if let Err(e) = super::vcpu::start_activation(&domain, &me, vcpu, cfg.handler, cfg.upcall_stacks[vcpu], args) {
-            kill(&me, format!("no memory for a new activation of vCPU {vcpu} ({e:?})"));
+        if !super::vcpu::hand_to_spare(&me, &domain, me.view(), vcpu, args) {
+            if let Err(e) = super::vcpu::start_activation(&domain, &me, vcpu, cfg.handler, cfg.upcall_stacks[vcpu], args) {
+                kill(&me, format!("no memory for a new activation of vCPU {vcpu} ({e:?})"));
+            }
         }
         drop(me);
         let result = wait();
