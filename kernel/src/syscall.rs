@@ -76,6 +76,7 @@ pub fn dispatch(frame: &mut TrapFrame) {
             Syscall::Signal => crate::signals::send(&me(), a[0] as u64, a[1], a[2]),
             Syscall::SignalAllow => crate::signals::allow(&me(), a[0] as u64, a[1]),
             Syscall::GrantAllow => crate::signals::grant_allow(&me(), a[0] as u64, a[1]),
+            Syscall::PerfSwitch => crate::perf::switch(&me(), a[0]),
         },
     };
     frame.set_syscall_result(encode_result(result));

@@ -42,8 +42,10 @@
 //!   port's counter advances by one per guest instruction, so two runs print the same numbers.
 //!   [`Clock::MonotonicNanos`] is time since boot, [`Clock::Ticks`] the CPU's timer ticks.
 //! - [`sys::perf_open`]`(`[`Event`]`::…)`, then [`sys::perf_start`] / [`sys::perf_read`]:
-//!   per-kernel-thread counters; an event the machine cannot count answers
-//!   `Err(Some(Errno::NotSup))`.
+//!   counters of the calling user thread (they follow it across vCPUs; outside the runtime,
+//!   of the calling kernel thread); an event the machine cannot count answers
+//!   `Err(Some(Errno::NotSup))`, a 9th counter `Err(Some(Errno::NoMem))`, another thread's
+//!   handle `Err(Some(Errno::Inval))`.
 //! - [`sys::counters`]`(`[`scope`](mod@scope)`::ALL_CPUS)`: the kernel's event counters ([`Counter`]) for
 //!   one CPU ([`scope::cpu`]), all CPUs, or the calling program ([`scope::DOMAIN`]).
 //!

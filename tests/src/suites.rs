@@ -634,7 +634,7 @@ pub fn sched_suite(name: &'static str, smp: u8) -> Suite {
     Suite {
         name,
         smp,
-        boot_words: format!("{}=affinity,preempt,starvation,shootdown,perf_test,schedstat", bootopt::RUN),
+        boot_words: format!("{}=affinity,preempt,starvation,shootdown,perf_test,perf_mn,schedstat", bootopt::RUN),
         timeout: KERNEL_SUITE_TIMEOUT,
         expected: Expected::Status(0),
         checks: vec![
@@ -644,6 +644,9 @@ pub fn sched_suite(name: &'static str, smp: u8) -> Suite {
             exited("starvation"),
             Check::DomainKilled { program: "shootdown".to_string(), reason: "page fault: read of memory outside the view at 0x".to_string() },
             exited("perf_test"),
+            // Counters follow user threads across vCPUs (M:N at 4 vCPUs, threads that move).
+            exited("perf_mn"),
+            Check::LogContains("perf_mn: ok".to_string()),
             exited("schedstat"),
             Check::Halting(0),
         ],

@@ -3,6 +3,14 @@
 //! Counters are per thread: the kernel saves and restores them when it switches threads, so a
 //! thread sees only its own events. An event the machine cannot count is refused with
 //! `Errno::NotSup` when opened — never a silent zero.
+//!
+//! Whose thread: a call made with the LTN register non-zero (a user thread of an M:N program)
+//! uses that *user thread's* counters, keyed by (program, LTN); the kernel carries them in
+//! whichever activation runs the user thread — the library reports each resume with
+//! `Syscall::PerfSwitch` while its program has such counters open. Otherwise the kernel
+//! thread's own. A handle another thread opened answers `Errno::Inval`; a thread's
+//! `MAX_OPEN + 1`-th counter, or the first of a user thread past the kernel's table of user
+//! threads with counters (256), answers `Errno::NoMem`.
 
 /// Countable events.
 #[repr(usize)]
@@ -21,9 +29,11 @@ pub enum Event {
     ViewSwitches = 16,
     /// Whole-TLB flushes when switching to this thread (software).
     TlbFlushes = 17,
-    /// Upcalls delivered to this thread (software).
+    /// Upcalls delivered to this thread (software; for a user thread: the upcalls its own stops
+    /// caused — a blocking call, a preemption — and any delivered while it ran on the vCPU).
     Upcalls = 18,
-    /// Times this thread was switched to (software).
+    /// Times this thread was switched to (software; for a user thread: its resumes by the
+    /// library).
     ContextSwitches = 19,
 }
 

@@ -152,6 +152,12 @@ pub enum Syscall {
     /// [`crate::signal::MAX_ALLOWED`] programs at once (`ENOMEM`); `ESRCH` for an unknown
     /// thread or a kernel thread, `EINVAL` for another `allow`.
     GrantAllow = 38,
+    /// `perf_switch(ltn) -> 0`: libuthread tells the kernel that the calling activation now
+    /// runs its user thread `ltn` (a ThMB address; 0: none), so that thread's counters
+    /// (`perf_open` made with that LTN) count here from now on and its `ContextSwitches`
+    /// counters count one. The library calls it only while its program has user-thread
+    /// counters open; other programs need never call it.
+    PerfSwitch = 39,
 }
 
 /// Rights bits of region syscalls.
@@ -192,7 +198,7 @@ pub struct ViewEntry {
 
 impl Syscall {
     /// Every syscall, in number order.
-    pub const ALL: [Syscall; 39] = [
+    pub const ALL: [Syscall; 40] = [
         Syscall::Exit,
         Syscall::ConsoleWrite,
         Syscall::Clock,
@@ -232,6 +238,7 @@ impl Syscall {
         Syscall::Signal,
         Syscall::SignalAllow,
         Syscall::GrantAllow,
+        Syscall::PerfSwitch,
     ];
 
     /// Decodes a syscall number.

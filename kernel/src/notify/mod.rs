@@ -194,6 +194,12 @@ mod machine {
     /// count it).
     pub(super) fn count_upcall(me: &Thread, domain: &Domain, kind: u64) {
         me.perf.tally(tsumugi_abi::perf::Event::Upcalls);
+        count_delivered(domain, kind);
+    }
+
+    /// [`count_upcall`] for an upcall whose thread's counters counted it already (a hand-off
+    /// to a spare: the blocking thread counted it when it handed its vCPU on).
+    pub(super) fn count_delivered(domain: &Domain, kind: u64) {
         domain.kn.count_upcall(kind);
         crate::trace::upcall(domain.id, kind);
     }
@@ -307,7 +313,7 @@ mod machine {
         let cfg = domain.kn.config().expect("checked registered");
         me.vcpu.store(NOT_A_VCPU, Ordering::Release);
         let args = [EventKind::Blocked as u64, thmb, vcpu as u64, 0];
-        if !super::vcpu::hand_to_spare(&domain, me.view(), vcpu, args) {
+        if !super::vcpu::hand_to_spare(&me, &domain, me.view(), vcpu, args) {
             if let Err(e) = super::vcpu::start_activation(&domain, &me, vcpu, cfg.handler, cfg.upcall_stacks[vcpu], args) {
                 kill(&me, format!("no memory for a new activation of vCPU {vcpu} ({e:?})"));
             }

@@ -146,8 +146,8 @@ fn spare_main() -> ! {
 /// Hands vCPU `vcpu` to a spare activation with the view `view` (the blocking thread's), to
 /// enter the handler with `args`; returns `false` if there is none (then a new activation must
 /// be started). The spare runs on this CPU, next: the caller must give the CPU up soon
-/// (`scheduler::hand_next`).
-pub fn hand_to_spare(domain: &Domain, view: Option<crate::mm::view_space::ViewId>, vcpu: usize, args: [u64; 4]) -> bool {
+/// (`scheduler::hand_next`). The upcall counts for `source`'s counters, not the spare's.
+pub fn hand_to_spare(source: &Thread, domain: &Domain, view: Option<crate::mm::view_space::ViewId>, vcpu: usize, args: [u64; 4]) -> bool {
     let spare = {
         let mut st = domain.kn.state();
         if st.vcpus.get(vcpu).is_none_or(|v| v.handoff.is_some()) {
@@ -162,6 +162,9 @@ pub fn hand_to_spare(domain: &Domain, view: Option<crate::mm::view_space::ViewId
         st.vcpus[vcpu].handoff = Some((t.id, args));
         t
     };
+    // The upcall is the blocking thread's event (as `start_activation` counts it): its
+    // counters — the user thread's it carries — count it, not the spare's.
+    source.perf.tally(tsumugi_abi::perf::Event::Upcalls);
     spare.last_cpu.store(arch::cpu::cpu_index(), Ordering::Relaxed);
     // The caller gives this CPU up right after (it waits, or becomes a spare itself): the spare
     // runs next here without a run-queue round trip.
@@ -207,7 +210,7 @@ pub fn serve_as_spare() -> ! {
                 if tell {
                     tell_fp_live(&me, vcpu);
                 }
-                super::count_upcall(&me, &domain, args[0]);
+                super::count_delivered(&domain, args[0]);
                 Some((cfg.handler, cfg.upcall_stacks[vcpu], args))
             })
         };

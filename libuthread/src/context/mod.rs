@@ -66,10 +66,27 @@ pub enum SaveMode {
 /// Whether voluntary switches use the full-save baseline.
 static FULL_SAVE: AtomicBool = AtomicBool::new(false);
 
+/// The mode [`set_save_mode`] chose (the program's choice).
+static CHOSEN_FULL: AtomicBool = AtomicBool::new(false);
+
+/// Whether user threads have performance counters open (`sys::perf_open`): then voluntary
+/// switches save full frames, so that every resume goes through `prepare_slow`, which tells the
+/// kernel which user thread runs (the window path stays free of that test).
+static COUNTING: AtomicBool = AtomicBool::new(false);
+
 /// Chooses what voluntary switches save from now on (for benchmarks; `Window` is the
-/// library's normal mode). Threads already switched out resume by what they saved.
+/// library's normal mode). Threads already switched out resume by what they saved. While user
+/// threads have performance counters open, switches save full frames whatever the choice.
 pub fn set_save_mode(mode: SaveMode) {
-    FULL_SAVE.store(mode == SaveMode::Full, Ordering::Relaxed);
+    CHOSEN_FULL.store(mode == SaveMode::Full, Ordering::Relaxed);
+    FULL_SAVE.store(mode == SaveMode::Full || COUNTING.load(Ordering::Relaxed), Ordering::Relaxed);
+}
+
+/// User-thread counters opened (the first) or all closed (see [`COUNTING`]).
+#[cfg_attr(not(target_os = "none"), allow(dead_code))]
+pub(crate) fn set_counting(on: bool) {
+    COUNTING.store(on, Ordering::Relaxed);
+    FULL_SAVE.store(on || CHOSEN_FULL.load(Ordering::Relaxed), Ordering::Relaxed);
 }
 
 /// What voluntary switches save now.

@@ -77,6 +77,10 @@ pub fn set_ltn(t: *mut Thmb) {
 // ------------------------------------------------------------------------------------------
 // vCPUs.
 
+/// Performance counters are Tsumugi's: nothing to tell hosted.
+#[inline(always)]
+pub fn perf_resumed(_t: *mut Thmb) {}
+
 /// The number of CPUs this process may use.
 pub fn default_vcpus() -> usize {
     std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)

@@ -176,6 +176,22 @@ pub fn park(_vcpu: usize) {
     drain_events();
 }
 
+/// The calling vCPU resumes user thread `t` (null: runs none): while user threads have
+/// performance counters open, the kernel is told, so `t`'s counters count here.
+#[inline(always)]
+pub fn perf_resumed(t: *mut Thmb) {
+    if sys::USER_COUNTERS.load(Ordering::Relaxed) != 0 {
+        tell_resumed(t);
+    }
+}
+
+/// [`perf_resumed`]'s call, out of line so the test is all the resume path carries.
+#[cold]
+#[inline(never)]
+fn tell_resumed(t: *mut Thmb) {
+    let _ = sys::perf_switch(t as usize);
+}
+
 /// Wakes vCPU `vcpu`.
 pub fn unpark(vcpu: usize) {
     let _ = sys::vcpu_unpark(vcpu);

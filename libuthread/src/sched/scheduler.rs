@@ -1239,6 +1239,8 @@ unsafe fn prepare(v: usize, t: *mut Thmb) -> usize {
 /// As for `prepare`.
 #[inline(never)]
 unsafe fn prepare_slow(v: usize, t: *mut Thmb) -> usize {
+    // While user threads have counters open every resume comes here (full saves).
+    platform::perf_resumed(t);
     if Thmb::mask(t) == MASK_IN_FLIGHT {
         wait_published(t);
     }
@@ -1436,6 +1438,7 @@ fn vcpu_loop(v: usize) -> ! {
             IDLE.retract(v);
             continue;
         }
+        platform::perf_resumed(ptr::null_mut());
         platform::park(v);
         IDLE.retract(v);
     }

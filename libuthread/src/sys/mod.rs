@@ -271,10 +271,56 @@ pub fn console_read(buf: &mut [u8]) -> SysResult {
     call(Syscall::ConsoleRead as usize, [buf.as_mut_ptr() as usize, buf.len(), 0, 0, 0, 0])
 }
 
-/// Opens a per-thread counter for `event`; `Err(Some(Errno::NotSup))` if the machine cannot
-/// count it.
+/// Counters open that belong to user threads (opened with LTN set); while any is open the
+/// scheduler tells the kernel which user thread each vCPU resumes ([`perf_switch`]).
+pub(crate) static USER_COUNTERS: core::sync::atomic::AtomicUsize = core::sync::atomic::AtomicUsize::new(0);
+
+fn user_counters_changed(opened: bool) {
+    use core::sync::atomic::Ordering;
+    let before = if opened {
+        USER_COUNTERS.fetch_add(1, Ordering::SeqCst)
+    } else {
+        USER_COUNTERS.fetch_sub(1, Ordering::SeqCst)
+    };
+    // The first one opened / the last one closed: voluntary switches of the whole program take
+    // the full-save path (whose resume reports the thread) / go back to windows.
+    #[cfg(mn_core)]
+    if (opened && before == 0) || (!opened && before == 1) {
+        crate::context::set_counting(opened);
+    }
+    let _ = before;
+}
+
+/// Opens a counter for `event`, counting only the caller's events, and returns its handle
+/// (0..[`MAX_OPEN`](tsumugi_abi::perf::MAX_OPEN)).
+///
+/// Whose events: called from a user thread of an M:N program (LTN set — inside
+/// [`run`](crate::run)), the counter belongs to that *user* thread and follows it to whichever
+/// vCPU runs it, across yields, blocking calls, preemptions and migrations; its handles mean
+/// nothing to other user threads (`Err(Some(Errno::Inval))` there, so no thread can read or
+/// close another's). Called from a kernel thread outside the M:N runtime, it belongs to that
+/// kernel thread.
+///
+/// Errors: `Err(Some(Errno::NotSup))` if the machine cannot count `event` (never a silent
+/// zero); `Err(Some(Errno::NoMem))` if the caller already has `MAX_OPEN` (8) counters open, or
+/// if 256 user threads of all programs have counters already.
+///
+/// Limits in an M:N program: while any user thread has a counter open, the program's
+/// voluntary switches save and resume full frames (no direct switch, about a syscall more per
+/// resume); a child that `join` runs inline on its joiner counts as itself only from its
+/// first `perf_*` call or resume, and the joiner counts again, after it, from its own next
+/// one; a thread switched out before the program's first counter was opened resumes once
+/// more by the window path, which reports nothing, so that run counts for the user thread
+/// whose counters the vCPU carries (open counters before spawning the threads you measure).
+/// Close counters before the thread ends: counters are keyed by the thread's ThMB address, so
+/// counters left open pass to the next thread given the same ThMB (its handles come after
+/// them), and they keep the program in the counting mode.
 pub fn perf_open(event: tsumugi_abi::perf::Event) -> SysResult {
-    call(Syscall::PerfOpen as usize, [event as usize, 0, 0, 0, 0, 0])
+    let r = call(Syscall::PerfOpen as usize, [event as usize, 0, 0, 0, 0, 0]);
+    if r.is_ok() && ltn_read() != 0 {
+        user_counters_changed(true);
+    }
+    r
 }
 
 /// Starts counter `h`.
@@ -287,14 +333,25 @@ pub fn perf_stop(h: usize) -> SysResult {
     call(Syscall::PerfStop as usize, [h, 0, 0, 0, 0, 0])
 }
 
-/// Reads counter `h`.
+/// Reads counter `h` (what it counted while started).
 pub fn perf_read(h: usize) -> SysResult {
     call(Syscall::PerfRead as usize, [h, 0, 0, 0, 0, 0])
 }
 
-/// Closes counter `h`.
+/// Closes counter `h`; `Err(Some(Errno::Inval))` if the caller has no counter `h`.
 pub fn perf_close(h: usize) -> SysResult {
-    call(Syscall::PerfClose as usize, [h, 0, 0, 0, 0, 0])
+    let r = call(Syscall::PerfClose as usize, [h, 0, 0, 0, 0, 0]);
+    if r.is_ok() && ltn_read() != 0 {
+        user_counters_changed(false);
+    }
+    r
+}
+
+/// Tells the kernel that the calling activation now runs user thread `ltn` (a ThMB address, 0
+/// for none), so that thread's counters count here. libuthread's scheduler calls it while user
+/// threads have counters open; programs need not.
+pub fn perf_switch(ltn: usize) -> SysResult {
+    call(Syscall::PerfSwitch as usize, [ltn, 0, 0, 0, 0, 0])
 }
 
 /// Pins the calling kernel thread to CPU `cpu` (it moves there before this returns), or lets

@@ -167,7 +167,7 @@ static OK: AtomicU64 = AtomicU64::new(0);
 /// Errors by `Errno` value (index 0: a code the library does not know — a failure).
 static ERRORS: [AtomicU64; 10] = [const { AtomicU64::new(0) }; 10];
 /// Calls by syscall number (the last slot: unknown numbers).
-static BY_CALL: [AtomicU64; 40] = [const { AtomicU64::new(0) }; 40];
+static BY_CALL: [AtomicU64; 41] = [const { AtomicU64::new(0) }; 41];
 
 /// splitmix64: small, deterministic, good enough to pick arguments.
 struct Rng(u64);
@@ -417,7 +417,7 @@ fn one(rng: &mut Rng) {
             let _ = call(n(S::ConsoleRead), [a, len, 0, 0, 0, 0]);
         }
         23 => {
-            let number = [S::PerfOpen, S::PerfStart, S::PerfStop, S::PerfRead, S::PerfClose][rng.below(5)];
+            let number = [S::PerfOpen, S::PerfStart, S::PerfStop, S::PerfRead, S::PerfClose, S::PerfSwitch][rng.below(6)];
             let _ = call(n(number), [rng.small(), rng.next() as usize, 0, 0, 0, 0]);
         }
         24 => {
@@ -729,7 +729,7 @@ fn main() -> i32 {
         e(Errno::NotSup as usize),
         e(0)
     );
-    let mut per_call = [0u64; 40];
+    let mut per_call = [0u64; 41];
     for (p, c) in per_call.iter_mut().zip(BY_CALL.iter()) {
         *p = c.load(Ordering::Relaxed);
     }
