@@ -256,6 +256,13 @@ impl TrapFrame {
         self.intid = u64::from(super::interrupts::NO_INTERRUPT);
     }
 
+    /// Whether the trap is the timer tick (the preemption path, tested before
+    /// [`TrapFrame::trap`]): what `trap()` returns as [`Trap::Timer`].
+    #[inline]
+    pub fn is_timer(&self) -> bool {
+        self.vector == VECTOR_IRQ && self.intid == u64::from(super::timer::intid())
+    }
+
     /// Whether the trap is a syscall (the hot case, tested before [`TrapFrame::trap`]).
     #[inline]
     pub fn is_syscall(&self) -> bool {

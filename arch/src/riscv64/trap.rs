@@ -229,6 +229,13 @@ impl TrapFrame {
         self.a3 = args[3];
     }
 
+    /// Whether the trap is the timer tick (the preemption path, tested before
+    /// [`TrapFrame::trap`]): what `trap()` returns as [`Trap::Timer`].
+    #[inline]
+    pub fn is_timer(&self) -> bool {
+        self.scause == SCAUSE_INTERRUPT | Interrupt::SupervisorTimer as u64
+    }
+
     /// Whether the trap is a syscall (the hot case, tested before [`TrapFrame::trap`]).
     #[inline]
     pub fn is_syscall(&self) -> bool {

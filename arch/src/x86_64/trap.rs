@@ -264,6 +264,13 @@ impl TrapFrame {
         self.rcx = args[3];
     }
 
+    /// Whether the trap is the timer tick (the preemption path, tested before
+    /// [`TrapFrame::trap`]): what `trap()` returns as [`Trap::Timer`].
+    #[inline]
+    pub fn is_timer(&self) -> bool {
+        self.vector == u64::from(TIMER_VECTOR)
+    }
+
     /// Whether the trap is a syscall (the hot case, tested before [`TrapFrame::trap`]).
     #[inline]
     pub fn is_syscall(&self) -> bool {
