@@ -523,6 +523,15 @@ trap_return:
     dispatch = sym trap_dispatch,
 );
 
+/// A trap before the kernel installed its handler: nothing sensible can continue. Out of
+/// line, so that the trap path saves no registers for it.
+#[cold]
+#[inline(never)]
+fn no_handler() -> ! {
+    super::serial::write_str_panic("trap before the kernel installed its handler\n");
+    super::cpu::shutdown(tsumugi_abi::exit::STATUS_KERNEL_PANIC);
+}
+
 /// Called by `trap_entry` with the frame it built.
 extern "C" fn trap_dispatch(frame: &mut TrapFrame) {
     // A fault in a kernel access to user memory becomes that access's error (usercopy.rs).
@@ -538,9 +547,7 @@ extern "C" fn trap_dispatch(frame: &mut TrapFrame) {
     }
     let handler = HANDLER.load(Ordering::Acquire);
     if handler == 0 {
-        // No kernel handler yet: nothing sensible can continue.
-        super::serial::write_str_panic("trap before the kernel installed its handler\n");
-        super::cpu::shutdown(tsumugi_abi::exit::STATUS_KERNEL_PANIC);
+        no_handler();
     }
     // SAFETY: HANDLER only ever holds a `Handler` stored by `install`.
     let handler: Handler = unsafe { core::mem::transmute::<usize, Handler>(handler) };
