@@ -30,6 +30,7 @@ global_asm!(
     .global user_copy_out
     .global user_get_u64
     .global user_put_u64
+    .global user_put_4u64
     .global user_store_frame
     .global user_copy_access_start
     .global user_copy_access_end
@@ -106,6 +107,15 @@ user_get_u64:
     ret
 user_put_u64:
     sttr x1, [x0]
+    mov x0, #0
+    ret
+user_put_4u64:                          // four aligned words (x1) -> (x0): an event slot
+    ldp x9, x10, [x1]
+    ldp x11, x12, [x1, #16]
+    sttr x9, [x0]
+    sttr x10, [x0, #8]
+    sttr x11, [x0, #16]
+    sttr x12, [x0, #24]
     mov x0, #0
     ret
 user_store_frame:                       // TrapFrame (x1) -> FullFrame (x0): x0..x30, sp, elr, spsr

@@ -39,6 +39,7 @@ global_asm!(
     .global user_copy_out
     .global user_get_u64
     .global user_put_u64
+    .global user_put_4u64
     .global user_store_frame
     .global user_copy_access_start
     .global user_copy_access_end
@@ -89,6 +90,17 @@ user_get_u64:
     ret
 user_put_u64:
     sd a1, 0(a0)
+    li a0, 0
+    ret
+user_put_4u64:                          # four aligned words (a1) -> (a0): an event slot
+    ld t0, 0(a1)
+    ld t1, 8(a1)
+    ld t2, 16(a1)
+    ld t3, 24(a1)
+    sd t0, 0(a0)
+    sd t1, 8(a0)
+    sd t2, 16(a0)
+    sd t3, 24(a0)
     li a0, 0
     ret
 user_store_frame:                       # TrapFrame (a1) -> FullFrame (a0): x1..x31 as they lie, pc in slot 0

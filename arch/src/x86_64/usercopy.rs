@@ -50,6 +50,7 @@ global_asm!(
     .global user_copy_out
     .global user_get_u64
     .global user_put_u64
+    .global user_put_4u64
     .global user_store_frame
     .global user_copy_access_start
     .global user_copy_access_end
@@ -72,6 +73,17 @@ user_get_u64:
     ret
 user_put_u64:
     mov %rsi, (%rdi)
+    xor %eax, %eax
+    ret
+user_put_4u64:                          /* four aligned words (rsi) -> (rdi): an event slot */
+    mov 0(%rsi), %rax
+    mov 8(%rsi), %rcx
+    mov 16(%rsi), %rdx
+    mov 24(%rsi), %r8
+    mov %rax, 0(%rdi)
+    mov %rcx, 8(%rdi)
+    mov %rdx, 16(%rdi)
+    mov %r8, 24(%rdi)
     xor %eax, %eax
     ret
 user_store_frame:                       /* TrapFrame (rsi) -> FullFrame (rdi), no copy between */
