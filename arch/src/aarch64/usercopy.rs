@@ -118,7 +118,7 @@ user_put_4u64:                          // four aligned words (x1) -> (x0): an e
     sttr x12, [x0, #24]
     mov x0, #0
     ret
-user_store_frame:                       // TrapFrame (x1) -> FullFrame (x0): x0..x30, sp, elr, spsr
+user_store_frame:                       // TrapFrame (x1) -> FullFrame (x0): x0..x30, sp, elr, spsr; then x3 at x2
     .irp n, 0,2,4,6,8,10,12,14          // words 0..15
     ldp x12, x13, [x1, #8*\n]
     sttr x12, [x0, #8*\n]
@@ -131,6 +131,7 @@ user_store_frame:                       // TrapFrame (x1) -> FullFrame (x0): x0.
     sttr x12, [x0, #8*\n]
     sttr x13, [x0, #8*\n+8]
     .endr
+    sttr x3, [x2]                       // then the word x3 at x2, last (the ThMB mask)
     mov x0, #0
     ret
 user_copy_access_end:

@@ -195,10 +195,16 @@ impl TrapFrame {
     /// Writes the user registers as a Kernel Notification full frame to user address `dst`
     /// through an open user-access window (the fast ThMB save): the frame's prefix is `x0`..`x31`
     /// in the full frame's order, so it is copied as it lies, then `pc` into slot 0.
+    ///
+    /// Then, last, stores `word` at `word_at` (the ThMB mask, which says what the rest holds).
+    ///
+    /// # Safety
+    /// `word_at` is 8-byte aligned and `word_at + 8 <= dst`: the frame's range, checked here
+    /// before anything is stored, then puts the word in the user half too.
     #[inline]
-    pub fn store_full_frame(&self, user: &crate::usercopy::Access, dst: u64) -> Result<(), crate::usercopy::UserFault> {
+    pub unsafe fn store_full_frame(&self, user: &crate::usercopy::Access, dst: u64, word_at: u64, word: u64) -> Result<(), crate::usercopy::UserFault> {
         extern "C" {
-            fn user_store_frame(dst: u64, frame: *const TrapFrame) -> usize;
+            fn user_store_frame(dst: u64, frame: *const TrapFrame, word_at: u64, word: u64) -> usize;
         }
         if dst % 8 != 0 || !user.may_access(dst, 32 * 8) {
             return Err(crate::usercopy::UserFault);
@@ -207,7 +213,8 @@ impl TrapFrame {
         // open (`user`); the routine (usercopy.rs, between the fix-up labels) reads x1..x31 at
         // offsets 8 * N of this frame and `sepc` at 256, and stores them in the full frame's
         // order.
-        match unsafe { user_store_frame(dst, self) } {
+        // The word: below `dst` by the caller's contract, so in the user half as well.
+        match unsafe { user_store_frame(dst, self, word_at, word) } {
             0 => Ok(()),
             _ => Err(crate::usercopy::UserFault),
         }

@@ -103,13 +103,14 @@ user_put_4u64:                          # four aligned words (a1) -> (a0): an ev
     sd t3, 24(a0)
     li a0, 0
     ret
-user_store_frame:                       # TrapFrame (a1) -> FullFrame (a0): x1..x31 as they lie, pc in slot 0
+user_store_frame:                       # TrapFrame (a1) -> FullFrame (a0): x1..x31 as they lie, pc in slot 0; then a3 at a2
     .irp n, 1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30,31
     ld t0, 8*\n(a1)
     sd t0, 8*\n(a0)
     .endr
     ld t0, 256(a1)
     sd t0, 0(a0)
+    sd a3, 0(a2)                        # then the word a3 at a2, last (the ThMB mask)
     li a0, 0
     ret
 user_copy_access_end:

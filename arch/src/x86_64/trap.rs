@@ -233,17 +233,24 @@ impl TrapFrame {
 
     /// Writes the user registers as a Kernel Notification full frame to user address `dst`
     /// through an open user-access window (the fast ThMB save).
+    ///
+    /// Then, last, stores `word` at `word_at` (the ThMB mask, which says what the rest holds).
+    ///
+    /// # Safety
+    /// `word_at` is 8-byte aligned and `word_at + 8 <= dst`: the frame's range, checked here
+    /// before anything is stored, then puts the word in the user half too.
     #[inline]
-    pub fn store_full_frame(&self, user: &crate::usercopy::Access, dst: u64) -> Result<(), crate::usercopy::UserFault> {
+    pub unsafe fn store_full_frame(&self, user: &crate::usercopy::Access, dst: u64, word_at: u64, word: u64) -> Result<(), crate::usercopy::UserFault> {
         extern "C" {
-            fn user_store_frame(dst: u64, frame: *const TrapFrame) -> usize;
+            fn user_store_frame(dst: u64, frame: *const TrapFrame, word_at: u64, word: u64) -> usize;
         }
         if !user.may_access(dst, size_of::<tsumugi_abi::kn::FullFrame>()) {
             return Err(crate::usercopy::UserFault);
         }
         // SAFETY: `dst..+size` lies in the user half (checked) and the window is open (`user`);
         // the routine reads this frame and stores into user memory between the fix-up labels.
-        match unsafe { user_store_frame(dst, self) } {
+        // The word: below `dst` by the caller's contract, so in the user half as well.
+        match unsafe { user_store_frame(dst, self, word_at, word) } {
             0 => Ok(()),
             _ => Err(crate::usercopy::UserFault),
         }
