@@ -37,6 +37,8 @@ extern "C" {
     /// compared with `expected` and replaced by `new` if equal, atomically (acquire and
     /// release); what it held goes to `prev_out`.
     fn user_cmpxchg_u64(addr: u64, expected: u64, new: u64, prev: *mut u64) -> usize;
+    /// `user_put_4u64(dst_user, src) -> 0 | 1`: four aligned words (an event ring slot).
+    fn user_put_4u64(dst: u64, src: *const u64) -> usize;
     static user_copy_access_start: u8;
     static user_copy_access_end: u8;
     static user_copy_fixup: u8;
@@ -164,6 +166,19 @@ impl Access {
         debug_assert!(dst % 8 == 0 && in_user_half(dst, 8));
         // SAFETY: the caller's contract; as in `get_u64`.
         result(unsafe { user_put_u64(dst, value) })
+    }
+
+    /// Stores the four words `words` at `dst` (an event ring slot), which the caller proved
+    /// (see [`get_u64_prechecked`](Self::get_u64_prechecked)): one straight run of loads and
+    /// stores, not the general copy's set-up and loops.
+    ///
+    /// # Safety
+    /// `dst` is 8-byte aligned and `[dst, dst + 32)` lies in the user half.
+    #[inline(always)]
+    pub unsafe fn put_4u64_prechecked(&self, dst: u64, words: &[u64; 4]) -> Result<(), UserFault> {
+        debug_assert!(dst % 8 == 0 && in_user_half(dst, 32));
+        // SAFETY: the caller's contract; as in `put_u64`.
+        result(unsafe { user_put_4u64(dst, words.as_ptr()) })
     }
 
     /// [`copy_to`](Self::copy_to) a range the caller proved (see

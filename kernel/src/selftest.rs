@@ -155,7 +155,7 @@ fn kernel_stack_slot_reused_after_flush(_: &Context) -> Result<(), String> {
     drop(first);
     let second = KernelStack::new().map_err(|_| "no stack")?;
     check(second.bottom() != slot, || "a freed slot was reused before any flush".into())?;
-    crate::mm::kernel_stack::tick();
+    crate::mm::kernel_stack::tick(arch::cpu::cpu_index());
     // Other reusable slots may come first; the freed one must come within a few.
     let mut taken = Vec::new();
     for _ in 0..16 {

@@ -239,12 +239,13 @@ pub fn kn_suite(name: &'static str, smp: u8) -> Suite {
     Suite {
         name,
         smp,
-        boot_words: format!("{}=kn_forge,kn_forge_kernel,kn_ltn0,kn_knh_fault,kn_block,kn_ring,kn_join", bootopt::RUN),
+        boot_words: format!("{}=kn_forge,kn_forge_sleep,kn_forge_kernel,kn_ltn0,kn_knh_fault,kn_block,kn_ring,kn_join", bootopt::RUN),
         timeout: KERNEL_SUITE_TIMEOUT,
         expected: Expected::Status(0),
         checks: vec![
             killed("kn_forge", "bad LTN 0x"),
             killed("kn_forge", "may not write a ThMB there"),
+            killed("kn_forge_sleep", "may not write a ThMB there"),
             killed("kn_forge_kernel", "not a 64-byte-aligned ThMB address in the user half"),
             Check::DomainExited { program: "kn_ltn0".to_string(), status: 0 },
             killed("kn_knh_fault", "(LTN = 0), so no upcall"),

@@ -84,3 +84,19 @@ pub fn forge_ltn(program: &str, ltn: usize, what: &str) -> i32 {
     libuthread::println!("{program}: FAILED: survived a forged LTN");
     1
 }
+
+/// [`forge_ltn`] on the blocking path: with the LTN at `ltn` the program calls `sleep`, which
+/// the kernel turns into a save of the thread into that ThMB (then `BLOCKED` and an upcall). The
+/// kernel must refuse to write there and end the program; returning at all is a failure.
+pub fn forge_ltn_sleep(program: &str, ltn: usize, what: &str) -> i32 {
+    if let Err(e) = register(forge_handler, core::ptr::addr_of_mut!(FORGE_RING), core::ptr::addr_of_mut!(FORGE_STACK)) {
+        libuthread::println!("{program}: FAILED: register: {e:?}");
+        return 1;
+    }
+    libuthread::println!("{program}: LTN := {ltn:#x} ({what}), then sleep");
+    sys::ltn_write(ltn);
+    let _ = sys::sleep_nanos(1_000);
+    sys::ltn_write(0);
+    libuthread::println!("{program}: FAILED: survived a forged LTN in sleep");
+    1
+}

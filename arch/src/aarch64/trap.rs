@@ -222,10 +222,16 @@ impl TrapFrame {
     /// through an open user-access window (the fast ThMB save): the frame begins with `x`, `sp`,
     /// `elr`, `spsr`, exactly the full frame's `x`, `sp`, `pc`, `pstate`, so it is copied as it
     /// lies.
+    ///
+    /// Then, last, stores `word` at `word_at` (the ThMB mask, which says what the rest holds).
+    ///
+    /// # Safety
+    /// `word_at` is 8-byte aligned and `word_at + 8 <= dst`: the frame's range, checked here
+    /// before anything is stored, then puts the word in the user half too.
     #[inline]
-    pub fn store_full_frame(&self, user: &crate::usercopy::Access, dst: u64) -> Result<(), crate::usercopy::UserFault> {
+    pub unsafe fn store_full_frame(&self, user: &crate::usercopy::Access, dst: u64, word_at: u64, word: u64) -> Result<(), crate::usercopy::UserFault> {
         extern "C" {
-            fn user_store_frame(dst: u64, frame: *const TrapFrame) -> usize;
+            fn user_store_frame(dst: u64, frame: *const TrapFrame, word_at: u64, word: u64) -> usize;
         }
         const _: () = assert!(size_of::<tsumugi_abi::kn::aarch64::FullFrame>() == 34 * 8);
         if dst % 8 != 0 || !user.may_access(dst, 34 * 8) {
@@ -235,7 +241,8 @@ impl TrapFrame {
         // open (`user`); the routine (usercopy.rs, between the fix-up labels) reads the first 34
         // words of this frame, laid out as the full frame (asserts below), and stores them with
         // unprivileged stores.
-        match unsafe { user_store_frame(dst, self) } {
+        // The word: below `dst` by the caller's contract, so in the user half as well.
+        match unsafe { user_store_frame(dst, self, word_at, word) } {
             0 => Ok(()),
             _ => Err(crate::usercopy::UserFault),
         }
@@ -254,6 +261,13 @@ impl TrapFrame {
         self.x[..4].copy_from_slice(&args);
         self.x[30] = 0;
         self.intid = u64::from(super::interrupts::NO_INTERRUPT);
+    }
+
+    /// Whether the trap is the timer tick (the preemption path, tested before
+    /// [`TrapFrame::trap`]): what `trap()` returns as [`Trap::Timer`].
+    #[inline]
+    pub fn is_timer(&self) -> bool {
+        self.vector == VECTOR_IRQ && self.intid == u64::from(super::timer::intid())
     }
 
     /// Whether the trap is a syscall (the hot case, tested before [`TrapFrame::trap`]).
@@ -553,12 +567,19 @@ extern "C" fn trap_dispatch(frame: &mut TrapFrame) {
     call_handler(frame);
 }
 
+/// A trap before the kernel installed its handler: nothing sensible can continue. Out of
+/// line, so that the trap path saves no registers for it.
+#[cold]
+#[inline(never)]
+fn no_handler() -> ! {
+    super::serial::write_str_panic("trap before the kernel installed its handler\n");
+    super::cpu::shutdown(tsumugi_abi::exit::STATUS_KERNEL_PANIC);
+}
+
 fn call_handler(frame: &mut TrapFrame) {
     let handler = HANDLER.load(Ordering::Acquire);
     if handler == 0 {
-        // No kernel handler yet: nothing sensible can continue.
-        super::serial::write_str_panic("trap before the kernel installed its handler\n");
-        super::cpu::shutdown(tsumugi_abi::exit::STATUS_KERNEL_PANIC);
+        no_handler();
     }
     // SAFETY: HANDLER only ever holds a `Handler` stored by `install`.
     let handler: Handler = unsafe { core::mem::transmute::<usize, Handler>(handler) };

@@ -68,6 +68,7 @@ global_asm!(
     .global user_copy_out
     .global user_get_u64
     .global user_put_u64
+    .global user_put_4u64
     .global user_store_frame
     .global user_cmpxchg_u64
     .global user_copy_access_start
@@ -147,7 +148,16 @@ user_put_u64:
     sttr x1, [x0]
     mov x0, #0
     ret
-user_store_frame:                       // TrapFrame (x1) -> FullFrame (x0): x0..x30, sp, elr, spsr
+user_put_4u64:                          // four aligned words (x1) -> (x0): an event slot
+    ldp x9, x10, [x1]
+    ldp x11, x12, [x1, #16]
+    sttr x9, [x0]
+    sttr x10, [x0, #8]
+    sttr x11, [x0, #16]
+    sttr x12, [x0, #24]
+    mov x0, #0
+    ret
+user_store_frame:                       // TrapFrame (x1) -> FullFrame (x0): x0..x30, sp, elr, spsr; then x3 at x2
     .irp n, 0,2,4,6,8,10,12,14          // words 0..15
     ldp x12, x13, [x1, #8*\n]
     sttr x12, [x0, #8*\n]
@@ -160,6 +170,7 @@ user_store_frame:                       // TrapFrame (x1) -> FullFrame (x0): x0.
     sttr x12, [x0, #8*\n]
     sttr x13, [x0, #8*\n+8]
     .endr
+    sttr x3, [x2]                       // then the word x3 at x2, last (the ThMB mask)
     mov x0, #0
     ret
 user_cmpxchg_u64:                       // (addr x0, expected x1, new x2, prev_out x3), PAN open

@@ -195,10 +195,16 @@ impl TrapFrame {
     /// Writes the user registers as a Kernel Notification full frame to user address `dst`
     /// through an open user-access window (the fast ThMB save): the frame's prefix is `x0`..`x31`
     /// in the full frame's order, so it is copied as it lies, then `pc` into slot 0.
+    ///
+    /// Then, last, stores `word` at `word_at` (the ThMB mask, which says what the rest holds).
+    ///
+    /// # Safety
+    /// `word_at` is 8-byte aligned and `word_at + 8 <= dst`: the frame's range, checked here
+    /// before anything is stored, then puts the word in the user half too.
     #[inline]
-    pub fn store_full_frame(&self, user: &crate::usercopy::Access, dst: u64) -> Result<(), crate::usercopy::UserFault> {
+    pub unsafe fn store_full_frame(&self, user: &crate::usercopy::Access, dst: u64, word_at: u64, word: u64) -> Result<(), crate::usercopy::UserFault> {
         extern "C" {
-            fn user_store_frame(dst: u64, frame: *const TrapFrame) -> usize;
+            fn user_store_frame(dst: u64, frame: *const TrapFrame, word_at: u64, word: u64) -> usize;
         }
         if dst % 8 != 0 || !user.may_access(dst, 32 * 8) {
             return Err(crate::usercopy::UserFault);
@@ -207,7 +213,8 @@ impl TrapFrame {
         // open (`user`); the routine (usercopy.rs, between the fix-up labels) reads x1..x31 at
         // offsets 8 * N of this frame and `sepc` at 256, and stores them in the full frame's
         // order.
-        match unsafe { user_store_frame(dst, self) } {
+        // The word: below `dst` by the caller's contract, so in the user half as well.
+        match unsafe { user_store_frame(dst, self, word_at, word) } {
             0 => Ok(()),
             _ => Err(crate::usercopy::UserFault),
         }
@@ -227,6 +234,13 @@ impl TrapFrame {
         self.a1 = args[1];
         self.a2 = args[2];
         self.a3 = args[3];
+    }
+
+    /// Whether the trap is the timer tick (the preemption path, tested before
+    /// [`TrapFrame::trap`]): what `trap()` returns as [`Trap::Timer`].
+    #[inline]
+    pub fn is_timer(&self) -> bool {
+        self.scause == SCAUSE_INTERRUPT | Interrupt::SupervisorTimer as u64
     }
 
     /// Whether the trap is a syscall (the hot case, tested before [`TrapFrame::trap`]).
@@ -516,6 +530,15 @@ trap_return:
     dispatch = sym trap_dispatch,
 );
 
+/// A trap before the kernel installed its handler: nothing sensible can continue. Out of
+/// line, so that the trap path saves no registers for it.
+#[cold]
+#[inline(never)]
+fn no_handler() -> ! {
+    super::serial::write_str_panic("trap before the kernel installed its handler\n");
+    super::cpu::shutdown(tsumugi_abi::exit::STATUS_KERNEL_PANIC);
+}
+
 /// Called by `trap_entry` with the frame it built.
 extern "C" fn trap_dispatch(frame: &mut TrapFrame) {
     // A fault in a kernel access to user memory becomes that access's error (usercopy.rs).
@@ -531,9 +554,7 @@ extern "C" fn trap_dispatch(frame: &mut TrapFrame) {
     }
     let handler = HANDLER.load(Ordering::Acquire);
     if handler == 0 {
-        // No kernel handler yet: nothing sensible can continue.
-        super::serial::write_str_panic("trap before the kernel installed its handler\n");
-        super::cpu::shutdown(tsumugi_abi::exit::STATUS_KERNEL_PANIC);
+        no_handler();
     }
     // SAFETY: HANDLER only ever holds a `Handler` stored by `install`.
     let handler: Handler = unsafe { core::mem::transmute::<usize, Handler>(handler) };

@@ -42,6 +42,7 @@ global_asm!(
     .global user_copy_out
     .global user_get_u64
     .global user_put_u64
+    .global user_put_4u64
     .global user_store_frame
     .global user_cmpxchg_u64
     .global user_copy_access_start
@@ -95,13 +96,25 @@ user_put_u64:
     sd a1, 0(a0)
     li a0, 0
     ret
-user_store_frame:                       # TrapFrame (a1) -> FullFrame (a0): x1..x31 as they lie, pc in slot 0
+user_put_4u64:                          # four aligned words (a1) -> (a0): an event slot
+    ld t0, 0(a1)
+    ld t1, 8(a1)
+    ld t2, 16(a1)
+    ld t3, 24(a1)
+    sd t0, 0(a0)
+    sd t1, 8(a0)
+    sd t2, 16(a0)
+    sd t3, 24(a0)
+    li a0, 0
+    ret
+user_store_frame:                       # TrapFrame (a1) -> FullFrame (a0): x1..x31 as they lie, pc in slot 0; then a3 at a2
     .irp n, 1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30,31
     ld t0, 8*\n(a1)
     sd t0, 8*\n(a0)
     .endr
     ld t0, 256(a1)
     sd t0, 0(a0)
+    sd a3, 0(a2)                        # then the word a3 at a2, last (the ThMB mask)
     li a0, 0
     ret
 user_cmpxchg_u64:                       # (addr a0, expected a1, new a2, prev_out a3)

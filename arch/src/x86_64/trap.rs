@@ -233,17 +233,24 @@ impl TrapFrame {
 
     /// Writes the user registers as a Kernel Notification full frame to user address `dst`
     /// through an open user-access window (the fast ThMB save).
+    ///
+    /// Then, last, stores `word` at `word_at` (the ThMB mask, which says what the rest holds).
+    ///
+    /// # Safety
+    /// `word_at` is 8-byte aligned and `word_at + 8 <= dst`: the frame's range, checked here
+    /// before anything is stored, then puts the word in the user half too.
     #[inline]
-    pub fn store_full_frame(&self, user: &crate::usercopy::Access, dst: u64) -> Result<(), crate::usercopy::UserFault> {
+    pub unsafe fn store_full_frame(&self, user: &crate::usercopy::Access, dst: u64, word_at: u64, word: u64) -> Result<(), crate::usercopy::UserFault> {
         extern "C" {
-            fn user_store_frame(dst: u64, frame: *const TrapFrame) -> usize;
+            fn user_store_frame(dst: u64, frame: *const TrapFrame, word_at: u64, word: u64) -> usize;
         }
         if !user.may_access(dst, size_of::<tsumugi_abi::kn::FullFrame>()) {
             return Err(crate::usercopy::UserFault);
         }
         // SAFETY: `dst..+size` lies in the user half (checked) and the window is open (`user`);
         // the routine reads this frame and stores into user memory between the fix-up labels.
-        match unsafe { user_store_frame(dst, self) } {
+        // The word: below `dst` by the caller's contract, so in the user half as well.
+        match unsafe { user_store_frame(dst, self, word_at, word) } {
             0 => Ok(()),
             _ => Err(crate::usercopy::UserFault),
         }
@@ -262,6 +269,13 @@ impl TrapFrame {
         self.rsi = args[1];
         self.rdx = args[2];
         self.rcx = args[3];
+    }
+
+    /// Whether the trap is the timer tick (the preemption path, tested before
+    /// [`TrapFrame::trap`]): what `trap()` returns as [`Trap::Timer`].
+    #[inline]
+    pub fn is_timer(&self) -> bool {
+        self.vector == u64::from(TIMER_VECTOR)
     }
 
     /// Whether the trap is a syscall (the hot case, tested before [`TrapFrame::trap`]).
@@ -484,8 +498,24 @@ syscall_entry:
     push %r15
     mov %rsp, %rdi
     call {syscall_dispatch}
-    test %rax, %rax
-    jnz trap_return             /* the frame cannot go back through sysret */
+    /* sysret loads rip from rcx and rflags from r11: it restores the frame exactly only if
+       the kernel left those pairs equal (as the syscall instruction made them), rip in the
+       user half and the selectors the user's. An upcall or a resumed FULL frame changes them
+       (rcx first: an upcall's differs) and goes back through iretq. rax and rdx are free
+       here: the pops below reload them. */
+    mov {f_rip}(%rsp), %rax
+    cmp {f_rcx}(%rsp), %rax
+    jne trap_return
+    movabsq ${user_end}, %rdx
+    cmp %rdx, %rax
+    jae trap_return
+    mov {f_rflags}(%rsp), %rax
+    cmp {f_r11}(%rsp), %rax
+    jne trap_return
+    cmpq ${user_cs}, {f_cs}(%rsp)
+    jne trap_return
+    cmpq ${user_ds}, {f_ss}(%rsp)
+    jne trap_return
     pop %r15
     pop %r14
     pop %r13
@@ -514,6 +544,13 @@ syscall_entry:
     user_ds = const USER_DS,
     user_cs = const USER_CS,
     syscall_vector = const SYSCALL_VECTOR,
+    user_end = const USER_END,
+    f_rip = const offset_of!(TrapFrame, rip),
+    f_rcx = const offset_of!(TrapFrame, rcx),
+    f_rflags = const offset_of!(TrapFrame, rflags),
+    f_r11 = const offset_of!(TrapFrame, r11),
+    f_cs = const offset_of!(TrapFrame, cs),
+    f_ss = const offset_of!(TrapFrame, ss),
     options(att_syntax)
 );
 
@@ -526,27 +563,25 @@ extern "C" fn trap_dispatch(frame: &mut TrapFrame) {
     call_handler(frame);
 }
 
-/// Called by `syscall_entry`; returns non-zero when the frame must be restored with `iretq`
-/// (the kernel changed it so that `sysret` cannot express it).
-extern "C" fn syscall_dispatch(frame: &mut TrapFrame) -> u64 {
+/// Called by `syscall_entry`, which then decides between `sysret` and `iretq` (in assembly:
+/// a failing test leaves after its first compare, the iretq case an upcall takes).
+extern "C" fn syscall_dispatch(frame: &mut TrapFrame) {
     call_handler(frame);
-    // sysret loads rip from rcx and rflags from r11: it restores the frame exactly only if the
-    // kernel left those pairs equal (as the syscall instruction made them). An upcall or a
-    // resumed FULL frame changes them, and goes back through iretq.
-    let sysret_ok = frame.cs == u64::from(USER_CS)
-        && frame.ss == u64::from(USER_DS)
-        && frame.rip < USER_END
-        && frame.rcx == frame.rip
-        && frame.r11 == frame.rflags;
-    u64::from(!sysret_ok)
+}
+
+/// A trap before the kernel installed its handler: nothing sensible can continue. Out of
+/// line, so that the trap paths save no registers for it.
+#[cold]
+#[inline(never)]
+fn no_handler() -> ! {
+    super::serial::write_str_panic("trap before the kernel installed its handler\n");
+    super::cpu::shutdown(tsumugi_abi::exit::STATUS_KERNEL_PANIC);
 }
 
 fn call_handler(frame: &mut TrapFrame) {
     let handler = HANDLER.load(Ordering::Acquire);
     if handler == 0 {
-        // No kernel handler yet: nothing sensible can continue.
-        super::serial::write_str_panic("trap before the kernel installed its handler\n");
-        super::cpu::shutdown(tsumugi_abi::exit::STATUS_KERNEL_PANIC);
+        no_handler();
     }
     // SAFETY: HANDLER only ever holds a `Handler` stored by `install`.
     let handler: Handler = unsafe { core::mem::transmute::<usize, Handler>(handler) };

@@ -42,8 +42,9 @@ impl Drop for Window {
 
 // `user_copy_in`/`user_copy_out(dst, src, len) -> 0 | 1` (one routine: both sides are plain
 // addresses here), `user_get_u64(src, out) -> 0 | 1`, `user_put_u64(dst, value) -> 0 | 1`,
-// `user_store_frame(dst, frame) -> 0 | 1` (a trap frame's user registers as a Kernel
-// Notification full frame: the ThMB save's stores, without a copy through the kernel stack).
+// `user_store_frame(dst, frame, word_at, word) -> 0 | 1` (a trap frame's user registers as a
+// Kernel Notification full frame, then one word — the ThMB mask — last: the ThMB save's stores,
+// without a copy through the kernel stack).
 // Assembly because the fix-up must know exactly which instructions may fault and where to
 // continue: the compiler gives no such guarantee for Rust code.
 global_asm!(
@@ -53,6 +54,7 @@ global_asm!(
     .global user_copy_out
     .global user_get_u64
     .global user_put_u64
+    .global user_put_4u64
     .global user_store_frame
     .global user_cmpxchg_u64
     .global user_copy_access_start
@@ -78,43 +80,55 @@ user_put_u64:
     mov %rsi, (%rdi)
     xor %eax, %eax
     ret
-user_store_frame:                       /* TrapFrame (rsi) -> FullFrame (rdi), no copy between */
+user_put_4u64:                          /* four aligned words (rsi) -> (rdi): an event slot */
+    mov 0(%rsi), %rax
+    mov 8(%rsi), %rcx
+    mov 16(%rsi), %rdx
+    mov 24(%rsi), %r8
+    mov %rax, 0(%rdi)
+    mov %rcx, 8(%rdi)
+    mov %rdx, 16(%rdi)
+    mov %r8, 24(%rdi)
+    xor %eax, %eax
+    ret
+user_store_frame:                       /* TrapFrame (rsi) -> FullFrame (rdi), no copy between; then rcx at rdx */
     mov 112(%rsi), %rax
     mov %rax, 0(%rdi)
-    mov 104(%rsi), %rcx
-    mov %rcx, 8(%rdi)
-    mov 96(%rsi), %rdx
-    mov %rdx, 16(%rdi)
+    mov 104(%rsi), %r10
+    mov %r10, 8(%rdi)
+    mov 96(%rsi), %r11
+    mov %r11, 16(%rdi)
     mov 88(%rsi), %r8
     mov %r8, 24(%rdi)
     mov 80(%rsi), %rax
     mov %rax, 32(%rdi)
-    mov 72(%rsi), %rcx
-    mov %rcx, 40(%rdi)
-    mov 64(%rsi), %rdx
-    mov %rdx, 48(%rdi)
+    mov 72(%rsi), %r10
+    mov %r10, 40(%rdi)
+    mov 64(%rsi), %r11
+    mov %r11, 48(%rdi)
     mov 56(%rsi), %r8
     mov %r8, 56(%rdi)
     mov 48(%rsi), %rax
     mov %rax, 64(%rdi)
-    mov 40(%rsi), %rcx
-    mov %rcx, 72(%rdi)
-    mov 32(%rsi), %rdx
-    mov %rdx, 80(%rdi)
+    mov 40(%rsi), %r10
+    mov %r10, 72(%rdi)
+    mov 32(%rsi), %r11
+    mov %r11, 80(%rdi)
     mov 24(%rsi), %r8
     mov %r8, 88(%rdi)
     mov 16(%rsi), %rax
     mov %rax, 96(%rdi)
-    mov 8(%rsi), %rcx
-    mov %rcx, 104(%rdi)
-    mov 0(%rsi), %rdx
-    mov %rdx, 112(%rdi)
+    mov 8(%rsi), %r10
+    mov %r10, 104(%rdi)
+    mov 0(%rsi), %r11
+    mov %r11, 112(%rdi)
     mov 136(%rsi), %r8
     mov %r8, 120(%rdi)
     mov 160(%rsi), %rax
     mov %rax, 128(%rdi)
-    mov 152(%rsi), %rcx
-    mov %rcx, 136(%rdi)
+    mov 152(%rsi), %r10
+    mov %r10, 136(%rdi)
+    mov %rcx, (%rdx)                    /* then the word rcx at rdx, last (the ThMB mask) */
     xor %eax, %eax
     ret
 user_cmpxchg_u64:                       /* (addr rdi, expected rsi, new rdx, prev_out rcx) */

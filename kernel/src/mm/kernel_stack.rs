@@ -43,9 +43,8 @@ pub fn note_full_flush(cpu: usize) {
 /// With TLB tags (PCIDs, ASIDs) a root load flushes nothing, so without this a CPU could go
 /// on forever without a full flush and freed slots would never leave quarantine (a leak of
 /// the kernel-stack area, and of the table pages mapping it). At most one flush per tick, and
-/// only while slots wait.
-pub fn tick() {
-    let cpu = arch::cpu::cpu_index();
+/// only while slots wait. `cpu`: this CPU's index (the caller has it at hand).
+pub fn tick(cpu: usize) {
     if FLUSH_EPOCHS[cpu].load(Ordering::Relaxed) <= FREED_AT[cpu].load(Ordering::Relaxed) {
         arch::tlb::flush_all();
         note_full_flush(cpu);

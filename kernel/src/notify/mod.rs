@@ -352,28 +352,25 @@ mod machine {
     /// now enters the handler: the handler's first argument, since on some ports the result
     /// register is also the first argument register (aarch64 `x0`, riscv64 `a0`).
     pub fn sleep(frame: &mut TrapFrame, nanos: u64) -> Option<Result<usize, Errno>> {
-        /// What the borrowed part decided (the program may only be ended after the borrow).
-        enum Decided {
-            Plain,
-            Done(Result<usize, Errno>),
-            Bad(String),
-        }
-        let decided = scheduler::with_current(|me| {
-            let Some(me) = me else { return Decided::Plain };
-            let Some(vcpu) = current_vcpu(me) else { return Decided::Plain };
+        // Borrowed, not counted: a bad LTN ends the program inside the borrow, as in `preempt`
+        // (`kill` never returns). The answer is small (two registers), not a decision to
+        // match on afterwards.
+        scheduler::with_current(|me| {
+            let me = me?;
+            let vcpu = current_vcpu(me)?;
             let domain = me.domain.as_ref().expect("a vCPU has a domain");
             // Charged before anything is saved or posted: a refusal leaves the thread as it was.
             if domain.kn.sleeping.fetch_add(1, Ordering::Relaxed) >= sleepers::MAX_PER_PROGRAM {
                 domain.kn.sleeping.fetch_sub(1, Ordering::Relaxed);
-                return Decided::Done(Err(Errno::Again));
+                return Some(Err(Errno::Again));
             }
             let thmb = match save::save(me, frame) {
                 Ok(t) => t,
                 Err(Refused::NoThmb) => {
                     domain.kn.sleeping.fetch_sub(1, Ordering::Relaxed);
-                    return Decided::Plain;
+                    return None;
                 }
-                Err(Refused::Bad(bad)) => return Decided::Bad(bad),
+                Err(Refused::Bad(bad)) => kill(me, bad),
             };
             // BLOCKED first: once the entry is queued, a tick on another CPU may post UNBLOCKED.
             post_own(domain, Event { kind: EventKind::Blocked as u64, thread: thmb, arg0: vcpu as u64, arg1: 0 });
@@ -394,16 +391,8 @@ mod machine {
             }
             let args = [EventKind::Blocked as u64, thmb, vcpu as u64, 0];
             upcall(me, frame, vcpu, args);
-            Decided::Done(Ok(args[0] as usize))
-        });
-        match decided {
-            Decided::Plain => None,
-            Decided::Done(r) => Some(r),
-            Decided::Bad(report) => {
-                let me = scheduler::current().expect("a syscall thread");
-                kill(&me, report)
-            }
-        }
+            Some(Ok(args[0] as usize))
+        })
     }
 
     /// Drops the timed waits of `domain`, which has finished (its entries would otherwise keep

@@ -86,12 +86,11 @@ fn save_fast(ltn: u64, frame: &TrapFrame, uses_fp: bool) -> Result<(), ()> {
     // SAFETY: called from the running thread's kernel side, so its view's table — whose user
     // half holds only that view's user mappings — is loaded.
     let user = unsafe { arch::usercopy::Access::open() };
-    frame.store_full_frame(&user, ltn + FULL_OFFSET as u64).map_err(|_| ())?;
-    // The mask last: it says what the rest holds.
-    const _: () = assert!(MASK_OFFSET + 8 <= FULL_OFFSET);
-    // SAFETY: `ltn` is THMB_ALIGN-aligned (`save`), and the word lies between `ltn` and the
-    // full frame, whose whole range `store_full_frame` found in the user half.
-    unsafe { user.put_u64_prechecked(ltn + MASK_OFFSET as u64, saved) }.map_err(|_| ())
+    // The mask last (the same routine stores it after the frame): it says what the rest holds.
+    const _: () = assert!(MASK_OFFSET + 8 <= FULL_OFFSET && MASK_OFFSET % 8 == 0);
+    // SAFETY: `ltn` is THMB_ALIGN-aligned (`save`), so the mask word is aligned, and it lies
+    // between `ltn` and the full frame (the assertion above).
+    unsafe { frame.store_full_frame(&user, ltn + FULL_OFFSET as u64, ltn + MASK_OFFSET as u64, saved) }.map_err(|_| ())
 }
 
 /// The FP part of a fast save: [`mask::FP`] if the state went into the thread's FP area, 0 if

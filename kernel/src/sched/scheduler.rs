@@ -711,10 +711,12 @@ pub fn idle_loop() -> ! {
 /// code was interrupted: only then may the thread be preempted. Returns whether the running
 /// thread's quantum is over (the caller then preempts it with [`preempt`]).
 pub fn tick(from_user: bool) -> bool {
-    let cpu = this_cpu();
+    // The index once: each `cpu_index` is a per-CPU load and a bounds check.
+    let index = arch::cpu::cpu_index();
+    let cpu = &CPUS[index];
     cpu.counters.bump(Counter::Ticks);
-    crate::mm::kernel_stack::tick();
-    if arch::cpu::cpu_index() == 0 {
+    crate::mm::kernel_stack::tick(index);
+    if index == 0 {
         let t = TICKS.fetch_add(1, Ordering::Relaxed) + 1;
         let w = WATCHDOG_SECS.load(Ordering::Relaxed);
         if w > 0 && t % (w * crate::boot::TICK_HZ) == 0 {
