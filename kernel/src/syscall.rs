@@ -532,6 +532,18 @@ fn mates_of(target: &Arc<Thread>) -> alloc::vec::Vec<Arc<Thread>> {
     all
 }
 
+/// [`mates_of`], if one change may reach them all: `ENOMEM` if they are in more than
+/// `MAX_VIEWS_PER_CHANGE` views (each new view is bounded work with interrupts off; a thousand
+/// are not).
+#[inline(never)]
+fn bounded_mates_of(target: &Arc<Thread>) -> Result<alloc::vec::Vec<Arc<Thread>>, Errno> {
+    let mates = mates_of(target);
+    if !views_within(mates.iter().map(|t| t.view()), MAX_VIEWS_PER_CHANGE) {
+        return Err(Errno::NoMem);
+    }
+    Ok(mates)
+}
+
 /// `region_grant`. Within a program any holder may pass on at most its own rights. To a thread
 /// of another program only the region's owner may grant, only while that program accepts
 /// grants from the caller's (`grant_allow`), and the grant reaches the target's view-mates with
@@ -561,11 +573,7 @@ fn region_grant(addr: u64, rights_bits: usize, tid: u64) -> SysResult {
     {
         // One change of the target program's views at a time, as its own `region_create` does.
         let _changing = domain.region_lock.lock();
-        let mates = mates_of(&target);
-        if !views_within(mates.iter().map(|t| t.view()), MAX_VIEWS_PER_CHANGE) {
-            return Err(Errno::NoMem);
-        }
-        for t in mates {
+        for t in bounded_mates_of(&target)? {
             change.apply(&t)?;
         }
     }
@@ -590,11 +598,7 @@ fn region_revoke(addr: u64, tid: u64) -> SysResult {
     let mut change = RightsChange::new(region, MapFlags::empty());
     {
         let _changing = domain.region_lock.lock();
-        let mates = mates_of(&target);
-        if !views_within(mates.iter().map(|t| t.view()), MAX_VIEWS_PER_CHANGE) {
-            return Err(Errno::NoMem);
-        }
-        for t in mates {
+        for t in bounded_mates_of(&target)? {
             change.apply(&t)?;
         }
     }

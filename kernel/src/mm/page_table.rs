@@ -119,6 +119,7 @@ impl<F: PageTableFormat> PageTable<F> {
     /// out on first touch): at most `*budget` table copies and a scan of their entries,
     /// whatever the size of `other`, where mapping every page again is a walk per page. On
     /// running out of table frames, what was copied so far stays (the caller frees it).
+    #[inline]
     pub fn copy_root_entries_bounded(
         &mut self,
         mem: &impl PhysMemory,
@@ -163,6 +164,7 @@ impl<F: PageTableFormat> PageTable<F> {
 
     /// Maps `va` to `frame` with `flags` using a leaf at `level` (0 = 4 KiB, 1 = 2 MiB, ...).
     /// Intermediate tables are created as needed; `USER` in `flags` is propagated to them.
+    #[inline]
     pub fn map(
         &mut self,
         mem: &impl PhysMemory,
@@ -344,6 +346,7 @@ fn free_subtree<F: PageTableFormat>(mem: &impl PhysMemory, frames: &mut impl Tab
 }
 
 /// A pointer to entry `index` of `table`. Valid while the table frame is allocated.
+#[inline(always)]
 fn slot(mem: &impl PhysMemory, table: Frame, index: usize) -> *mut u64 {
     assert!(index < ENTRIES);
     // SAFETY: `mem.table` points at a whole table; index is in bounds.
