@@ -12,7 +12,7 @@ use tsumugi_abi::syscall::{encode_result, region_flags, rights, thread_flags, Cl
 
 use crate::domain::{Outcome, SpawnError};
 use crate::mm::region::RegionKind;
-use crate::mm::view_space::{Backing, ViewError, ViewId};
+use crate::mm::view_space::{views_within, Backing, ViewError, ViewId, MAX_VIEWS_PER_CHANGE};
 use crate::mm::space;
 use crate::names;
 use crate::sched::scheduler::{self, CPUS};
@@ -322,10 +322,19 @@ fn region_create(len: u64, rights_bits: usize, flags: usize) -> SysResult {
 
 /// `region_create` once the region is charged to the program (the caller refunds on error).
 fn region_create_charged(me: &Arc<Thread>, domain: &Arc<crate::domain::Domain>, pages: u64, rights: MapFlags, flags: usize) -> SysResult {
-    let backing = if flags & region_flags::LAZY != 0 { Backing::ZeroOnTouch } else { Backing::Eager };
-    let (id, start) = space::with_space(|space, m| {
-        let start = space.allocate_range(pages * PAGE_SIZE, PAGE_SIZE).ok_or(Errno::NoMem)?;
-        match space.views.create_region(m, start, pages, RegionKind::Shared, backing) {
+    // An eager region's frames are taken and zeroed first, without the view-space lock (a
+    // region may have up to `MAX_REGION` bytes: zeroing them under it held every CPU's faults).
+    let mut eager = if flags & region_flags::LAZY != 0 { None } else { Some(space::eager_frames(pages).ok_or(Errno::NoMem)?) };
+    let made = space::with_space(|space, m| {
+        let Some(start) = space.allocate_range(pages * PAGE_SIZE, PAGE_SIZE) else { return Err(Errno::NoMem) };
+        let made = match eager.take() {
+            Some(frames) => space.views.create_region_from(start, RegionKind::Shared, frames).map_err(|(e, frames)| {
+                eager = Some(frames);
+                e
+            }),
+            None => space.views.create_region(m, start, pages, RegionKind::Shared, Backing::ZeroOnTouch),
+        };
+        match made {
             Ok(id) => {
                 space.place(id, start);
                 Ok((id, start))
@@ -335,7 +344,11 @@ fn region_create_charged(me: &Arc<Thread>, domain: &Arc<crate::domain::Domain>, 
                 Err(view_errno(e))
             }
         }
-    })?;
+    });
+    if let Some(frames) = eager {
+        space::free_frames(frames);
+    }
+    let (id, start) = made?;
     // The region joins the creator's view — and so the view of every thread that shares it
     // (its view-mates: threads with identical rights act as one protection domain). In a
     // Kernel-Notification program every kernel thread is a vCPU or an activation of one,
@@ -350,6 +363,12 @@ fn region_create_charged(me: &Arc<Thread>, domain: &Arc<crate::domain::Domain>, 
         .filter_map(thread::find)
         .filter(|t| t.id != me.id && t.state() != crate::thread::State::Dead && (whole_program || t.view() == Some(my_view)))
         .collect();
+    // Bounded work with interrupts off: a program whose threads it split into more views than
+    // one change may make gets `ENOMEM` (its own doing; nobody else's call is refused).
+    if !views_within(mates.iter().map(|t| t.view()).chain([Some(my_view)]), MAX_VIEWS_PER_CHANGE) {
+        space::with(|s, m| s.release_region(m, id)).ok();
+        return Err(Errno::NoMem);
+    }
     // The lock is held already; the creator's own CPU reloads at once (nothing to wait for).
     if let Err(e) = RightsChange::new(id, rights).apply(me) {
         // Nobody holds it: drop it at once.
@@ -514,6 +533,18 @@ fn mates_of(target: &Arc<Thread>) -> alloc::vec::Vec<Arc<Thread>> {
     all
 }
 
+/// [`mates_of`], if one change may reach them all: `ENOMEM` if they are in more than
+/// `MAX_VIEWS_PER_CHANGE` views (each new view is bounded work with interrupts off; a thousand
+/// are not).
+#[inline(never)]
+fn bounded_mates_of(target: &Arc<Thread>) -> Result<alloc::vec::Vec<Arc<Thread>>, Errno> {
+    let mates = mates_of(target);
+    if !views_within(mates.iter().map(|t| t.view()), MAX_VIEWS_PER_CHANGE) {
+        return Err(Errno::NoMem);
+    }
+    Ok(mates)
+}
+
 /// `region_grant`. Within a program any holder may pass on at most its own rights. To a thread
 /// of another program only the region's owner may grant, only while that program accepts
 /// grants from the caller's (`grant_allow`), and the grant reaches the target's view-mates with
@@ -543,7 +574,7 @@ fn region_grant(addr: u64, rights_bits: usize, tid: u64) -> SysResult {
     {
         // One change of the target program's views at a time, as its own `region_create` does.
         let _changing = domain.region_lock.lock();
-        for t in mates_of(&target) {
+        for t in bounded_mates_of(&target)? {
             change.apply(&t)?;
         }
     }
@@ -568,7 +599,7 @@ fn region_revoke(addr: u64, tid: u64) -> SysResult {
     let mut change = RightsChange::new(region, MapFlags::empty());
     {
         let _changing = domain.region_lock.lock();
-        for t in mates_of(&target) {
+        for t in bounded_mates_of(&target)? {
             change.apply(&t)?;
         }
     }

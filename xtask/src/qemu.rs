@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use clap::ValueEnum;
@@ -171,12 +171,26 @@ impl Drop for ChildGuard {
 struct Capture {
     file: File,
     text: String,
+    /// When the last progress line (see [`Progress`]) arrived.
+    last_progress: Instant,
+}
+
+/// Progress lines a long run prints: each is echoed to the terminal as it arrives, and a run
+/// whose last one (or whose start) is more than `stall` old is killed as stalled, so a hang
+/// shows within `stall` and a slow run may take its whole time limit.
+#[derive(Clone, Debug)]
+pub struct Progress {
+    /// What a progress line starts with.
+    pub prefix: String,
+    /// The longest wait for the next progress line.
+    pub stall: Duration,
 }
 
 /// Copies `source` line by line into `capture` until it closes.
 fn spawn_reader(
     source: impl Read + Send + 'static,
     capture: Arc<Mutex<Capture>>,
+    progress: Option<String>,
 ) -> JoinHandle<()> {
     std::thread::spawn(move || {
         let mut reader = BufReader::new(source);
@@ -195,7 +209,13 @@ fn spawn_reader(
                         .file
                         .write_all(&line)
                         .and_then(|()| capture.file.flush());
-                    capture.text.push_str(&String::from_utf8_lossy(&line));
+                    let text = String::from_utf8_lossy(&line);
+                    if progress.as_deref().is_some_and(|p| text.starts_with(p)) {
+                        capture.last_progress = Instant::now();
+                        print!("  {text}");
+                        let _ = std::io::stdout().flush();
+                    }
+                    capture.text.push_str(&text);
                 }
             }
         }
@@ -204,6 +224,17 @@ fn spawn_reader(
 
 /// Runs QEMU with a time limit and decodes how it ended.
 pub fn run(cmd: &Cmd, arch: Arch, timeout: Duration, console: &Console) -> Result<Finished> {
+    run_watched(cmd, arch, timeout, console, None)
+}
+
+/// [`run`], also killing the run when its progress lines stop (with a [`Console::Capture`]).
+pub fn run_watched(
+    cmd: &Cmd,
+    arch: Arch,
+    timeout: Duration,
+    console: &Console,
+    progress: Option<&Progress>,
+) -> Result<Finished> {
     cmd.echo();
     let mut command = cmd.to_command();
     let capture = match console {
@@ -221,6 +252,7 @@ pub fn run(cmd: &Cmd, arch: Arch, timeout: Duration, console: &Console) -> Resul
             Some(Arc::new(Mutex::new(Capture {
                 file,
                 text: String::new(),
+                last_progress: Instant::now(),
             })))
         }
     };
@@ -234,18 +266,44 @@ pub fn run(cmd: &Cmd, arch: Arch, timeout: Duration, console: &Console) -> Resul
     let mut readers = Vec::new();
     if let Some(capture) = &capture {
         if let Some(stdout) = guard.child.stdout.take() {
-            readers.push(spawn_reader(stdout, Arc::clone(capture)));
+            readers.push(spawn_reader(stdout, Arc::clone(capture), progress.map(|p| p.prefix.clone())));
         }
         if let Some(stderr) = guard.child.stderr.take() {
-            readers.push(spawn_reader(stderr, Arc::clone(capture)));
+            readers.push(spawn_reader(stderr, Arc::clone(capture), None));
         }
     }
-    let outcome = match guard.wait_timeout(timeout)? {
-        Some(status) => arch.decode_exit(status),
-        None => {
-            guard.kill();
-            Outcome::TimedOut(timeout)
+    let outcome = match (progress, &capture) {
+        (Some(progress), Some(capture)) => {
+            let started = Instant::now();
+            // Look every few seconds whether the run ended, stalled or ran out of time.
+            let slice = Duration::from_secs(5).min(progress.stall);
+            loop {
+                if let Some(status) = guard.wait_timeout(slice)? {
+                    break arch.decode_exit(status);
+                }
+                let last = capture.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).last_progress;
+                let elapsed = started.elapsed();
+                if last.elapsed() > progress.stall || elapsed >= timeout {
+                    guard.kill();
+                    if elapsed < timeout {
+                        println!(
+                            "stalled: no line starting {:?} for {} s; killed after {} s",
+                            progress.prefix,
+                            last.elapsed().as_secs(),
+                            elapsed.as_secs()
+                        );
+                    }
+                    break Outcome::TimedOut(elapsed);
+                }
+            }
         }
+        _ => match guard.wait_timeout(timeout)? {
+            Some(status) => arch.decode_exit(status),
+            None => {
+                guard.kill();
+                Outcome::TimedOut(timeout)
+            }
+        },
     };
     for reader in readers {
         // A reader only ends by itself once QEMU is gone and its pipes are closed.

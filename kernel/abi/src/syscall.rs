@@ -34,16 +34,20 @@ pub enum Syscall {
     /// `thread_self() -> tid`.
     ThreadSelf = 8,
     /// `region_create(len, rights, flags) -> addr`: a new region of the single address space,
-    /// in the caller's view with `rights` ([`rights`]); `flags`: [`region_flags`].
+    /// in the caller's view with `rights` ([`rights`]); `flags`: [`region_flags`]. `ENOMEM`
+    /// (nothing made) if it would have to reach threads in more than 16 views (a
+    /// Kernel-Notification program whose threads it split that far).
     RegionCreate = 9,
     /// `region_grant(addr, rights, tid) -> 0`: give thread `tid` `rights` on the region at
     /// `addr`; the caller must hold at least those rights. To a thread of another program only
     /// the region's owner may grant, and only while that program accepts grants from the
     /// caller's (`grant_allow`): else `EPERM`, with nothing changed. Such a grant reaches the
-    /// target's view-mates too.
+    /// target's view-mates too; `ENOMEM` (nothing changed) if they are in more than 16 views
+    /// (one call makes at most that many: bounded work with interrupts off).
     RegionGrant = 10,
     /// `region_revoke(addr, tid) -> 0`: take the region at `addr` out of thread `tid`'s view;
-    /// the caller must hold the region.
+    /// the caller must hold the region. From another program's thread it reaches the target's
+    /// view-mates, with `ENOMEM` (nothing changed) as `region_grant` past 16 views.
     RegionRevoke = 11,
     /// `view_query(buf: *mut ViewEntry, max) -> count`: the caller's view, in address order.
     ViewQuery = 12,

@@ -56,8 +56,11 @@ pub fn init() {
     // SAFETY: the kernel table is only read through this handle (its shared root entries are
     // copied into each view); its owner, kernel_space, never frees it.
     let kernel = unsafe { PageTable::from_root(kernel_root()) };
+    let mut views = ViewSpace::new(Some((kernel, SHARED_KERNEL_ROOT_ENTRIES)));
+    // Freed tables and region frames are given back after `SPACE` is dropped (`with_space`).
+    views.defer_frees();
     *SPACE.lock() = Some(Space {
-        views: ViewSpace::new(Some((kernel, SHARED_KERNEL_ROOT_ENTRIES))),
+        views,
         ranges: UserRangeAllocator::new(arch::layout::USER_START, arch::layout::USER_END),
         range_users: BTreeMap::new(),
         region_range: BTreeMap::new(),
@@ -113,13 +116,46 @@ pub fn with<R>(f: impl FnOnce(&mut ViewSpace<PageFormat>, &mut KernelMachine) ->
     with_space(|s, m| f(&mut s.views, m))
 }
 
-/// Runs `f` with the whole space (views and ranges).
+/// Runs `f` with the whole space (views and ranges). The page tables of views and the frames
+/// of regions that `f` freed are given back once the lock is dropped: their number has no
+/// bound (a table grows by faults over its view's life), and every CPU's faults and syscalls
+/// wait for this lock.
 pub fn with_space<R>(f: impl FnOnce(&mut Space, &mut KernelMachine) -> R) -> R {
     let mut guard = SPACE.lock();
     let space = guard.as_mut().expect("views used before mm::space::init");
     let r = f(space, &mut KernelMachine);
     space.reclaim();
+    let deferred = space.views.take_deferred();
+    drop(guard);
+    if let Some(deferred) = deferred {
+        deferred.free(&mut KernelMachine);
+    }
     r
+}
+
+/// Takes and zeroes the frames of an eager region of `pages` pages, without the view-space
+/// lock (each frame is one short hold of the frame allocator's), for
+/// [`ViewSpace::create_region_from`]. `None`: memory ran out (nothing is kept).
+pub fn eager_frames(pages: u64) -> Option<alloc::vec::Vec<Option<Frame>>> {
+    let mut frames = alloc::vec::Vec::new();
+    frames.try_reserve_exact(usize::try_from(pages).ok()?).ok()?;
+    for _ in 0..pages {
+        match allocate_zeroed_frame() {
+            Some(f) => frames.push(Some(f)),
+            None => {
+                free_frames(frames);
+                return None;
+            }
+        }
+    }
+    Some(frames)
+}
+
+/// Gives back frames taken by [`eager_frames`] that no region got.
+pub fn free_frames(frames: alloc::vec::Vec<Option<Frame>>) {
+    for f in frames.into_iter().flatten() {
+        KernelMachine.free_frame(f);
+    }
 }
 
 /// Why a kernel access to user memory on a thread's behalf was refused.

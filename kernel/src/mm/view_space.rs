@@ -65,6 +65,33 @@ pub const COPY_BUDGET: usize = 64;
 /// comes back a block per fault, not a fault per page.
 pub const FAULT_AROUND: u64 = 64;
 
+/// Most views one rights change applied to several threads may make (a grant or revoke that
+/// reaches a program's view-mates, a region that joins every thread of a Kernel-Notification
+/// program): each costs up to [`COPY_BUDGET`] table copies and [`MAP_BUDGET`] pages mapped
+/// with interrupts off, so a program of a thousand threads each in its own view made a
+/// thousand in one call. A change that would need more is refused before anything changes.
+pub const MAX_VIEWS_PER_CHANGE: usize = 16;
+
+/// Whether the threads in `views` (each thread's view; `None` for a thread with none, which a
+/// change skips) are in at most `cap` distinct views, counted in O(n·cap) with no allocation
+/// and stopping at the first view past the bound.
+pub fn views_within(views: impl IntoIterator<Item = Option<ViewId>>, cap: usize) -> bool {
+    let mut seen = [ViewId(0); MAX_VIEWS_PER_CHANGE];
+    let cap = cap.min(seen.len());
+    let mut n = 0;
+    for v in views.into_iter().flatten() {
+        if seen[..n].contains(&v) {
+            continue;
+        }
+        if n == cap {
+            return false;
+        }
+        seen[n] = v;
+        n += 1;
+    }
+    true
+}
+
 /// The rights a view can hold on a region (the user bit is implied).
 pub const RIGHTS: MapFlags = MapFlags::READ.union(MapFlags::WRITE).union(MapFlags::EXEC);
 
@@ -169,6 +196,89 @@ pub struct ViewSpace<F: PageTableFormat> {
     /// Pages a new table maps and table frames it copies at most ([`MAP_BUDGET`],
     /// [`COPY_BUDGET`]; tests make them small).
     budget: (usize, usize),
+    /// Whether the tables of freed views and the frames of freed regions wait in `deferred`
+    /// (for the kernel, which frees them once its lock is dropped) or are freed at once.
+    defer: bool,
+    /// What was let go of and waits to be freed ([`ViewSpace::take_deferred`]).
+    deferred: Deferred<F>,
+}
+
+/// Memory freed views and regions let go of, to be given back by [`Deferred::free`] once the
+/// lock over the [`ViewSpace`] is dropped: freeing a view's page table walks every table frame
+/// it grew (faults add them without bound over its life) and freeing a region gives back each
+/// of its frames, work that would otherwise be done under the global view-space lock, which
+/// every CPU's faults and syscalls wait for (issue 15, item 5).
+pub struct Deferred<F: PageTableFormat> {
+    tables: [Option<PageTable<F>>; DEFERRED_SLOTS],
+    frames: [Option<Vec<Option<Frame>>>; DEFERRED_SLOTS],
+    /// Root entries the tables share with the kernel's (never freed).
+    shared: core::ops::Range<usize>,
+}
+
+/// Tables and regions one view-space call can leave for later (inline: a heap allocation per
+/// call cost ~3,000 instructions on riscv64's `grant_cost`); a call that frees more frees the
+/// rest at once.
+const DEFERRED_SLOTS: usize = 4;
+
+impl<F: PageTableFormat> Deferred<F> {
+    fn new(shared: core::ops::Range<usize>) -> Self {
+        Deferred { tables: [const { None }; DEFERRED_SLOTS], frames: [const { None }; DEFERRED_SLOTS], shared }
+    }
+
+    /// Whether nothing waits.
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.tables[0].is_none() && self.frames[0].is_none()
+    }
+
+    /// Keeps `table` for later; gives it back if every slot is taken.
+    fn keep_table(&mut self, table: PageTable<F>) -> Option<PageTable<F>> {
+        match self.tables.iter_mut().find(|t| t.is_none()) {
+            Some(slot) => {
+                *slot = Some(table);
+                None
+            }
+            None => Some(table),
+        }
+    }
+
+    /// Keeps a region's `frames` for later; gives them back if every slot is taken.
+    fn keep_frames(&mut self, frames: Vec<Option<Frame>>) -> Option<Vec<Option<Frame>>> {
+        match self.frames.iter_mut().find(|f| f.is_none()) {
+            Some(slot) => {
+                *slot = Some(frames);
+                None
+            }
+            None => Some(frames),
+        }
+    }
+
+    /// Tables and region frames waiting: what [`free`](Self::free) gives back, counted
+    /// without walking the tables' lower levels (for tests and reports).
+    pub fn waiting(&self) -> (usize, usize) {
+        (self.tables.iter().flatten().count(), self.frames.iter().flatten().map(|f| f.iter().flatten().count()).sum())
+    }
+
+    /// Frees everything that waits.
+    pub fn free<M: Machine>(self, m: &mut M) {
+        for table in self.tables.into_iter().flatten() {
+            free_table_of(m, &self.shared, table);
+        }
+        for frames in self.frames.into_iter().flatten() {
+            for f in frames.into_iter().flatten() {
+                m.free_frame(f);
+            }
+        }
+    }
+}
+
+/// Frees `table` below the root entries it owns (`shared` ones are the kernel's), and its root.
+fn free_table_of<F: PageTableFormat, M: Machine>(m: &mut M, shared: &core::ops::Range<usize>, table: PageTable<F>) {
+    let mem = m.memory();
+    let owned: Vec<usize> = (0..F::ENTRIES).filter(|i| !shared.contains(i)).collect();
+    // Free everything below the entries this view owns (the shared ones are the kernel's).
+    let (first, last) = (owned.first().copied().unwrap_or(0), owned.last().map_or(0, |l| l + 1));
+    table.free_tables(&mem, &mut MachineTables(m), first..last);
 }
 
 fn check_rights(rights: MapFlags) -> Result<MapFlags, ViewError> {
@@ -181,6 +291,7 @@ fn check_rights(rights: MapFlags) -> Result<MapFlags, ViewError> {
 impl<F: PageTableFormat> ViewSpace<F> {
     /// An empty space. `kernel` names the kernel table and the root entries views share with it.
     pub fn new(kernel: Option<(PageTable<F>, core::ops::Range<usize>)>) -> Self {
+        let shared = kernel.as_ref().map(|(_, r)| r.clone()).unwrap_or(0..0);
         ViewSpace {
             regions: BTreeMap::new(),
             by_start: BTreeMap::new(),
@@ -193,7 +304,27 @@ impl<F: PageTableFormat> ViewSpace<F> {
             freed: Vec::new(),
             freed_roots: Vec::new(),
             budget: (MAP_BUDGET, COPY_BUDGET),
+            defer: false,
+            deferred: Deferred::new(shared),
         }
+    }
+
+    /// From now on, the tables of freed views and the frames of freed regions wait for
+    /// [`take_deferred`](Self::take_deferred) instead of being freed at once (the kernel frees
+    /// them once its lock over this space is dropped).
+    pub fn defer_frees(&mut self) {
+        self.defer = true;
+    }
+
+    /// What freed views and regions let go of since the last call (`None`: nothing), to free
+    /// with [`Deferred::free`].
+    #[inline]
+    pub fn take_deferred(&mut self) -> Option<Deferred<F>> {
+        if self.deferred.is_empty() {
+            return None;
+        }
+        let shared = self.deferred.shared.clone();
+        Some(core::mem::replace(&mut self.deferred, Deferred::new(shared)))
     }
 
     /// Sets the bounds of the work of making one view (pages mapped, table frames copied).
@@ -211,14 +342,7 @@ impl<F: PageTableFormat> ViewSpace<F> {
         kind: RegionKind,
         backing: Backing,
     ) -> Result<RegionId, ViewError> {
-        let len = pages.checked_mul(PAGE_SIZE).ok_or(ViewError::BadRange(start.as_u64()))?;
-        let end = start.as_u64().checked_add(len).ok_or(ViewError::BadRange(start.as_u64()))?;
-        if pages == 0 || !start.is_aligned(PAGE_SIZE) || end > F::USER_HALF_END {
-            return Err(ViewError::BadRange(start.as_u64()));
-        }
-        if self.region_overlapping(start.as_u64(), end).is_some() {
-            return Err(ViewError::BadRange(start.as_u64()));
-        }
+        self.check_new_range(start, pages)?;
         let mut frames = Vec::new();
         frames.try_reserve_exact(pages as usize).map_err(|_| ViewError::NoMemory)?;
         for _ in 0..pages {
@@ -237,11 +361,41 @@ impl<F: PageTableFormat> ViewSpace<F> {
                 }
             }
         }
+        Ok(self.insert_region(start, kind, backing, frames))
+    }
+
+    /// Makes an eager region at `start` of the zeroed `frames` the caller took (one per page,
+    /// in order), held once by its owner: the frames are taken and zeroed before, outside the
+    /// lock over this space, so making a region holds that lock for a bounded time whatever its
+    /// size (a region of 8,192 pages zeroed 32 MiB under it). On an error the frames are the
+    /// caller's again.
+    pub fn create_region_from(&mut self, start: VirtAddr, kind: RegionKind, frames: Vec<Option<Frame>>) -> Result<RegionId, (ViewError, Vec<Option<Frame>>)> {
+        let pages = frames.len() as u64;
+        if let Err(e) = self.check_new_range(start, pages) {
+            return Err((e, frames));
+        }
+        Ok(self.insert_region(start, kind, Backing::Eager, frames))
+    }
+
+    /// Whether a new region of `pages` pages at `start` may be made.
+    fn check_new_range(&self, start: VirtAddr, pages: u64) -> Result<(), ViewError> {
+        let len = pages.checked_mul(PAGE_SIZE).ok_or(ViewError::BadRange(start.as_u64()))?;
+        let end = start.as_u64().checked_add(len).ok_or(ViewError::BadRange(start.as_u64()))?;
+        if pages == 0 || !start.is_aligned(PAGE_SIZE) || end > F::USER_HALF_END {
+            return Err(ViewError::BadRange(start.as_u64()));
+        }
+        if self.region_overlapping(start.as_u64(), end).is_some() {
+            return Err(ViewError::BadRange(start.as_u64()));
+        }
+        Ok(())
+    }
+
+    fn insert_region(&mut self, start: VirtAddr, kind: RegionKind, backing: Backing, frames: Vec<Option<Frame>>) -> RegionId {
         let id = RegionId(self.next_region);
         self.next_region += 1;
         self.regions.insert(id, RegionObj { start, kind, backing, frames, view_refs: 0, owner_refs: 1 });
         self.by_start.insert(start.as_u64(), id);
-        Ok(id)
+        id
     }
 
     fn region_overlapping(&self, start: u64, end: u64) -> Option<RegionId> {
@@ -343,7 +497,15 @@ impl<F: PageTableFormat> ViewSpace<F> {
         let r = self.regions.remove(&id).expect("present");
         self.by_start.remove(&r.start.as_u64());
         self.freed.push(id);
-        for f in r.frames.into_iter().flatten() {
+        let frames = if self.defer {
+            match self.deferred.keep_frames(r.frames) {
+                None => return,
+                Some(frames) => frames,
+            }
+        } else {
+            r.frames
+        };
+        for f in frames.into_iter().flatten() {
             m.free_frame(f);
         }
     }
@@ -506,12 +668,7 @@ impl<F: PageTableFormat> ViewSpace<F> {
     }
 
     fn free_table<M: Machine>(&self, m: &mut M, table: PageTable<F>) {
-        let mem = m.memory();
-        let shared = self.kernel.as_ref().map(|(_, r)| r.clone()).unwrap_or(0..0);
-        let owned: Vec<usize> = (0..F::ENTRIES).filter(|i| !shared.contains(i)).collect();
-        // Free everything below the entries this view owns (the shared ones are the kernel's).
-        let (first, last) = (owned.first().copied().unwrap_or(0), owned.last().map_or(0, |l| l + 1));
-        table.free_tables(&mem, &mut MachineTables(m), first..last);
+        free_table_of(m, &self.deferred.shared, table);
     }
 
     /// One more thread attached to the live view `v` (what [`attach`](Self::attach) of `v`'s own
@@ -531,7 +688,10 @@ impl<F: PageTableFormat> ViewSpace<F> {
         let view = self.views.remove(&v).expect("present");
         self.index.remove(&view.set);
         self.freed_roots.push(view.table.root());
-        self.free_table(m, view.table);
+        let table = if self.defer { self.deferred.keep_table(view.table) } else { Some(view.table) };
+        if let Some(table) = table {
+            self.free_table(m, table);
+        }
         for (r, _) in view.set {
             self.regions.get_mut(&r).expect("a view's regions live").view_refs -= 1;
             self.maybe_free_region(m, r);
@@ -722,6 +882,70 @@ mod tests {
 
     fn space() -> ViewSpace<X86_64> {
         ViewSpace::new(None)
+    }
+
+    #[test]
+    fn deferred_frees_leave_the_locked_call_bounded() {
+        // With frees deferred (the kernel's setting), a detach that frees a view with a large
+        // table and a release that frees a large region give back nothing inside the call (run
+        // under the view-space lock): all of it waits for `Deferred::free`, after the lock.
+        let mut m = FakeMachine::new(20_000);
+        let mut s = space();
+        s.defer_frees();
+        let big = s.create_region(&mut m, VirtAddr::new(0x4000_0000), 4096, RegionKind::Shared, Backing::Eager).unwrap();
+        let v = s.attach(&mut m, &[(big, RW)]).unwrap();
+        for p in (0..4096u64).step_by(FAULT_AROUND as usize) {
+            s.fault(&mut m, v, 0x4000_0000 + p * PAGE_SIZE, R).unwrap();
+        }
+        s.release_region(&mut m, big).unwrap();
+        let live = m.live();
+        assert!(live > 4096 + 8, "the region's frames and a root, two upper and eight leaf tables");
+        s.detach(&mut m, v).unwrap();
+        assert!(!s.region_exists(big));
+        assert_eq!(m.live(), live, "nothing freed inside the call");
+        let deferred = s.take_deferred().expect("the view's table and the region's frames wait");
+        assert_eq!(deferred.waiting(), (1, 4096));
+        assert!(s.take_deferred().is_none(), "taken once");
+        deferred.free(&mut m);
+        assert_eq!(m.live(), 0, "every frame and table is returned after the call");
+    }
+
+    #[test]
+    fn an_eager_region_from_frames_taken_before_allocates_nothing() {
+        let mut m = FakeMachine::new(100);
+        let mut s = space();
+        let frames: Vec<Option<Frame>> = (0..8).map(|_| m.allocate_zeroed()).collect();
+        let live = m.live();
+        let a = s.create_region_from(VirtAddr::new(0x40_0000), RegionKind::Shared, frames).unwrap();
+        assert_eq!(m.live(), live, "the call under the lock takes no frame");
+        assert_eq!(s.region_info(a).unwrap().resident_pages, 8);
+        assert_eq!(s.backing(a), Some(Backing::Eager));
+        // An overlapping one is refused and its frames come back to the caller.
+        let more: Vec<Option<Frame>> = (0..2).map(|_| m.allocate_zeroed()).collect();
+        let (e, back) = s.create_region_from(VirtAddr::new(0x40_4000), RegionKind::Shared, more).unwrap_err();
+        assert_eq!(e, ViewError::BadRange(0x40_4000));
+        assert_eq!(back.len(), 2);
+        for f in back.into_iter().flatten() {
+            m.free_frame(f);
+        }
+        s.release_region(&mut m, a).unwrap();
+        assert_eq!(m.live(), 0);
+    }
+
+    #[test]
+    fn a_change_reaching_too_many_views_is_refused() {
+        // 1,024 threads in 16 views: one change may make them all; a 17th view is one too many
+        // (whatever its place), and threads without a view do not count.
+        let in_16 = (0..1024u64).map(|t| Some(ViewId(1 + t % 16)));
+        assert!(views_within(in_16, MAX_VIEWS_PER_CHANGE));
+        let in_17 = (0..1024u64).map(|t| Some(ViewId(1 + t % 17)));
+        assert!(!views_within(in_17, MAX_VIEWS_PER_CHANGE));
+        let last_differs = (0..1024u64).map(|t| Some(ViewId(if t == 1023 { 99 } else { 1 + t % 16 })));
+        assert!(!views_within(last_differs, MAX_VIEWS_PER_CHANGE));
+        let with_none = (0..1024u64).map(|t| if t % 2 == 0 { None } else { Some(ViewId(1 + t % 32)) });
+        assert!(views_within(with_none, MAX_VIEWS_PER_CHANGE), "odd threads use the 16 odd views");
+        assert!(views_within(core::iter::empty(), MAX_VIEWS_PER_CHANGE));
+        assert!(!views_within([Some(ViewId(1)), Some(ViewId(2))], 1));
     }
 
     #[test]

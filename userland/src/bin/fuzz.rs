@@ -64,6 +64,18 @@ const fn parse(s: Option<&str>, default: u64) -> u64 {
 }
 
 const CALLS: u64 = parse(option_env!("TSUMUGI_FUZZ_CALLS"), DEFAULT_CALLS);
+/// A progress line (`fuzz: progress N/CALLS calls`) every this many calls: a tenth of the run,
+/// at most a million (`cargo xtask fuzz` kills a run whose progress stops).
+const PROGRESS_EVERY: u64 = {
+    let tenth = CALLS / 10;
+    if tenth == 0 {
+        1
+    } else if tenth > 1_000_000 {
+        1_000_000
+    } else {
+        tenth
+    }
+};
 const SEED: u64 = parse(option_env!("TSUMUGI_FUZZ_SEED"), DEFAULT_SEED);
 
 // The layout of the single address space, the same on every port (`arch::*::layout`).
@@ -296,10 +308,18 @@ fn short_thread(arg: usize) -> usize {
     arg
 }
 
+/// Counts a call made, printing a progress line at every [`PROGRESS_EVERY`]th.
+fn count_call() {
+    let n = CALLS_MADE.fetch_add(1, Ordering::Relaxed) + 1;
+    if n % PROGRESS_EVERY == 0 {
+        println!("fuzz: progress {n}/{CALLS} calls");
+    }
+}
+
 /// Issues one call and counts its result.
 fn call(number: usize, args: [usize; 6]) -> sys::SysResult {
     let r = sys::call(number, args);
-    CALLS_MADE.fetch_add(1, Ordering::Relaxed);
+    count_call();
     BY_CALL[number.min(BY_CALL.len() - 1)].fetch_add(1, Ordering::Relaxed);
     match r {
         Ok(_) => OK.fetch_add(1, Ordering::Relaxed),
@@ -526,7 +546,7 @@ fn s3(rng: &mut Rng) {
 fn thread_create(rng: &mut Rng) {
     let number = Syscall::ThreadCreate as usize;
     if rng.chance(4) && SHORT_BUDGET.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |b| b.checked_sub(1)).is_ok() {
-        CALLS_MADE.fetch_add(1, Ordering::Relaxed);
+        count_call();
         BY_CALL[number].fetch_add(1, Ordering::Relaxed);
         match sys::spawn(short_thread, rng.next() as usize, PAGE, rng.chance(2)) {
             Ok(t) => {
