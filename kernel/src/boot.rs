@@ -95,6 +95,14 @@ pub fn kernel_main(info: &'static BootInfo) -> ! {
         Some("upcall") | None => {}
         Some(other) => println!("ignoring preempt={other}: valid values are upcall, signal"),
     }
+    match bootopt::get(cmdline, bootopt::SHARE) {
+        Some("time") => {
+            crate::notify::processors::TIME_SHARING.turn_on();
+            println!("kn: time-sharing baseline (share=time): every program keeps every vCPU it asked for");
+        }
+        Some("space") | None => {}
+        Some(other) => println!("ignoring share={other}: valid values are space, time"),
+    }
     println!("timer: {} Hz tick, cycle counter {} MHz, tick timer {} kHz", TICK_HZ, cal.cycles_hz / 1_000_000, cal.timer_hz / 1000);
 
     let initrd = info.initrd.map(|(start, end)| {

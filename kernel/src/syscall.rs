@@ -56,7 +56,7 @@ pub fn dispatch(frame: &mut TrapFrame) {
             Syscall::CpuId => Ok(arch::cpu::cpu_index()),
             Syscall::SchedAffinity => sched_affinity(a[0]),
             Syscall::KnRegister => crate::notify::register(&me(), a[0] as u64),
-            Syscall::VcpuPark => crate::notify::park(&me()),
+            Syscall::VcpuPark => crate::notify::park(&me(), frame, a[0]),
             Syscall::VcpuUnpark => crate::notify::unpark(&me(), a[0]),
             Syscall::SetLtn => set_ltn(a[0] as u64),
             Syscall::ConsoleRead => console_read(frame, a[0] as u64, a[1] as u64),
@@ -628,6 +628,12 @@ fn view_query(buf: u64, max: u64) -> SysResult {
 
 fn counters(which: usize, buf: u64, len: u64) -> SysResult {
     let values: [u64; Counter::COUNT] = match which {
+        scope::SHARES => {
+            let mut w = [0u64; Counter::COUNT];
+            let shares = scheduler::with_current(|t| crate::notify::processors::figures(t.and_then(|t| t.domain.as_deref())));
+            w[..shares.len()].copy_from_slice(&shares);
+            w
+        }
         scope::ALL_CPUS => {
             let mut sum = [0u64; Counter::COUNT];
             for cpu in CPUS.iter() {

@@ -78,7 +78,12 @@ fn handle_not_syscall(frame: &mut TrapFrame) {
 fn timer(frame: &mut TrapFrame) {
     arch::interrupts::end_of_interrupt();
     let from_user = frame.from_user();
-    if scheduler::tick(from_user) {
+    let quantum_over = scheduler::tick(from_user);
+    // Space sharing: a vCPU of a program above its share gives itself up here (one load when
+    // no program is).
+    if from_user && crate::notify::revoking() && crate::notify::revoke_point(frame) {
+        // Revoked and granted again: the frame enters the handler.
+    } else if quantum_over {
         crate::notify::preempt(frame);
     }
     if from_user {

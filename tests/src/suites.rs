@@ -392,6 +392,8 @@ pub fn x86_64() -> Vec<Suite> {
         teardown_suite("teardown-smp4", SMP_SUITE_CPUS),
         s3_suite("s3", 1),
         s3_suite("s3-smp4", SMP_SUITE_CPUS),
+        share_suite("share", 1),
+        share_suite("share-smp4", SMP_SUITE_CPUS),
         signal_suite("signal", 1),
         signal_suite("signal-smp4", SMP_SUITE_CPUS),
         Suite {
@@ -576,6 +578,30 @@ pub fn s3_suite(name: &'static str, smp: u8) -> Suite {
     }
 }
 
+/// Space sharing (issue 16 part 2) on `smp` CPUs: two libuthread programs of 4 vCPUs each;
+/// the kernel takes vCPUs from the first when the second registers and gives them back when
+/// it ends, every thread's result exact, the vCPUs granted at once never above the CPUs.
+pub fn share_suite(name: &'static str, smp: u8) -> Suite {
+    let exited = |p: &str| Check::DomainExited { program: p.to_string(), status: 0 };
+    let group = "share_long+share_short";
+    Suite {
+        name,
+        smp,
+        boot_words: format!("{}={group}", bootopt::RUN),
+        timeout: KERNEL_SUITE_TIMEOUT,
+        expected: Expected::Status(0),
+        checks: vec![
+            exited("share_long"),
+            exited("share_short"),
+            Check::LogContains("share_long: ok".to_string()),
+            Check::LogContains("share_short: ok".to_string()),
+            Check::GroupFramesBalanced(group.to_string()),
+            Check::GroupHeapBalanced { group: group.to_string(), slack: HEAP_CACHE_SLACK },
+            Check::Halting(0),
+        ],
+    }
+}
+
 /// User signals (issue 16 part 3), on `smp` CPUs: a program without Kernel Notification
 /// refuses bad arguments, ignores what it ignores by default and is ended with a report by
 /// TERMINATE sent to its thread asleep in the kernel; a libuthread program's handler runs for
@@ -749,6 +775,8 @@ mod tests {
                 "teardown-smp4",
                 "s3",
                 "s3-smp4",
+                "share",
+                "share-smp4",
                 "signal",
                 "signal-smp4",
                 "panic-report",

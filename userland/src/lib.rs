@@ -8,6 +8,29 @@ extern crate alloc;
 /// reach (the isolation tests aim at it).
 pub const KERNEL_ADDRESS: usize = 0xffff_ffff_8000_0000;
 
+/// The two programs of the space-sharing test (`share_long` + `share_short`).
+pub mod space_share {
+    /// Where `share_long` says its workers run (the short program then registers beside it).
+    pub const LONG_READY: usize = 0x5353_0001;
+    /// vCPUs each program asks for.
+    pub const VCPUS: usize = 4;
+
+    /// One round of a worker's work: a value that depends only on `(worker, round)`, so the
+    /// sum of a worker's rounds can be checked afterwards however its rounds were scheduled.
+    pub fn round(worker: usize, round: u64) -> u64 {
+        let mut x = (worker as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ round;
+        for i in 0..500u64 {
+            x = core::hint::black_box(x.rotate_left(7).wrapping_mul(31).wrapping_add(i));
+        }
+        x
+    }
+
+    /// The sum of `rounds` rounds of `worker`, computed straight.
+    pub fn expected(worker: usize, rounds: u64) -> u64 {
+        (0..rounds).fold(0u64, |s, r| s.wrapping_add(round(worker, r)))
+    }
+}
+
 /// The two halves of the pointer-sharing test.
 pub mod share {
     /// Where the reader publishes its thread id (once it accepts the writer's grants).
@@ -32,6 +55,8 @@ pub mod share {
 pub mod kn;
 #[cfg(target_os = "none")]
 pub mod s3_bench;
+#[cfg(target_os = "none")]
+pub mod share_bench;
 
 /// The name-board authority test (`name_owner+name_thief`).
 pub mod names {

@@ -15,6 +15,7 @@
 //! | `cpus=N` | bring up at most N CPUs (default: all the firmware lists) |
 //! | `kn=zerocopy\|sa` | Kernel Notification saves into ThMBs (default) or the Scheduler-Activations copy baseline |
 //! | `preempt=upcall\|signal` | KN preemption as a `PREEMPTED` upcall (default) or the signal-style baseline |
+//! | `share=space\|time` | CPUs divided between KN programs (default) or every vCPU time-shared (the baseline) |
 //! | `fpu=adaptive\|lazy\|eager` | FP/SIMD state switched lazily on first use, eagerly for threads that keep using it (default); always lazily; or at every switch (baseline) |
 //! | `tlbtag=off` | do not use PCIDs/ASIDs: every view switch flushes the TLB (the original Cubix setting) |
 //!
@@ -49,6 +50,10 @@ pub const KN: &str = "kn";
 /// preemptions signal-style (the context pushed on the thread's stack, the handler run there,
 /// `kn_sigreturn` resumes), for comparison with the `PREEMPTED` upcall (`preempt=upcall`).
 pub const PREEMPT: &str = "preempt";
+/// Name of the processor-allocation option: `share=space` (default) divides the CPUs between
+/// programs using Kernel Notification (`VCPU_GRANTED`/`VCPU_REVOKED`); `share=time` gives every
+/// program every vCPU it asked for, time-shared by the kernel (the baseline).
+pub const SHARE: &str = "share";
 /// Name of the TLB-tag switch.
 pub const TLBTAG: &str = "tlbtag";
 

@@ -264,9 +264,19 @@ pub enum EventKind {
     /// Signal number `arg0` arrived (`crate::signal`), sent by kernel thread `arg1`, for user
     /// thread `thread` (0: for the program). The library runs the registered handler.
     Signal = 5,
-    /// A new vCPU (`arg0` = its index) starts.
+    /// vCPU `arg0` runs (again): the kernel gave the program a processor for it. As an upcall
+    /// it enters the handler on that vCPU with `arg` = how many times the vCPU was revoked
+    /// before ([`EventKind::VcpuRevoked`]): the library must have taken in that many of its
+    /// revocations before the vCPU runs its threads again. Also posted to the ring (ignored
+    /// there) for every vCPU but 0.
     VcpuGranted = 6,
-    /// vCPU `arg0` is taken away after this upcall returns control (it parks for good).
+    /// vCPU `arg0` was taken away (space sharing: another program needed the processor).
+    /// `thread`: the user thread it was running, saved in its ThMB as for `PREEMPTED`, or 0
+    /// when it was idle (parked with [`PARK_IDLE`]); `arg1`: the vCPU's revocations so far,
+    /// this one included. Only posted to the ring: another vCPU of the program must take over
+    /// the revoked vCPU's ready threads and `thread`. The kernel stops a vCPU only where its
+    /// library holds nothing half-edited: with LTN ≠ 0, or parked with [`PARK_IDLE`]; never
+    /// vCPU 0.
     VcpuRevoked = 7,
 }
 
@@ -286,6 +296,15 @@ impl EventKind {
         .find(|k| *k as u64 == v)
     }
 }
+
+/// `vcpu_park(flags)`: the vCPU parks idle — no user thread's registers are live in it, so
+/// the kernel may revoke it while parked (space sharing).
+pub const PARK_IDLE: usize = 1;
+
+/// `vcpu_park`'s result when the kernel wants the vCPU back (space sharing) and the park was
+/// not [`PARK_IDLE`]: the library should give the vCPU up properly (switch its thread out and
+/// park idle), so that the kernel can take it.
+pub const PARK_GIVE_UP: usize = 1;
 
 /// One ring slot.
 #[repr(C)]

@@ -86,10 +86,36 @@ pub mod scope {
     pub const ALL_CPUS: usize = usize::MAX;
     /// The calling domain (only context and view switches are kept per domain).
     pub const DOMAIN: usize = usize::MAX - 1;
+    /// The processor allocation between programs (space sharing): copies the words indexed by
+    /// [`super::shares`] instead of the counters.
+    pub const SHARES: usize = usize::MAX - 2;
     /// Number of CPUs online (returned by the syscall as its value for any scope).
     pub const fn cpu(index: usize) -> usize {
         index
     }
+}
+
+/// Words of `Syscall::Counters` with scope [`scope::SHARES`]: the kernel's processor
+/// allocation between programs using Kernel Notification (ARCHITECTURE.md, "Processor
+/// allocation").
+pub mod shares {
+    /// vCPUs granted now, over all programs.
+    pub const GRANTED: usize = 0;
+    /// The most vCPUs ever granted at once (the space-sharing invariant: never more than the
+    /// CPUs while at most that many programs share them).
+    pub const MAX_GRANTED: usize = 1;
+    /// Grants made (a vCPU started or started again), machine-wide.
+    pub const GRANTS: usize = 2;
+    /// Revocations made, machine-wide.
+    pub const REVOCATIONS: usize = 3;
+    /// Programs registered now.
+    pub const PROGRAMS: usize = 4;
+    /// vCPUs granted now to the calling program.
+    pub const MINE: usize = 5;
+    /// The calling program's share now (its target).
+    pub const MY_TARGET: usize = 6;
+    /// Words copied.
+    pub const COUNT: usize = 7;
 }
 
 #[cfg(test)]

@@ -70,8 +70,11 @@ pub enum Syscall {
     /// Kernel-Notification program: upcalls go to `reg.handler`, events to `reg.ring`, and
     /// `reg.vcpus - 1` more vCPUs start (each with a `VcpuGranted` upcall).
     KnRegister = 18,
-    /// `vcpu_park() -> 0`: the calling vCPU sleeps until `vcpu_unpark` names it or an event
-    /// reaches the ring.
+    /// `vcpu_park(flags) -> 0 | PARK_GIVE_UP`: the calling vCPU sleeps until `vcpu_unpark`
+    /// names it or an event reaches the ring. `flags`: `kn::PARK_IDLE` when no user thread is
+    /// live in it (then the kernel may revoke it meanwhile, and it returns into the handler with
+    /// `VCPU_GRANTED` when it runs again); otherwise `kn::PARK_GIVE_UP` asks the library to give
+    /// the vCPU up (space sharing).
     VcpuPark = 19,
     /// `vcpu_unpark(vcpu) -> 0`: wakes a parked vCPU of the caller's program.
     VcpuUnpark = 20,

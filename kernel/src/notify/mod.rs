@@ -19,6 +19,8 @@
 //!   checked (through the view space; a bad LTN ends the program).
 //! - `ring`: the event ring, fast and checked.
 //! - `vcpu`: registration, activations, spare activations, park and unpark.
+//! - [`shares`] (the policy, pure logic, host-tested) and `processors` (applying it): how
+//!   many vCPUs each program runs at once — space sharing with `VCPU_GRANTED`/`VCPU_REVOKED`.
 //! - [`park`]: waits that hold no activation (S3's waits): the thread saved, the vCPU back to
 //!   its library at once, the waker posts `UNBLOCKED`.
 //! - [`sa_copy`] and [`signal`]: the conventional baselines the benchmarks compare with
@@ -33,10 +35,13 @@
 //! Lock order: a program's notification state, then the view space (checked ring writes), then
 //! run queues; the sleeper queue's lock is never held with another.
 
+pub mod shares;
 pub mod sleepers;
 
 #[cfg(target_os = "none")]
 pub mod park;
+#[cfg(target_os = "none")]
+pub mod processors;
 #[cfg(target_os = "none")]
 mod ring;
 #[cfg(target_os = "none")]
@@ -268,6 +273,42 @@ mod machine {
                 Err(Refused::Bad(report)) => kill(me, report),
             }
         })
+    }
+
+    /// Whether some program holds more vCPUs than its share (the timer tick's one-load test
+    /// before [`revoke_point`]).
+    #[inline(always)]
+    pub fn revoking() -> bool {
+        super::processors::revoking()
+    }
+
+    /// A timer tick interrupted user code while some program holds more vCPUs than its share:
+    /// if the running thread is a vCPU of such a program running a user thread (LTN ≠ 0; never
+    /// vCPU 0), it gives itself up — the thread saved into its ThMB, `VCPU_REVOKED` posted, the
+    /// CPU to the neediest program — and waits for a grant; it then returns into the handler
+    /// with `VCPU_GRANTED` (`true`). `false`: nothing was revoked.
+    #[inline(never)]
+    pub fn revoke_point(frame: &mut TrapFrame) -> bool {
+        let Some(me) = scheduler::current() else { return false };
+        let Some(vcpu) = current_vcpu(&me) else { return false };
+        if arch::cpu::user_ltn() == 0 || super::sa_copy::enabled() || super::signal::enabled() {
+            return false;
+        }
+        let domain = me.domain.clone().expect("a vCPU has a domain");
+        let Some(count) = super::processors::give_up(&domain, vcpu) else { return false };
+        let thmb = match save::save(&me, frame) {
+            Ok(t) => t,
+            // LTN was checked non-zero: not reached. The thread is still in the frame, which
+            // would be lost under an upcall: resume it in place instead, after the grant.
+            Err(Refused::NoThmb) => 0,
+            Err(Refused::Bad(report)) => {
+                drop(domain);
+                kill(&me, report)
+            }
+        };
+        post_own(&domain, super::processors::revoked_event(vcpu, thmb, count));
+        super::vcpu::regrant(&me, &domain, frame, vcpu, thmb != 0);
+        true
     }
 
     /// A page fault the view does not allow, in a vCPU: with LTN ≠ 0 the thread is saved and

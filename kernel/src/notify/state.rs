@@ -43,6 +43,12 @@ pub struct Vcpu {
     pub handoff: Option<(u64, [u64; 4])>,
     /// The library's `fp_live` word of this vCPU was set (it only ever goes 0 -> 1).
     pub fp_live_told: bool,
+    /// Its activation waiting for a grant (`processors`: not granted, or revoked).
+    pub waiting: Option<Arc<Thread>>,
+    /// A grant not yet taken: the `VCPU_GRANTED` upcall's arguments.
+    pub grant: Option<[u64; 4]>,
+    /// Times this vCPU was revoked.
+    pub revokes: u64,
 }
 
 /// What changes while the program runs.
@@ -119,7 +125,7 @@ impl DomainKn {
         }
         self.config.call_once(|| config);
         state.tail = tail;
-        state.vcpus = (0..vcpus).map(|_| Vcpu { parked: None, token: false, handoff: None, fp_live_told: false }).collect();
+        state.vcpus = (0..vcpus).map(|_| Vcpu { parked: None, token: false, handoff: None, fp_live_told: false, waiting: None, grant: None, revokes: 0 }).collect();
         Ok(())
     }
 

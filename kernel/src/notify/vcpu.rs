@@ -6,7 +6,7 @@ use alloc::vec::Vec;
 use arch::mapping::MapFlags;
 use core::mem::size_of;
 use core::sync::atomic::Ordering;
-use tsumugi_abi::kn::{Event, EventKind, Registration, RingHeader, MAX_VCPUS, RING_SLOTS_OFFSET};
+use tsumugi_abi::kn::{Event, EventKind, Registration, RingHeader, MAX_VCPUS, PARK_GIVE_UP, PARK_IDLE, RING_SLOTS_OFFSET};
 use tsumugi_abi::syscall::Errno;
 
 use super::state::Config;
@@ -90,12 +90,104 @@ pub fn register(me: &Arc<Thread>, reg_addr: u64) -> Result<usize, Errno> {
     for _ in 0..reg.vcpus {
         let _ = new_spare(&domain, me);
     }
-    for v in 1..reg.vcpus {
-        super::post(&domain, Event { kind: EventKind::VcpuGranted as u64, thread: 0, arg0: v, arg1: 0 });
-        let args = [EventKind::VcpuGranted as u64, 0, v, v];
-        start_activation(&domain, me, v as usize, cfg.handler, cfg.upcall_stacks[v as usize], args)?;
+    let _ = cfg;
+    // Every vCPU but the caller's gets an activation now, waiting for its grant: the
+    // processor allocation (`processors`) decides which run at once, and a grant later — when
+    // another program ends — needs no activation made from a thread of this program then.
+    for v in 1..reg.vcpus as usize {
+        new_waiting_activation(&domain, me, v)?;
+    }
+    super::processors::join(&domain, reg.vcpus as usize)?;
+    // The caller is vCPU 0: it runs once its grant comes (at once unless every CPU is taken
+    // by programs above their shares, which give theirs up within a tick).
+    if super::processors::wait_for_grant(me, &domain, 0).is_none() {
+        thread::exit_if_killed();
+        return Err(Errno::Inval);
     }
     Ok(0)
+}
+
+/// Creates the activation of vCPU `v`, waiting in the kernel for its grant.
+fn new_waiting_activation(domain: &Arc<Domain>, source: &Thread, v: usize) -> Result<Arc<Thread>, Errno> {
+    new_activation(domain, source, Body::Kernel(waiting_main), Some(v), || {})
+}
+
+/// An activation made by [`new_waiting_activation`]: waits for its vCPU's grant, then enters
+/// the handler with `VCPU_GRANTED`.
+fn waiting_main() -> ! {
+    let entry = {
+        let me = scheduler::current().expect("an activation");
+        let domain = me.domain.clone().expect("an activation has a program");
+        let v = me.vcpu.load(Ordering::Acquire);
+        super::processors::wait_for_grant(&me, &domain, v).and_then(|args| {
+            let cfg = domain.kn.config()?;
+            super::count_upcall(&me, &domain, args[0]);
+            Some((cfg.handler, cfg.upcall_stacks[v], args))
+        })
+    };
+    let Some((handler, stack, args)) = entry else {
+        thread::exit_current(Some(0));
+    };
+    arch::cpu::set_user_ltn(0);
+    thread::enter_user(|frame| frame.set_upcall(handler, stack, args))
+}
+
+/// The running activation `me`, vCPU `v` of `domain`, was revoked: waits for the vCPU's next
+/// grant and sets `frame` to enter the handler with it (`upcall`: the revoked thread was
+/// saved in its ThMB) or to resume as it is. Ends the activation if the program is ending.
+pub fn regrant(me: &Arc<Thread>, domain: &Domain, frame: &mut arch::trap::TrapFrame, v: usize, upcall: bool) -> usize {
+    match super::processors::wait_for_grant(me, domain, v) {
+        Some(args) if upcall => {
+            super::upcall(me, frame, v, args);
+            args[0] as usize
+        }
+        Some(_) => 0,
+        None => {
+            thread::exit_if_killed();
+            0
+        }
+    }
+}
+
+/// Delivers the grant of vCPU `v` to `domain` (`processors`): `VCPU_GRANTED` in the ring (vCPU
+/// 0 excepted), the upcall's arguments to its waiting activation, which is woken.
+pub fn grant(domain: &Arc<Domain>, v: usize) {
+    if v != 0 {
+        super::post(domain, Event { kind: EventKind::VcpuGranted as u64, thread: 0, arg0: v as u64, arg1: 0 });
+    }
+    let waiting = {
+        let mut st = domain.kn.state();
+        if st.released {
+            return;
+        }
+        let Some(slot) = st.vcpus.get_mut(v) else { return };
+        slot.grant = Some([EventKind::VcpuGranted as u64, 0, v as u64, slot.revokes]);
+        slot.waiting.take()
+    };
+    if let Some(t) = waiting {
+        thread::wake(t);
+    }
+}
+
+/// Counts a revocation of vCPU `v` of `domain`; returns its count so far.
+pub fn count_revocation(domain: &Domain, v: usize) -> u64 {
+    let mut st = domain.kn.state();
+    st.vcpus.get_mut(v).map_or(0, |slot| {
+        slot.revokes += 1;
+        slot.revokes
+    })
+}
+
+/// Wakes every parked vCPU of `domain` (it holds more than its share: they give themselves up).
+pub fn wake_all_parked(domain: &Domain) {
+    let parked: Vec<Arc<Thread>> = {
+        let mut st = domain.kn.state();
+        st.parked = 0;
+        st.vcpus.iter_mut().filter_map(|v| v.parked.take()).collect()
+    };
+    for t in parked {
+        thread::wake(t);
+    }
 }
 
 /// Starts a new activation of vCPU `vcpu` entering the handler with `args`, with the rights
@@ -107,12 +199,7 @@ pub fn register(me: &Arc<Thread>, reg_addr: u64) -> Result<usize, Errno> {
 /// Without the lock, an activation copying a view read earlier misses such a region, and the
 /// library's threads fault on their own stacks when that vCPU runs them.
 pub fn start_activation(domain: &Arc<Domain>, source: &Thread, vcpu: usize, handler: u64, stack: u64, args: [u64; 4]) -> Result<Arc<Thread>, Errno> {
-    let _creating = domain.region_lock.lock();
-    let view = source.view().ok_or(Errno::Fault)?;
-    let set = space::with(|s, _| s.set(view).map(|x| x.to_vec())).ok_or(Errno::Fault)?;
-    let v = space::with(|s, m| s.attach(m, &set)).map_err(|_| Errno::NoMem)?;
-    super::count_upcall(source, domain, args[0]);
-    domain.spawn(v, Body::Upcall { ip: handler, sp: stack, args }, true, Some(vcpu)).map_err(|_| Errno::NoMem)
+    new_activation(domain, source, Body::Upcall { ip: handler, sp: stack, args }, Some(vcpu), || super::count_upcall(source, domain, args[0]))
 }
 
 /// Spare activations a program keeps per vCPU at least (more finish instead, unless blocking
@@ -132,11 +219,19 @@ fn spares_kept(st: &super::state::State) -> usize {
 /// Creates a spare activation with the rights `source` has now (under the program's
 /// `region_lock`, as in [`start_activation`]).
 fn new_spare(domain: &Arc<Domain>, source: &Thread) -> Result<Arc<Thread>, Errno> {
+    new_activation(domain, source, Body::Kernel(spare_main), None, || {})
+}
+
+/// Creates an activation of `domain` running `body`, with the rights `source` has now (under
+/// the program's `region_lock`, see [`start_activation`]), as vCPU `vcpu` if given; `before`
+/// runs once its view is made, just before it is spawned.
+fn new_activation(domain: &Arc<Domain>, source: &Thread, body: Body, vcpu: Option<usize>, before: impl FnOnce()) -> Result<Arc<Thread>, Errno> {
     let _creating = domain.region_lock.lock();
     let view = source.view().ok_or(Errno::Fault)?;
     let set = space::with(|s, _| s.set(view).map(|x| x.to_vec())).ok_or(Errno::Fault)?;
     let v = space::with(|s, m| s.attach(m, &set)).map_err(|_| Errno::NoMem)?;
-    domain.spawn(v, Body::Kernel(spare_main), true, None).map_err(|_| Errno::NoMem)
+    before();
+    domain.spawn(v, body, true, vcpu).map_err(|_| Errno::NoMem)
 }
 
 fn spare_main() -> ! {
@@ -255,11 +350,15 @@ fn tell_fp_live(me: &Thread, v: usize) {
     }
 }
 
-/// `vcpu_park()`.
-pub fn park(me: &Arc<Thread>) -> Result<usize, Errno> {
+/// `vcpu_park(flags)`.
+pub fn park(me: &Arc<Thread>, frame: &mut arch::trap::TrapFrame, flags: usize) -> Result<usize, Errno> {
     let domain = me.domain.clone().ok_or(Errno::Inval)?;
     let cfg = domain.kn.config().ok_or(Errno::Inval)?;
     let vcpu = me.vcpu.load(Ordering::Acquire);
+    let idle = flags & PARK_IDLE != 0;
+    if let Some(r) = give_up_parked(me, &domain, frame, vcpu, idle) {
+        return Ok(r);
+    }
     {
         let mut st = domain.kn.state();
         let slot = st.vcpus.get_mut(vcpu).ok_or(Errno::Inval)?;
@@ -278,7 +377,23 @@ pub fn park(me: &Arc<Thread>) -> Result<usize, Errno> {
         st.parked += 1;
     }
     scheduler::schedule(Then::Block);
-    Ok(0)
+    Ok(give_up_parked(me, &domain, frame, vcpu, idle).unwrap_or(0))
+}
+
+/// A parking vCPU of a program above its share gives itself up: an idle one is revoked here
+/// (`VCPU_REVOKED` with no thread) and returns into the handler once granted again (the
+/// syscall's result is then the handler's first argument); one a user thread keeps is told to
+/// give the vCPU up first (`PARK_GIVE_UP`). `None`: nothing to give up.
+fn give_up_parked(me: &Arc<Thread>, domain: &Domain, frame: &mut arch::trap::TrapFrame, vcpu: usize, idle: bool) -> Option<usize> {
+    if vcpu == 0 || !super::processors::revoking() {
+        return None;
+    }
+    if !idle {
+        return super::processors::over_share(domain, vcpu).then_some(PARK_GIVE_UP);
+    }
+    let count = super::processors::give_up(domain, vcpu)?;
+    super::post(domain, super::processors::revoked_event(vcpu, 0, count));
+    Some(regrant(me, domain, frame, vcpu, true))
 }
 
 /// `vcpu_unpark(v)`.
@@ -336,11 +451,14 @@ pub fn release(domain: &Domain) {
         st.spares.clear();
         for v in st.vcpus.iter_mut() {
             v.handoff = None;
+            v.waiting = None;
+            v.grant = None;
         }
         st.parked = 0;
         st.vcpus.iter_mut().filter_map(|v| v.parked.take()).collect()
     };
     drop(parked);
+    super::processors::leave(domain);
     super::forget_sleepers(domain);
     if let Some(cfg) = domain.kn.config() {
         let _ = space::with(|s, m| s.detach(m, cfg.ring_view));

@@ -179,8 +179,18 @@ fn futex_wake(word: &AtomicU32) {
     unsafe { libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG, 1) };
 }
 
+/// Every vCPU joins the runtime at once (OS threads; nothing takes them away).
+pub const VCPUS_JOIN_WHEN_GRANTED: bool = false;
+
 /// Blocks the calling vCPU until `unpark(vcpu)` (a token left earlier makes it return at once).
-pub fn park(vcpu: usize) {
+/// Never asks the caller to give the vCPU up (`false`): hosted vCPUs are not revoked.
+pub fn park(vcpu: usize) -> bool {
+    TOKENS[vcpu].park(futex_wait);
+    false
+}
+
+/// [`park`] for an idle vCPU (the scheduler loop's).
+pub fn park_idle(vcpu: usize) {
     TOKENS[vcpu].park(futex_wait);
 }
 

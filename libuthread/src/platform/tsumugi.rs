@@ -9,7 +9,7 @@
 //! comes back from parking, so completions reach the library even when no upcall brings them.
 
 use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use tsumugi_abi::kn::{Event, EventKind, Registration, RingHeader, MAX_VCPUS, RING_SLOTS_OFFSET};
+use tsumugi_abi::kn::{Event, EventKind, Registration, RingHeader, MAX_VCPUS, PARK_GIVE_UP, PARK_IDLE, RING_SLOTS_OFFSET};
 use tsumugi_abi::stats::scope;
 use tsumugi_abi::syscall::{region_flags, rights};
 
@@ -108,10 +108,25 @@ fn fatal(what: &str, e: Option<tsumugi_abi::syscall::Errno>) -> ! {
 
 /// The Kernel Notification Handler: entered by the kernel on a vCPU's upcall stack with
 /// LTN = 0. Never returns.
-extern "C" fn knh(kind: u64, _thread: u64, vcpu: u64, _arg: u64) -> ! {
+extern "C" fn knh(kind: u64, _thread: u64, vcpu: u64, arg: u64) -> ! {
     drain_events();
     let vcpu = vcpu as usize;
     if kind == EventKind::VcpuGranted as u64 {
+        // Granted again after `arg` revocations: another vCPU may still be taking the last one
+        // in (moving this vCPU's queues); run nothing here until it has.
+        while !crate::sched::revocations_seen(vcpu, arg) {
+            if DRAINING.load(Ordering::Acquire) {
+                core::hint::spin_loop();
+            } else {
+                // Not read yet (or held back in the kernel, ring full): the park returns at
+                // once while events wait, after moving held ones into the ring.
+                let _ = sys::vcpu_park(0);
+            }
+            drain_events();
+        }
+        if !crate::sched::rejoin(vcpu) {
+            retire_vcpu(vcpu)
+        }
         let main = VCPU_MAIN.load(Ordering::Acquire);
         // SAFETY: stored from a `fn(usize) -> !` in start_vcpus before any vCPU was granted.
         let main: fn(usize) -> ! = unsafe { core::mem::transmute::<usize, fn(usize) -> !>(main) };
@@ -155,24 +170,40 @@ pub fn drain_events() {
                 sys::exit(tsumugi_abi::exit::STATUS_USER_PANIC as usize);
             }
             Some(EventKind::Signal) => crate::signal::deliver(&e),
-            Some(EventKind::VcpuGranted) | Some(EventKind::VcpuRevoked) | None => {}
+            // SAFETY: the kernel names a ThMB it saved (or 0 for an idle vCPU); LTN = 0 here.
+            Some(EventKind::VcpuRevoked) => unsafe { crate::sched::adopt_revoked(e.arg0 as usize, t, e.arg1) },
+            Some(EventKind::VcpuGranted) | None => {}
         }
     }
     DRAINING.store(false, Ordering::Release);
 }
 
-/// Ends a vCPU for good: it parks and only reads events.
+/// vCPUs 1.. join the runtime when the kernel grants them a processor (`VCPU_GRANTED`), which
+/// with space sharing may come late, or never before the program ends.
+pub const VCPUS_JOIN_WHEN_GRANTED: bool = true;
+
+/// Ends a vCPU for good: it parks (idle: the kernel may take it) and only reads events.
 pub fn retire_vcpu(_vcpu: usize) -> ! {
     loop {
-        let _ = sys::vcpu_park();
+        let _ = sys::vcpu_park(PARK_IDLE);
         drain_events();
     }
 }
 
-/// Parks the calling vCPU until unparked or an event arrives, then hands new events to the
-/// core.
-pub fn park(_vcpu: usize) {
-    let _ = sys::vcpu_park();
+/// Parks the calling vCPU, which a user thread keeps (its registers live in it), until
+/// unparked or an event arrives, then hands new events to the core. Returns whether the kernel
+/// wants the vCPU back (space sharing): the caller should give it up properly.
+pub fn park(_vcpu: usize) -> bool {
+    let r = sys::vcpu_park(0);
+    drain_events();
+    r == Ok(PARK_GIVE_UP)
+}
+
+/// Parks the calling vCPU, idle (nothing live in it: the scheduler loop), until unparked or an
+/// event arrives, then hands new events to the core. The kernel may revoke it meanwhile: then
+/// this does not return, and the vCPU comes back through the handler (`VCPU_GRANTED`).
+pub fn park_idle(_vcpu: usize) {
+    let _ = sys::vcpu_park(PARK_IDLE);
     drain_events();
 }
 

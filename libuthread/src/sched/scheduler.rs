@@ -519,8 +519,15 @@ unsafe impl Sync for RootCell {}
 static VCPUS: [Vcpu; MAX_VCPUS] = [const { Vcpu::new() }; MAX_VCPUS];
 /// vCPUs of the running runtime (0 when none runs).
 static VCPU_COUNT: AtomicUsize = AtomicUsize::new(0);
-/// vCPUs that have not retired yet.
-static ACTIVE: AtomicUsize = AtomicUsize::new(0);
+/// vCPUs in the runtime now, one bit each: started and neither retired nor revoked (space
+/// sharing). vCPU 0 waits for the others to leave before `run` returns.
+static LIVE: AtomicU64 = AtomicU64::new(0);
+/// vCPUs the kernel has revoked (space sharing), one bit each: their queues were adopted by
+/// the others, and nothing is queued on them until they are granted again ([`route`]).
+static REVOKED: AtomicU64 = AtomicU64::new(0);
+/// Revocations of each vCPU taken in ([`adopt_revoked`]), compared with the count a
+/// `VCPU_GRANTED` upcall carries ([`rejoin`]).
+static REVOCATIONS_SEEN: [AtomicU64; MAX_VCPUS] = [const { AtomicU64::new(0) }; MAX_VCPUS];
 static IDLE: IdleSet = IdleSet::new();
 /// Set when the main thread has exited.
 static SHUTDOWN: AtomicBool = AtomicBool::new(false);
@@ -683,11 +690,18 @@ fn make_ready(t: *mut Thmb, home: usize) {
     // (every vCPU parked, the hosted conformance run hung about once in 50).
     // A queued thread's `vcpu` names the queue it is on (`run_inline` looks there).
     // SAFETY: the caller owns the READY thread until it is queued.
+    let home = route(home);
+    // SAFETY: as above.
     unsafe { (*t).vcpu.store(home, Ordering::Relaxed) };
     VCPUS[home].push(t);
     // An idle vCPU other than `home` takes it from `home`'s queue by stealing.
     if let Some(v) = IDLE.claim(home) {
         platform::unpark(v);
+    }
+    // `home` revoked after `route` looked (the claim's SeqCst fence orders this load after the
+    // push): the adopter may have emptied the queue before the push; move it on.
+    if REVOKED.load(Ordering::Relaxed) & (1 << home) != 0 {
+        rescue(home);
     }
 }
 
@@ -979,6 +993,7 @@ unsafe fn park_slow(t: *mut Thmb, v: usize) {
             platform::set_ltn(t);
             return;
         }
+        let mut give_up = false;
         loop {
             IDLE.announce(v);
             if state.take_in_place_wake() {
@@ -988,8 +1003,9 @@ unsafe fn park_slow(t: *mut Thmb, v: usize) {
                 platform::set_ltn(t);
                 return;
             }
-            if work_anywhere() || SHUTDOWN.load(Ordering::SeqCst) {
-                // Work arrived for this vCPU: give it up properly.
+            if work_anywhere() || SHUTDOWN.load(Ordering::SeqCst) || give_up {
+                // Work arrived for this vCPU, or the kernel wants it back (space sharing):
+                // give it up properly.
                 IDLE.retract(v);
                 if state.leave_in_place() {
                     break;
@@ -999,7 +1015,7 @@ unsafe fn park_slow(t: *mut Thmb, v: usize) {
                 platform::set_ltn(t);
                 return;
             }
-            platform::park(v);
+            give_up = platform::park(v);
         }
     }
     if !SHUTDOWN.load(Ordering::Relaxed) {
@@ -1439,7 +1455,7 @@ fn vcpu_loop(v: usize) -> ! {
             continue;
         }
         platform::perf_resumed(ptr::null_mut());
-        platform::park(v);
+        platform::park_idle(v);
         IDLE.retract(v);
     }
 }
@@ -1466,15 +1482,122 @@ unsafe fn dispatch(v: usize, t: *mut Thmb) -> ! {
 
 fn retire(v: usize) -> ! {
     if v == 0 {
-        while ACTIVE.load(Ordering::SeqCst) > 1 {
+        while LIVE.load(Ordering::SeqCst) & !1 != 0 {
             platform::park(0);
         }
         // SAFETY: `run` saved the root window before entering this loop and waits in it.
         unsafe { context::resume_window(ROOT.0.get(), ptr::null_mut()) }
     }
-    ACTIVE.fetch_sub(1, Ordering::SeqCst);
+    LIVE.fetch_and(!(1 << v), Ordering::SeqCst);
     platform::unpark(0);
     platform::retire_vcpu(v)
+}
+
+// ------------------------------------------------------------------------------------------
+// Space sharing (Tsumugi): vCPUs the kernel takes away and gives back.
+
+/// The vCPU a thread meant for `home` goes to: `home`, unless the kernel revoked it — then the
+/// first vCPU that is not revoked (vCPU 0 never is). One Relaxed load; a revocation this look
+/// misses is caught after the push ([`rescue`]).
+#[inline(always)]
+fn route(home: usize) -> usize {
+    let revoked = REVOKED.load(Ordering::Relaxed);
+    if revoked & (1 << home) == 0 {
+        home
+    } else {
+        (!revoked).trailing_zeros() as usize % MAX_VCPUS
+    }
+}
+
+/// Moves what vCPU `v`'s shared queue holds to vCPUs that run (it was revoked).
+#[cold]
+fn rescue(v: usize) {
+    let taken = {
+        let mut queue = VCPUS[v].queue.lock();
+        let all = queue.take_all();
+        VCPUS[v].len.store(0, Ordering::Release);
+        all
+    };
+    for t in taken {
+        make_ready(t, route(v));
+    }
+}
+
+/// Takes in the kernel's revocation of vCPU `v` (`VCPU_REVOKED`, its `count`-th): its ready
+/// threads — own queue, unpublished children, shared queue — and `stopped` (the thread it was
+/// running, saved by the kernel; null if it was idle) go to vCPUs that run.
+///
+/// The kernel stops a vCPU only with LTN ≠ 0 or parked idle, never inside scheduler code, so
+/// its owner-only structures (own queue, unpublished list) are consistent and nobody touches
+/// them: they are read here as the owner would. Wakers that queue on `v` meanwhile are caught:
+/// `REVOKED` is set (SeqCst) before the shared queue is emptied, and a waker looks at it after
+/// its push and the SeqCst fence of its idle claim ([`make_ready`]).
+///
+/// # Safety
+/// Call with LTN = 0, from the event drain (one drainer at a time); `stopped` is null or a live
+/// ThMB of this runtime the kernel saved.
+#[cfg_attr(not(target_os = "none"), allow(dead_code))] // Tsumugi's upcall handler
+pub unsafe fn adopt_revoked(v: usize, stopped: *mut Thmb, count: u64) {
+    if v == 0 || v >= vcpu_count() {
+        return;
+    }
+    REVOKED.fetch_or(1 << v, Ordering::SeqCst);
+    crate::prim::fence(Ordering::SeqCst);
+    IDLE.retract(v);
+    let vcpu = &VCPUS[v];
+    let mut fresh = vcpu.fresh.swap(0, Ordering::Relaxed) as *mut Thmb;
+    let target = route(v);
+    // SAFETY: `v` is stopped outside scheduler code (see above): its own queue and list are
+    // consistent and ours now; every thread on them is READY and live.
+    unsafe {
+        loop {
+            let t = vcpu.local.pop();
+            if t.is_null() {
+                break;
+            }
+            make_ready(t, target);
+        }
+        while !fresh.is_null() {
+            let next = (*fresh).run_next.get();
+            make_ready(fresh, target);
+            fresh = next;
+        }
+        if !stopped.is_null() {
+            requeue_full(stopped);
+        }
+    }
+    rescue(v);
+    if LIVE.fetch_and(!(1 << v), Ordering::SeqCst) & (1 << v) != 0 {
+        // vCPU 0 may be waiting for the others to leave (shutdown).
+        platform::unpark(0);
+    }
+    REVOCATIONS_SEEN[v].store(count, Ordering::Release);
+}
+
+/// Whether vCPU `v`'s revocations up to the `count`-th have been taken in.
+#[cfg_attr(not(target_os = "none"), allow(dead_code))] // Tsumugi's upcall handler
+pub fn revocations_seen(v: usize, count: u64) -> bool {
+    REVOCATIONS_SEEN.get(v).is_some_and(|c| c.load(Ordering::Acquire) >= count)
+}
+
+/// vCPU `v` runs (its first grant, or again after a revocation the caller has seen taken in):
+/// joins the runtime, unless it has shut down or has no vCPU `v` (then `false`: the vCPU
+/// retires without running anything).
+#[cfg_attr(not(target_os = "none"), allow(dead_code))] // Tsumugi's upcall handler
+pub fn rejoin(v: usize) -> bool {
+    if v >= vcpu_count() {
+        return false;
+    }
+    REVOKED.fetch_and(!(1 << v), Ordering::SeqCst);
+    LIVE.fetch_or(1 << v, Ordering::SeqCst);
+    // Against `retire(0)`'s wait (SeqCst on both sides): either vCPU 0 sees this vCPU live and
+    // waits for it, or this sees the shutdown.
+    if SHUTDOWN.load(Ordering::SeqCst) {
+        LIVE.fetch_and(!(1 << v), Ordering::SeqCst);
+        platform::unpark(0);
+        return false;
+    }
+    true
 }
 
 // ------------------------------------------------------------------------------------------
@@ -1550,7 +1673,13 @@ where
     SHUTDOWN.store(false, Ordering::SeqCst);
     context::detect_fp();
     IDLE.clear();
-    ACTIVE.store(n, Ordering::SeqCst);
+    REVOKED.store(0, Ordering::SeqCst);
+    for seen in &REVOCATIONS_SEEN {
+        seen.store(0, Ordering::Relaxed);
+    }
+    // vCPUs the platform starts at once count as live from the start; the others join when
+    // their processor is granted ([`rejoin`]).
+    LIVE.store(if platform::VCPUS_JOIN_WHEN_GRANTED { 1 } else { u64::MAX >> (64 - n) }, Ordering::SeqCst);
     GENERATION.fetch_add(1, Ordering::AcqRel);
     VCPU_COUNT.store(n, Ordering::SeqCst);
     for vcpu in &VCPUS[..n] {

@@ -251,9 +251,12 @@ pub fn kn_sigreturn(frame: usize) -> SysResult {
     call(Syscall::KnSigreturn as usize, [frame, 0, 0, 0, 0, 0])
 }
 
-/// Parks the calling vCPU until it is unparked or an event arrives.
-pub fn vcpu_park() -> SysResult {
-    call(Syscall::VcpuPark as usize, [0; 6])
+/// Parks the calling vCPU until it is unparked or an event arrives. `flags`:
+/// `kn::PARK_IDLE` when no user thread is live in the vCPU (the kernel may revoke it meanwhile:
+/// it then comes back through the upcall handler with `VCPU_GRANTED`, not here); otherwise the
+/// result `kn::PARK_GIVE_UP` asks the caller to give the vCPU up.
+pub fn vcpu_park(flags: usize) -> SysResult {
+    call(Syscall::VcpuPark as usize, [flags, 0, 0, 0, 0, 0])
 }
 
 /// Unparks vCPU `v`.

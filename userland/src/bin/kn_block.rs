@@ -41,7 +41,7 @@ extern "C" fn handler(kind: u64, thread: u64, vcpu: u64, _: u64) -> ! {
             break;
         }
         PARKS.fetch_add(1, Ordering::Relaxed);
-        let _ = sys::vcpu_park();
+        let _ = sys::vcpu_park(0);
     }
     // SAFETY: the kernel wrote the frame before posting UNBLOCKED.
     let (m, full) = unsafe { (THMB.header.mask, THMB.header.full) };

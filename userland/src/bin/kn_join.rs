@@ -75,7 +75,7 @@ fn events_until_unblocked() -> ([u64; 4], usize) {
         if seen[..n].contains(&(EventKind::Unblocked as u64)) {
             return (seen, n);
         }
-        let _ = sys::vcpu_park();
+        let _ = sys::vcpu_park(0);
     }
 }
 

@@ -27,7 +27,7 @@ static STACK_TOPS: [AtomicU64; VCPUS] = [const { AtomicU64::new(0) }; VCPUS];
 /// The other vCPUs just park: only vCPU 0 reads the ring.
 extern "C" fn handler(_: u64, _: u64, _: u64, _: u64) -> ! {
     loop {
-        let _ = sys::vcpu_park();
+        let _ = sys::vcpu_park(0);
     }
 }
 
@@ -64,7 +64,7 @@ fn main() -> i32 {
         }
         // Parking lets the kernel move held-back events into the room just made (it returns at
         // once when there is something to read).
-        let _ = sys::vcpu_park();
+        let _ = sys::vcpu_park(0);
     }
     let in_order = granted[..n].iter().enumerate().all(|(i, &v)| v == i as u64 + 1);
     println!("kn_ring: {n} of {} VCPU_GRANTED events through a {SLOTS}-slot ring, in order: {in_order}; the kernel held back up to {max_held}", VCPUS - 1);

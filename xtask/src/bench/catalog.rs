@@ -6,7 +6,7 @@ use std::time::Duration;
 use crate::arch::Arch;
 
 use super::{
-    cubix, fp_switch, grant_cost, host_comparison, host_switch, kernel_switch, kn_cost, multith, s3, stackthreads,
+    cubix, fp_switch, grant_cost, host_comparison, host_switch, kernel_switch, kn_cost, multith, s3, space_sharing, stackthreads,
 };
 
 /// Row label of the host benchmarks' tables (in place of an architecture).
@@ -152,6 +152,8 @@ pub const BENCHES: &[Bench] = &[
     kn_cost::KN_SIGNAL,
     stackthreads::STACKTHREADS_BENCH,
     s3::S3,
+    space_sharing::SPACE,
+    space_sharing::TIME,
     grant_cost::GRANT,
     host_switch::HOST_CRITERION,
     stackthreads::HOST_STACKTHREADS_BENCH,

@@ -43,6 +43,7 @@ mod kn_cost;
 mod lazy_save;
 mod multith;
 mod s3;
+mod space_sharing;
 mod stackthreads;
 
 pub use command::{run, BenchArgs, HELP};

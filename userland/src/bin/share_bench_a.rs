@@ -1,0 +1,9 @@
+//! One of the two programs of the `space_sharing` benchmark (`tsumugi_userland::share_bench`).
+#![no_std]
+#![no_main]
+
+fn main() -> i32 {
+    tsumugi_userland::share_bench::run("program_a")
+}
+
+libuthread::entry!(main);
