@@ -110,6 +110,9 @@ fn handle_other(frame: &mut TrapFrame) {
                 IpiKind::Kick | IpiKind::Shootdown => {
                     scheduler::this_cpu().counters.bump(Counter::ShootdownsReceived);
                     crate::smp::serve_reloads();
+                    if frame.from_user() {
+                        crate::notify::nudged(frame);
+                    }
                 }
                 IpiKind::FpuSave => crate::fpu::serve_request(),
             }

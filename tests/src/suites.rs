@@ -580,14 +580,16 @@ pub fn s3_suite(name: &'static str, smp: u8) -> Suite {
 
 /// Space sharing (issue 16 part 2) on `smp` CPUs: two libuthread programs of 4 vCPUs each;
 /// the kernel takes vCPUs from the first when the second registers and gives them back when
-/// it ends, every thread's result exact, the vCPUs granted at once never above the CPUs.
+/// it ends, every thread's result exact, the vCPUs granted at once never above the CPUs; then
+/// beside a program whose vCPUs never give themselves up.
 pub fn share_suite(name: &'static str, smp: u8) -> Suite {
     let exited = |p: &str| Check::DomainExited { program: p.to_string(), status: 0 };
     let group = "share_long+share_short";
+    let hog = "share_hog+share_short";
     Suite {
         name,
         smp,
-        boot_words: format!("{}={group}", bootopt::RUN),
+        boot_words: format!("{}={group},{hog}", bootopt::RUN),
         timeout: KERNEL_SUITE_TIMEOUT,
         expected: Expected::Status(0),
         checks: vec![
@@ -597,6 +599,12 @@ pub fn share_suite(name: &'static str, smp: u8) -> Suite {
             Check::LogContains("share_short: ok".to_string()),
             Check::GroupFramesBalanced(group.to_string()),
             Check::GroupHeapBalanced { group: group.to_string(), slack: HEAP_CACHE_SLACK },
+            // A program whose vCPUs never give themselves up (LTN = 0 for ever) does not keep
+            // the other from its share: the kernel takes them back by force.
+            exited("share_hog"),
+            Check::LogContains("share_hog: ok".to_string()),
+            Check::GroupFramesBalanced(hog.to_string()),
+            Check::GroupHeapBalanced { group: hog.to_string(), slack: HEAP_CACHE_SLACK },
             Check::Halting(0),
         ],
     }

@@ -34,11 +34,11 @@ fn thread_body() -> (usize, u64) {
     let (mut failed, mut acc) = (0, 0u64);
     for _ in 0..ITERATIONS {
         failed += LOCK.lock();
-        // The critical section: ~300 instructions, then the shared count.
-        acc = acc.wrapping_add(work(40));
+        // The critical section: ~450 instructions, then the shared count.
+        acc = acc.wrapping_add(work(60));
         SHARED.store(SHARED.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
         LOCK.unlock();
-        acc = acc.wrapping_add(work(60));
+        acc = acc.wrapping_add(work(15));
     }
     (failed, acc)
 }

@@ -270,6 +270,15 @@ pub fn disable_interrupts() {
     unsafe { asm!("msr daifset, #2", options(nomem, nostack, preserves_flags)) };
 }
 
+/// Lets interrupts that are pending be taken, then masks them again: a preemption point for
+/// long kernel work (the kernel runs with interrupts masked). Call only where no lock is held
+/// and nothing is half-done that an interrupt handler could look at.
+pub fn interrupt_window() {
+    // SAFETY: unmasks IRQs, synchronises (a pending IRQ is taken there), masks them again; no
+    // `nomem`: its handler may write memory the caller then reads.
+    unsafe { asm!("msr daifclr, #2", "isb", "msr daifset, #2", options(nostack)) };
+}
+
 /// Enables interrupts and waits for one, atomically: `wfi` wakes on a pending interrupt even
 /// while IRQs are masked, and the interrupt is taken as soon as they are unmasked after it, so
 /// none arriving after the caller's last check is missed.

@@ -340,6 +340,15 @@ pub fn disable_interrupts() {
     unsafe { sstatus::clear_sie() };
 }
 
+/// Lets interrupts that are pending be taken, then masks them again: a preemption point for
+/// long kernel work (the kernel runs with interrupts masked). Call only where no lock is held
+/// and nothing is half-done that an interrupt handler could look at.
+pub fn interrupt_window() {
+    // SAFETY: sets and clears sstatus.SIE: a pending interrupt enabled in `sie` is taken at the
+    // boundary between the two; no `nomem`: its handler may write memory the caller then reads.
+    unsafe { core::arch::asm!("csrsi sstatus, 2", "csrci sstatus, 2", options(nostack)) };
+}
+
 /// Enables interrupts and waits for one, atomically (no wake-up is lost between the two):
 /// `wfi` wakes up for an interrupt pending in `sie` even while `sstatus.SIE` is clear, and the
 /// interrupt is taken as soon as `SIE` is set after it.

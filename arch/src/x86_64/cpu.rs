@@ -287,6 +287,15 @@ pub fn disable_interrupts() {
     x86_64::instructions::interrupts::disable();
 }
 
+/// Lets interrupts that are pending be taken, then masks them again: a preemption point for
+/// long kernel work (the kernel runs with interrupts masked). Call only where no lock is held
+/// and nothing is half-done that an interrupt handler could look at.
+pub fn interrupt_window() {
+    // SAFETY: `sti` takes effect after the next instruction, so a pending interrupt is taken at
+    // the `nop`; no `nomem`: its handler may write memory the caller then reads.
+    unsafe { core::arch::asm!("sti", "nop", "cli", options(nostack)) };
+}
+
 /// Enables interrupts and waits for one, atomically (no wake-up is lost between the two).
 pub fn wait_for_interrupt() {
     x86_64::instructions::interrupts::enable_and_hlt();

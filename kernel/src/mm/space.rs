@@ -139,7 +139,13 @@ pub fn with_space<R>(f: impl FnOnce(&mut Space, &mut KernelMachine) -> R) -> R {
 pub fn eager_frames(pages: u64) -> Option<alloc::vec::Vec<Option<Frame>>> {
     let mut frames = alloc::vec::Vec::new();
     frames.try_reserve_exact(usize::try_from(pages).ok()?).ok()?;
-    for _ in 0..pages {
+    for i in 0..pages {
+        // Zeroing is ~4 KiB of stores a page: let interrupts in every `WINDOW_PAGES`, so the
+        // time with interrupts masked stays bounded whatever the region's size (the caller
+        // holds no lock).
+        if i % WINDOW_PAGES == WINDOW_PAGES - 1 {
+            arch::cpu::interrupt_window();
+        }
         match allocate_zeroed_frame() {
             Some(f) => frames.push(Some(f)),
             None => {
@@ -151,9 +157,16 @@ pub fn eager_frames(pages: u64) -> Option<alloc::vec::Vec<Option<Frame>>> {
     Some(frames)
 }
 
-/// Gives back frames taken by [`eager_frames`] that no region got.
+/// Frames zeroed (or freed) between two interrupt windows in [`eager_frames`] and
+/// [`free_frames`].
+const WINDOW_PAGES: u64 = 64;
+
+/// Gives back frames taken by [`eager_frames`] that no region got (the caller holds no lock).
 pub fn free_frames(frames: alloc::vec::Vec<Option<Frame>>) {
-    for f in frames.into_iter().flatten() {
+    for (i, f) in frames.into_iter().flatten().enumerate() {
+        if i as u64 % (16 * WINDOW_PAGES) == 16 * WINDOW_PAGES - 1 {
+            arch::cpu::interrupt_window();
+        }
         KernelMachine.free_frame(f);
     }
 }

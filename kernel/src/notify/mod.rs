@@ -291,10 +291,15 @@ mod machine {
     pub fn revoke_point(frame: &mut TrapFrame) -> bool {
         let Some(me) = scheduler::current() else { return false };
         let Some(vcpu) = current_vcpu(&me) else { return false };
-        if arch::cpu::user_ltn() == 0 || super::sa_copy::enabled() || super::signal::enabled() {
-            return false;
-        }
         let domain = me.domain.clone().expect("a vCPU has a domain");
+        if arch::cpu::user_ltn() == 0 || super::sa_copy::enabled() || super::signal::enabled() {
+            // The library cannot be told here; past the bound the vCPU is taken back in place.
+            if !super::processors::force(&domain, vcpu) {
+                return false;
+            }
+            super::vcpu::regrant(&me, &domain, frame, vcpu, false);
+            return true;
+        }
         let Some(count) = super::processors::give_up(&domain, vcpu) else { return false };
         let thmb = match save::save(&me, frame) {
             Ok(t) => t,
@@ -307,8 +312,41 @@ mod machine {
             }
         };
         post_own(&domain, super::processors::revoked_event(vcpu, thmb, count));
+        if thmb != 0 {
+            // The stopped thread may hold a lock the program's other threads spin on (the
+            // Scheduler-Activations case): interrupt a running vCPU of the program so that it
+            // takes the thread in now, not at its next upcall.
+            domain.kn.nudge.store(true, Ordering::Release);
+            for cpu in 0..scheduler::online_cpus() {
+                crate::smp::kick(cpu);
+            }
+        }
         super::vcpu::regrant(&me, &domain, frame, vcpu, thmb != 0);
         true
+    }
+
+    /// A kick interrupted user code: if it is a vCPU of a program with a nudge pending (a vCPU
+    /// of it was revoked with a thread in it) running a user thread, it takes a `PREEMPTED`
+    /// upcall, whose drain takes the revoked vCPU's threads in. With LTN = 0 the nudge stays
+    /// for the next kick (the library is in its scheduler and drains soon anyway).
+    pub fn nudged(frame: &mut TrapFrame) {
+        // Borrowed, not counted, as in `preempt` (`kill` never returns).
+        scheduler::with_current(|me| {
+            let Some(me) = me else { return };
+            let Some(vcpu) = current_vcpu(me) else { return };
+            let domain = me.domain.as_ref().expect("a vCPU has a domain");
+            if !domain.kn.nudge.load(Ordering::Relaxed) || super::signal::enabled() || arch::cpu::user_ltn() == 0 || !domain.kn.nudge.swap(false, Ordering::AcqRel) {
+                return;
+            }
+            match save::save(me, frame) {
+                Ok(thmb) => {
+                    post_own(domain, Event { kind: EventKind::Preempted as u64, thread: thmb, arg0: vcpu as u64, arg1: 0 });
+                    upcall(me, frame, vcpu, [EventKind::Preempted as u64, thmb, vcpu as u64, 0]);
+                }
+                Err(Refused::NoThmb) => domain.kn.nudge.store(true, Ordering::Release),
+                Err(Refused::Bad(report)) => kill(me, report),
+            }
+        })
     }
 
     /// A page fault the view does not allow, in a vCPU: with LTN ≠ 0 the thread is saved and

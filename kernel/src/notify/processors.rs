@@ -48,6 +48,8 @@ struct Program {
     target: usize,
     /// vCPUs granted now (bits by index).
     active: u64,
+    /// The tick since which it holds more than its share (`None`: it does not).
+    over_since: Option<u64>,
 }
 
 impl Program {
@@ -100,6 +102,10 @@ fn settle(programs: &mut [Program]) -> Vec<Grant> {
         p.active |= 1 << v;
         grants.push((p.domain.clone(), v));
     }
+    let now = scheduler::ticks();
+    for p in programs.iter_mut() {
+        p.over_since = (p.granted() > p.target).then(|| p.over_since.unwrap_or(now));
+    }
     let excess: usize = programs.iter().map(|p| p.granted().saturating_sub(p.target)).sum();
     EXCESS.store(excess, Ordering::Relaxed);
     let granted: usize = programs.iter().map(Program::granted).sum();
@@ -127,7 +133,7 @@ pub fn join(domain: &Arc<Domain>, wants: usize) -> Result<(), tsumugi_abi::sysca
     let grants = {
         let mut programs = PROGRAMS.lock();
         programs.try_reserve(1).map_err(|_| tsumugi_abi::syscall::Errno::NoMem)?;
-        programs.push(Program { domain: domain.clone(), wants, target: 0, active: 0 });
+        programs.push(Program { domain: domain.clone(), wants, target: 0, active: 0, over_since: None });
         settle(&mut programs)
     };
     deliver(grants);
@@ -153,6 +159,25 @@ pub fn leave(domain: &Domain) {
 /// vCPU's revocation count (this one included). The caller then posts `VCPU_REVOKED` and waits
 /// for a grant.
 pub fn give_up(domain: &Domain, v: usize) -> Option<u64> {
+    take_back(domain, v, false)
+}
+
+/// Ticks a program may hold more vCPUs than its share before the kernel takes them back
+/// wherever they are ([`force`]).
+pub const FORCE_AFTER_TICKS: u64 = 10;
+
+/// vCPU `v` of `domain` is at a tick where its library cannot be told (LTN = 0: it is inside
+/// its own scheduler code; or a baseline's stop): if its program has held more than its share
+/// for [`FORCE_AFTER_TICKS`] — a library that never reaches a point where it gives a vCPU up,
+/// or a hostile one — the vCPU is taken back anyway, in place: no event, the caller keeps its
+/// context and resumes it where it was once granted again. Its threads wait until then; the
+/// other programs get their share within the bound.
+pub fn force(domain: &Domain, v: usize) -> bool {
+    take_back(domain, v, true).is_some()
+}
+
+/// [`give_up`] (counted: the library is told) or [`force`].
+fn take_back(domain: &Domain, v: usize, forced: bool) -> Option<u64> {
     if v == 0 || !revoking() {
         return None;
     }
@@ -162,8 +187,13 @@ pub fn give_up(domain: &Domain, v: usize) -> Option<u64> {
         if p.granted() <= p.target || p.active & (1 << v) == 0 {
             return None;
         }
+        if forced && p.over_since.is_none_or(|t| scheduler::ticks().wrapping_sub(t) < FORCE_AFTER_TICKS) {
+            return None;
+        }
         p.active &= !(1 << v);
-        let count = super::vcpu::count_revocation(domain, v);
+        // A forced revocation is not counted for the library: it never sees a `VCPU_REVOKED`
+        // for it, and a later grant's count must not wait for one.
+        let count = if forced { 0 } else { super::vcpu::count_revocation(domain, v) };
         REVOCATIONS.fetch_add(1, Ordering::Relaxed);
         (count, settle(&mut programs))
     };

@@ -82,6 +82,10 @@ pub struct DomainKn {
     upcalls: [AtomicU64; 8],
     /// Timed waits pending in the sleeper queue.
     pub sleeping: AtomicUsize,
+    /// A vCPU was revoked with a user thread in it: the next running vCPU of the program that a
+    /// kick interrupts in a user thread takes an upcall, so the library adopts the revoked
+    /// vCPU's threads at once (`notify::nudged`).
+    pub nudge: AtomicBool,
 }
 
 impl DomainKn {
@@ -92,6 +96,7 @@ impl DomainKn {
             state: Mutex::new(State { tail: 0, held: VecDeque::new(), vcpus: Vec::new(), parked: 0, spares: Vec::new(), spares_wanted: 0, c_area: Vec::new(), released: false }),
             upcalls: [const { AtomicU64::new(0) }; 8],
             sleeping: AtomicUsize::new(0),
+            nudge: AtomicBool::new(false),
         }
     }
 

@@ -402,7 +402,7 @@ fn one(rng: &mut Rng) {
         }
         15 => {
             let random = rng.next() as usize;
-            let which = rng.pick(&[0, 1, 2, 3, 4, 7, 8, 64, usize::MAX, usize::MAX - 1, random]);
+            let which = rng.pick(&[0, 1, 2, 3, 4, 7, 8, 64, usize::MAX, usize::MAX - 1, usize::MAX - 2, random]);
             let _ = call(n(S::Counters), [which, rng.target_address(), rng.length(), 0, 0, 0]);
         }
         16 => {

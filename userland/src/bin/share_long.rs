@@ -6,7 +6,7 @@
 //! - every worker ran exactly once and its result is exact (no thread lost or run twice:
 //!   each sums values that depend only on its index and round);
 //! - while both programs were registered, at least one vCPU was revoked (the newcomer's vCPU 0
-//!   cannot run before one is);
+//!   cannot run before one is), and the program waits for that count, not for a sample;
 //! - once `share_short` has ended, this program holds all 4 vCPUs again;
 //! - the vCPUs granted at once never exceeded the CPUs (the kernel's high-water mark, with
 //!   two programs of 4 vCPUs on at least 4 CPUs; on fewer CPUs the lone program's 4).
@@ -51,13 +51,18 @@ fn worker(i: usize) -> (u64, u64) {
 }
 
 fn program() -> i32 {
+    // The counts are machine-wide: count from here.
+    let before = figures().0[shares::REVOCATIONS];
     let handles: Vec<_> = (0..WORKERS).map(|i| libuthread::spawn(move || worker(i))).collect();
     let _ = sys::publish(LONG_READY, 1);
     // Wait for the other program to register and to end (bounded: a failure, not a hang).
+    // Read from counts, not sampled: a revocation happens only while both are registered (the
+    // other's vCPU 0 cannot run before one), and the figures are read under the allocation's
+    // lock, so a revocation seen with one program registered means the other has ended.
     let (mut saw_two, mut saw_end) = (false, false);
     for _ in 0..30_000 {
         let (w, _) = figures();
-        saw_two |= w[shares::PROGRAMS] >= 2;
+        saw_two = w[shares::REVOCATIONS] > before;
         if saw_two && w[shares::PROGRAMS] == 1 {
             saw_end = true;
             break;
@@ -89,7 +94,7 @@ fn program() -> i32 {
         println!("share_long: FAILED: {started} worker bodies ran, not {WORKERS}");
         ok = false;
     }
-    let (revocations, max_granted, mine) = (after[shares::REVOCATIONS], after[shares::MAX_GRANTED] as usize, after[shares::MINE] as usize);
+    let (revocations, max_granted, mine) = (after[shares::REVOCATIONS] - before, after[shares::MAX_GRANTED] as usize, after[shares::MINE] as usize);
     println!(
         "share_long: {WORKERS} workers, {rounds_all} rounds, all exact; revocations {revocations}, grants {}, vCPUs granted at most {max_granted} at once on {cpus} CPUs; after the other program ended this one holds {mine} of {VCPUS}",
         after[shares::GRANTS]
