@@ -196,4 +196,45 @@ mod loom_tests {
             assert_eq!(*shared.lock(), 0);
         });
     }
+
+    /// Space sharing (`scheduler::adopt_revoked` against `make_ready`): a waker queues a thread
+    /// on vCPU 1 while another vCPU takes in vCPU 1's revocation. The waker routes around a
+    /// vCPU it sees revoked, pushes under the queue's lock, passes the idle claim's SeqCst
+    /// fence and looks at the revoked set again (`rescue` if set); the adopter sets the bit
+    /// (SeqCst), fences, retracts the idle bit and empties vCPU 1's queue into vCPU 0's.
+    /// Whatever the interleaving, the thread ends on vCPU 0's queue, once, and vCPU 1's is
+    /// empty: nothing is stranded on a vCPU that no longer runs.
+    #[test]
+    fn loom_revoked_vcpu_strands_no_thread() {
+        use crate::spin::SpinLock;
+        use alloc::vec::Vec;
+        loom::model(|| {
+            let idle = Arc::new(IdleSet::new());
+            let revoked = Arc::new(crate::prim::AtomicU64::new(0));
+            let queues = Arc::new([SpinLock::new(Vec::<u8>::new()), SpinLock::new(Vec::new())]);
+            let rescue = |queues: &[SpinLock<Vec<u8>>; 2], v: usize| {
+                let taken: Vec<u8> = core::mem::take(&mut *queues[v].lock());
+                queues[0].lock().extend(taken);
+            };
+            let waker = {
+                let (idle, revoked, queues) = (idle.clone(), revoked.clone(), queues.clone());
+                loom::thread::spawn(move || {
+                    let home = if revoked.load(Ordering::Relaxed) & 2 != 0 { 0 } else { 1 };
+                    queues[home].lock().push(7);
+                    let _ = idle.claim(home);
+                    if revoked.load(Ordering::Relaxed) & (1 << home) != 0 {
+                        rescue(&queues, home);
+                    }
+                })
+            };
+            // The adopter (the vCPU draining `VCPU_REVOKED(1)`).
+            revoked.fetch_or(2, Ordering::SeqCst);
+            crate::prim::fence(Ordering::SeqCst);
+            idle.retract(1);
+            rescue(&queues, 1);
+            waker.join().unwrap();
+            assert!(queues[1].lock().is_empty(), "a thread was left on the revoked vCPU");
+            assert_eq!(*queues[0].lock(), [7]);
+        });
+    }
 }
