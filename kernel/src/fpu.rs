@@ -348,7 +348,9 @@ pub fn thread_ended(t: &Thread) {
 
 /// Calls `f` with the running thread's FP/SIMD state in the port's save format (for a FULL save
 /// into its ThMB), or returns `None` if the thread has never used FP. Live registers are saved
-/// first (the thread stays their owner); registers left on another CPU are fetched.
+/// first (the thread stays their owner); registers left on another CPU are fetched. Inlined:
+/// the FP part of a stop's fast save (`notify::save`) runs it on every stop of an FP user.
+#[inline(always)]
 pub fn with_current_state<R>(f: impl FnOnce(&[u8]) -> R) -> Option<R> {
     let cpu = arch::cpu::cpu_index();
     let me = scheduler::current()?;

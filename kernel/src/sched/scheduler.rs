@@ -582,7 +582,8 @@ fn wait_off_cpu(next: &Thread) {
 
 /// Loads `root` (a frame number) on this CPU if it is not loaded already; counts view switches
 /// and the TLB flush an untagged load implies. Returns `None` when `root` was loaded already,
-/// else whether the load flushed the whole TLB.
+/// else whether the load flushed the whole TLB. Inlined: the switch checks it on every switch.
+#[inline(always)]
 fn load_root(cpu: &Cpu, root: u64) -> Option<bool> {
     if cpu.loaded_root.load(Ordering::Relaxed) == root {
         return None;
