@@ -49,6 +49,7 @@ impl PhysAddr {
     ///
     /// # Panics
     /// If `addr` has bits set above bit 51.
+    #[inline]
     pub const fn new(addr: u64) -> Self {
         match Self::try_new(addr) {
             Ok(a) => a,
@@ -57,6 +58,7 @@ impl PhysAddr {
     }
 
     /// Makes a physical address, or returns the address if it has bits above bit 51.
+    #[inline]
     pub const fn try_new(addr: u64) -> Result<Self, PhysAddrTooLarge> {
         if addr >> PHYS_ADDR_BITS == 0 {
             Ok(PhysAddr(addr))
@@ -66,21 +68,25 @@ impl PhysAddr {
     }
 
     /// The address as an integer.
+    #[inline]
     pub const fn as_u64(self) -> u64 {
         self.0
     }
 
     /// Whether the address is a multiple of `align` (a power of two).
+    #[inline]
     pub const fn is_aligned(self, align: u64) -> bool {
         self.0 & (align - 1) == 0
     }
 
     /// Rounds down to a multiple of `align` (a power of two).
+    #[inline]
     pub const fn align_down(self, align: u64) -> Self {
         PhysAddr(self.0 & !(align - 1))
     }
 
     /// Rounds up to a multiple of `align` (a power of two); saturates at the top.
+    #[inline]
     pub const fn align_up(self, align: u64) -> Self {
         match self.0.checked_add(align - 1) {
             Some(v) => PhysAddr(v & !(align - 1)),
@@ -92,41 +98,49 @@ impl PhysAddr {
 impl VirtAddr {
     /// Makes a virtual address from any 64-bit value. Whether it is canonical for the running
     /// architecture is checked where it is used (`arch::paging`), not here.
+    #[inline]
     pub const fn new(addr: u64) -> Self {
         VirtAddr(addr)
     }
 
     /// The address of a pointer.
+    #[inline]
     pub fn from_ptr<T: ?Sized>(ptr: *const T) -> Self {
         VirtAddr(ptr as *const u8 as usize as u64)
     }
 
     /// The address as an integer.
+    #[inline]
     pub const fn as_u64(self) -> u64 {
         self.0
     }
 
     /// The address as a pointer.
+    #[inline]
     pub const fn as_ptr<T>(self) -> *const T {
         self.0 as usize as *const T
     }
 
     /// The address as a mutable pointer.
+    #[inline]
     pub const fn as_mut_ptr<T>(self) -> *mut T {
         self.0 as usize as *mut T
     }
 
     /// Whether the address is a multiple of `align` (a power of two).
+    #[inline]
     pub const fn is_aligned(self, align: u64) -> bool {
         self.0 & (align - 1) == 0
     }
 
     /// Rounds down to a multiple of `align` (a power of two).
+    #[inline]
     pub const fn align_down(self, align: u64) -> Self {
         VirtAddr(self.0 & !(align - 1))
     }
 
     /// Rounds up to a multiple of `align` (a power of two), or `None` on overflow.
+    #[inline]
     pub const fn checked_align_up(self, align: u64) -> Option<Self> {
         match self.0.checked_add(align - 1) {
             Some(v) => Some(VirtAddr(v & !(align - 1))),
@@ -135,6 +149,7 @@ impl VirtAddr {
     }
 
     /// Adds a byte offset, or `None` on overflow.
+    #[inline]
     pub const fn checked_add(self, bytes: u64) -> Option<Self> {
         match self.0.checked_add(bytes) {
             Some(v) => Some(VirtAddr(v)),
@@ -145,6 +160,7 @@ impl VirtAddr {
 
 impl Frame {
     /// The frame starting at `addr`, or the address if it is not page-aligned.
+    #[inline]
     pub const fn try_from_start(addr: PhysAddr) -> Result<Self, NotAligned> {
         if addr.is_aligned(PAGE_SIZE) {
             Ok(Frame(addr))
@@ -154,6 +170,7 @@ impl Frame {
     }
 
     /// The frame containing `addr`.
+    #[inline]
     pub const fn containing(addr: PhysAddr) -> Self {
         Frame(addr.align_down(PAGE_SIZE))
     }
@@ -162,16 +179,19 @@ impl Frame {
     ///
     /// # Panics
     /// If the frame would lie above the 52-bit physical address limit.
+    #[inline]
     pub const fn from_number(number: u64) -> Self {
         Frame(PhysAddr::new(number << PAGE_SHIFT))
     }
 
     /// The frame's first byte.
+    #[inline]
     pub const fn start(self) -> PhysAddr {
         self.0
     }
 
     /// The frame's number (its address divided by [`PAGE_SIZE`]).
+    #[inline]
     pub const fn number(self) -> u64 {
         self.0.as_u64() >> PAGE_SHIFT
     }
@@ -179,6 +199,7 @@ impl Frame {
 
 impl Page {
     /// The page starting at `addr`, or the address if it is not page-aligned.
+    #[inline]
     pub const fn try_from_start(addr: VirtAddr) -> Result<Self, NotAligned> {
         if addr.is_aligned(PAGE_SIZE) {
             Ok(Page(addr))
@@ -188,16 +209,19 @@ impl Page {
     }
 
     /// The page containing `addr`.
+    #[inline]
     pub const fn containing(addr: VirtAddr) -> Self {
         Page(addr.align_down(PAGE_SIZE))
     }
 
     /// The page's first byte.
+    #[inline]
     pub const fn start(self) -> VirtAddr {
         self.0
     }
 
     /// The page's number (its address divided by [`PAGE_SIZE`]).
+    #[inline]
     pub const fn number(self) -> u64 {
         self.0.as_u64() >> PAGE_SHIFT
     }
@@ -206,6 +230,7 @@ impl Page {
 impl Add<u64> for Frame {
     type Output = Frame;
     /// The frame `n` frames further on.
+    #[inline]
     fn add(self, n: u64) -> Frame {
         Frame::from_number(self.number() + n)
     }
@@ -214,6 +239,7 @@ impl Add<u64> for Frame {
 impl Sub<Frame> for Frame {
     type Output = u64;
     /// How many frames lie between `other` and `self`.
+    #[inline]
     fn sub(self, other: Frame) -> u64 {
         self.number() - other.number()
     }
@@ -222,6 +248,7 @@ impl Sub<Frame> for Frame {
 impl Add<u64> for Page {
     type Output = Page;
     /// The page `n` pages further on.
+    #[inline]
     fn add(self, n: u64) -> Page {
         Page(VirtAddr((self.number() + n) << PAGE_SHIFT))
     }

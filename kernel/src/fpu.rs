@@ -285,14 +285,27 @@ pub fn on_trap() {
 
 /// At a switch to `next` on this CPU: FP access on only if `next` owns the registers here
 /// (lazy), or save/restore now (eager, for threads that used FP).
+///
+/// Inlined into the kernel switch: a thread that never used FP needs nothing but the lazy trap,
+/// in every mode but eager (which saves the owner's registers now), so the common switch
+/// decides on two loads without a call. (It cannot own this CPU's registers: ownership comes
+/// with the first FP trap, which marks it.)
+#[inline(always)]
 pub fn switch_to(next: &Arc<Thread>) {
-    // A thread that never used FP needs nothing but the lazy trap, in every mode but eager
-    // (which saves the owner's registers now): the common switch decides on one load. (It
-    // cannot own this CPU's registers: ownership comes with the first FP trap, which marks it.)
+    if !next.fp.used.load(Ordering::Acquire) && MODE.load(Ordering::Relaxed) != Mode::Eager as u8 {
+        arch::fpu::disable();
+        return;
+    }
+    switch_to_slow(next);
+}
+
+/// [`switch_to`] for an FP user, or any thread in eager mode.
+#[inline(never)]
+fn switch_to_slow(next: &Arc<Thread>) {
     if !next.fp.used.load(Ordering::Acquire) {
-        if MODE.load(Ordering::Relaxed) == Mode::Eager as u8 {
-            save_owner(arch::cpu::cpu_index());
-        }
+        // Eager mode (the fast path took every other case): the owner's registers are saved
+        // now.
+        save_owner(arch::cpu::cpu_index());
         arch::fpu::disable();
         return;
     }
@@ -348,7 +361,9 @@ pub fn thread_ended(t: &Thread) {
 
 /// Calls `f` with the running thread's FP/SIMD state in the port's save format (for a FULL save
 /// into its ThMB), or returns `None` if the thread has never used FP. Live registers are saved
-/// first (the thread stays their owner); registers left on another CPU are fetched.
+/// first (the thread stays their owner); registers left on another CPU are fetched. Inlined:
+/// the FP part of a stop's fast save (`notify::save`) runs it on every stop of an FP user.
+#[inline(always)]
 pub fn with_current_state<R>(f: impl FnOnce(&[u8]) -> R) -> Option<R> {
     let cpu = arch::cpu::cpu_index();
     let me = scheduler::current()?;

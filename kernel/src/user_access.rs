@@ -47,7 +47,7 @@ const QUICK_PAGES: u64 = 4;
 /// CPU has not yet taken): the copy goes through the same table and its fix-up turns a fault
 /// into `EFAULT`, so nothing is lost by answering from the table.
 pub fn mapped_for(addr: u64, len: u64, need: arch::mapping::MapFlags) -> bool {
-    use crate::mm::kernel_space::DirectMap;
+    use crate::mm::kernel_space::LiveDirectMap;
     use crate::mm::page_table::PageTable;
     use arch::addr::VirtAddr;
     const PAGE: u64 = arch::addr::PAGE_SIZE;
@@ -62,6 +62,7 @@ pub fn mapped_for(addr: u64, len: u64, need: arch::mapping::MapFlags) -> bool {
     if (last - first) / PAGE >= QUICK_PAGES {
         return false;
     }
+    let Some(mem) = LiveDirectMap::get() else { return false };
     // SAFETY: the root loaded on this CPU is a live table (a CPU's loaded view is never freed
     // while loaded: `drop_stale_views`); this only reads aligned entries, which a concurrent
     // edit (a page backed on another CPU) replaces whole.
@@ -69,8 +70,8 @@ pub fn mapped_for(addr: u64, len: u64, need: arch::mapping::MapFlags) -> bool {
     let want = need | arch::mapping::MapFlags::USER;
     let mut page = first;
     loop {
-        match table.translate(&DirectMap, VirtAddr::new(page)) {
-            Some((_, flags)) if flags.contains(want) => {}
+        match table.leaf_flags(&mem, VirtAddr::new(page)) {
+            Some(flags) if flags.contains(want) => {}
             _ => return false,
         }
         if page == last {

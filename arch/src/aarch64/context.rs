@@ -102,6 +102,7 @@ impl KernelContext {
 /// # Safety
 /// `to` must hold a context made by [`KernelContext::new`] or saved by this function, whose
 /// stack is still alive; `from` must stay valid until it is resumed. Interrupts should be off.
+#[inline(always)]
 pub unsafe fn switch(from: *mut KernelContext, to: *const KernelContext) {
     // SAFETY: guaranteed by the caller; the assembly follows the AAPCS64.
     unsafe { context_switch_asm(from, to) }

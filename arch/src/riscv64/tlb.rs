@@ -184,6 +184,7 @@ pub unsafe fn load_kernel_root(root: Frame) {
 }
 
 /// The active top-level table.
+#[inline]
 pub fn current_root() -> Frame {
     Frame::containing(PhysAddr::new((satp::read().ppn() as u64) << crate::addr::PAGE_SHIFT))
 }

@@ -97,6 +97,7 @@ pub unsafe fn load_kernel_root(root: Frame) {
 }
 
 /// The active top-level table.
+#[inline]
 pub fn current_root() -> Frame {
     let (frame, _) = Cr3::read();
     Frame::containing(PhysAddr::new(frame.start_address().as_u64()))

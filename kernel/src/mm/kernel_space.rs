@@ -65,6 +65,27 @@ impl PhysMemory for DirectMap {
     }
 }
 
+/// Physical memory through the direct map, for walks that run only once it exists: made by
+/// [`LiveDirectMap::get`], which tests that once, so a walk does not test at every level
+/// whether it still runs on the boot identity map (the map is never taken down).
+#[derive(Clone, Copy)]
+pub struct LiveDirectMap(());
+
+impl LiveDirectMap {
+    /// The direct map, if it is up (always, once the kernel runs threads).
+    #[inline(always)]
+    pub fn get() -> Option<Self> {
+        DIRECT_MAP_ACTIVE.load(Ordering::Relaxed).then_some(LiveDirectMap(()))
+    }
+}
+
+impl PhysMemory for LiveDirectMap {
+    #[inline(always)]
+    fn table(&self, frame: Frame) -> *mut RawTable {
+        VirtAddr::new(layout::PHYS_MAP + frame.start().as_u64()).as_mut_ptr()
+    }
+}
+
 /// The virtual address at which the kernel reaches physical address `pa`.
 pub fn phys_to_virt(pa: PhysAddr) -> VirtAddr {
     if DIRECT_MAP_ACTIVE.load(Ordering::Relaxed) {

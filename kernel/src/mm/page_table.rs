@@ -264,6 +264,23 @@ impl<F: PageTableFormat> PageTable<F> {
         None
     }
 
+    /// The rights `va` is mapped with, if mapped: [`translate`](Self::translate) without the
+    /// physical address (the rights check of a syscall's quick path, `user_access::mapped_for`).
+    #[inline]
+    pub fn leaf_flags(&self, mem: &impl PhysMemory, va: VirtAddr) -> Option<MapFlags> {
+        let mut table = self.root;
+        for l in (0..F::LEVELS).rev() {
+            // SAFETY: live table.
+            let entry = unsafe { *slot(mem, table, F::index(va, l)) };
+            match F::decode(entry, l) {
+                Entry::Table(next) if l > 0 => table = next,
+                Entry::Leaf(_, flags) => return Some(flags),
+                _ => return None,
+            }
+        }
+        None
+    }
+
     /// Frees every table frame below root entries `range` and the root itself (not the frames
     /// the leaves map: they belong to regions). Entries outside `range` are shared and kept.
     pub fn free_tables(self, mem: &impl PhysMemory, frames: &mut impl TableFrames, range: core::ops::Range<usize>) {
@@ -379,12 +396,15 @@ mod tests {
         let flags = MapFlags::READ | MapFlags::WRITE | MapFlags::USER;
         pt.map(mem, &mut MachineTables(&mut m), va, frame, flags, 0).unwrap().ignore();
         assert_eq!(pt.translate(mem, VirtAddr::new(0x4000_1abc)), Some((PhysAddr::new(0x777abc), flags)));
+        assert_eq!(pt.leaf_flags(mem, VirtAddr::new(0x4000_1abc)), Some(flags));
+        assert_eq!(pt.leaf_flags(mem, VirtAddr::new(0x4000_2000)), None, "the next page is not mapped");
         assert_eq!(pt.map(mem, &mut MachineTables(&mut m), va, frame, flags, 0).unwrap_err(), MapError::AlreadyMapped(va));
         let odd = VirtAddr::new(0x4000_1001);
         assert_eq!(pt.map(mem, &mut MachineTables(&mut m), odd, frame, flags, 0).unwrap_err(), MapError::Misaligned(odd));
         let huge = VirtAddr::new(0x8000_0000);
         pt.map(mem, &mut MachineTables(&mut m), huge, Frame::from_number(0x200), MapFlags::READ, 1).unwrap().ignore();
         assert_eq!(pt.translate(mem, VirtAddr::new(0x8000_5000)).unwrap().0, PhysAddr::new(0x205000));
+        assert_eq!(pt.leaf_flags(mem, VirtAddr::new(0x8000_5000)), Some(MapFlags::READ), "a huge leaf's rights");
         let inside = VirtAddr::new(0x8000_5000);
         assert_eq!(pt.unmap(mem, inside).unwrap_err(), UnmapError::HugePageInTheWay(inside));
         let (f, flush) = pt.unmap(mem, va).unwrap();
@@ -392,6 +412,7 @@ mod tests {
         assert_eq!(flush.address(), va);
         flush.ignore();
         assert_eq!(pt.translate(mem, va), None);
+        assert_eq!(pt.leaf_flags(mem, va), None);
         assert_eq!(pt.unmap(mem, va).unwrap_err(), UnmapError::NotMapped(va));
         pt.free_tables(mem, &mut MachineTables(&mut m), 0..ENTRIES);
         assert_eq!(m.live(), 0, "every table frame is returned");

@@ -582,7 +582,8 @@ fn wait_off_cpu(next: &Thread) {
 
 /// Loads `root` (a frame number) on this CPU if it is not loaded already; counts view switches
 /// and the TLB flush an untagged load implies. Returns `None` when `root` was loaded already,
-/// else whether the load flushed the whole TLB.
+/// else whether the load flushed the whole TLB. Inlined: the switch checks it on every switch.
+#[inline(always)]
 fn load_root(cpu: &Cpu, root: u64) -> Option<bool> {
     if cpu.loaded_root.load(Ordering::Relaxed) == root {
         return None;
@@ -647,21 +648,29 @@ pub fn cpus_with_root(root: u64) -> impl Iterator<Item = usize> {
 }
 
 /// Completes a switch on the new context: requeues, forgets or frees the previous thread.
+/// Inlined: the yield and preemption switch leaves only `on_cpu` to clear (`Prev::Queued`),
+/// which costs less than the call; the rest is [`finish_owned`].
+#[inline(always)]
 pub fn finish_switch() {
     let cpu = this_cpu();
     // SAFETY: only this CPU touches its `prev`, with interrupts off.
     let leftover = unsafe { core::mem::replace(&mut *cpu.prev.get(), Prev::Nothing) };
-    let (prev, then) = match leftover {
-        Prev::Nothing => return,
+    match leftover {
+        Prev::Nothing => {}
         Prev::Queued(prev) => {
             // SAFETY: a queued thread lives at least until a CPU runs it to its end, which
             // waits for this store; it is the last access.
             unsafe { (*prev).on_cpu.store(false, Ordering::Release) };
-            return;
         }
         // SAFETY: the `current` reference the switch left here.
-        Prev::Owned(prev, then) => (unsafe { Arc::from_raw(prev) }, then),
-    };
+        Prev::Owned(prev, then) => finish_owned(cpu, unsafe { Arc::from_raw(prev) }, then),
+    }
+}
+
+/// [`finish_switch`] for a thread the switch left with its `current` reference: requeue,
+/// migrate, drop or count its end, as `then` says.
+#[inline(never)]
+fn finish_owned(cpu: &Cpu, prev: Arc<Thread>, then: Then) {
     prev.on_cpu.store(false, Ordering::Release);
     match then {
         Then::Requeue => {
