@@ -117,6 +117,20 @@ impl Critical {
     }
 
     /// Restores LTN.
+    /// The user thread that entered this critical section, as a wait-list `Waiter` (null if
+    /// none did, and always under loom): the `me` of `blocking::wake_from`.
+    #[inline(always)]
+    pub(crate) fn waiter(&self) -> crate::sched::blocking::Waiter {
+        #[cfg(not(loom))]
+        {
+            self.saved
+        }
+        #[cfg(loom)]
+        {
+            core::ptr::null()
+        }
+    }
+
     #[inline(always)]
     pub(crate) fn leave(&mut self) {
         #[cfg(not(loom))]

@@ -861,6 +861,29 @@ pub(crate) unsafe fn wake(t: *mut Thmb) {
     }
 }
 
+/// Wakes a thread blocked in [`block_current`] from inside a library critical section that the
+/// user thread `me` entered (null if the caller is no user thread, or its critical section was
+/// entered with LTN = 0 already): what [`wake`] does, without entering a critical section of its
+/// own and without a call. The hand-off of a lock or a message to its waiter
+/// (`blocking::wake_from`): the primitive takes the waiter's node off its list and wakes it
+/// right there, and the waiter goes on `me`'s vCPU's own queue.
+///
+/// # Safety
+/// The caller owns this wake-up (see `blocking::wake`); `me`, if not null, is the calling user
+/// thread and LTN = 0 (a critical section).
+#[inline(always)]
+pub(crate) unsafe fn wake_from(me: *mut Thmb, t: *mut Thmb) {
+    // SAFETY: blocked, so live; read before the state change, as in `wake`.
+    let home = unsafe { (*t).vcpu.load(Ordering::Relaxed) };
+    // SAFETY: as above.
+    match unsafe { (*t).state.wake() } {
+        Wake::Notified => {}
+        // SAFETY: forwarded contract; `t` is READY and ours until queued.
+        Wake::Enqueue => unsafe { queue_woken(me, t, home) },
+        Wake::UnparkInPlace => platform::unpark(home),
+    }
+}
+
 /// Queues the thread `t` that a wake-up just made READY. Woken by a user thread (the common
 /// case: an unlock, a send, an exit that a joiner waits for), it goes on the waker's vCPU's own
 /// queue — no lock, no fence: it runs as soon as the waker blocks, yields or exits (a mutex or a
@@ -870,10 +893,21 @@ pub(crate) unsafe fn wake(t: *mut Thmb) {
 #[inline(always)]
 fn ready_woken(t: *mut Thmb, home: usize) {
     let mut critical = crate::spin::Critical::enter();
-    let me = critical.thread();
+    // SAFETY: `critical.thread()` is the calling user thread (or null) and LTN = 0 now; `t` is
+    // READY and ours until queued.
+    unsafe { queue_woken(critical.thread(), t, home) };
+    critical.leave();
+}
+
+/// [`ready_woken`]'s queueing, inside a critical section entered by the user thread `me` (null:
+/// none, then [`make_ready`]).
+///
+/// # Safety
+/// LTN = 0; `me`, if not null, is the calling user thread; `t` is READY and ours until queued.
+#[inline(always)]
+unsafe fn queue_woken(me: *mut Thmb, t: *mut Thmb, home: usize) {
     if me.is_null() || !platform::on_vcpu_thread() {
         make_ready(t, home);
-        critical.leave();
         return;
     }
     // SAFETY: `me` is the calling thread, on vCPU `v` with LTN = 0 (its vCPU cannot change
@@ -884,7 +918,6 @@ fn ready_woken(t: *mut Thmb, home: usize) {
         VCPUS[v].local.push(t);
         offer_work(v);
     }
-    critical.leave();
 }
 
 /// Blocks the calling thread (see `blocking::block`).

@@ -9,7 +9,7 @@ use core::ptr::NonNull;
 
 use crate::sched::blocking::{self, WaitList, WaitNode};
 use crate::prim::{AtomicU32, Ordering};
-use crate::spin::SpinLock;
+use crate::spin::{Critical, SpinLock};
 
 /// Held.
 const LOCKED: u32 = 1;
@@ -264,12 +264,18 @@ impl RawMutex {
         }
     }
 
+    /// `unlock` with waiters: hands the lock to the first and wakes it inside the same critical
+    /// section as the wait list's lock (`blocking::wake_from`: it goes on this vCPU's own
+    /// queue, no second critical section).
     #[cold]
     fn unlock_slow(&self) {
+        let mut critical = Critical::enter();
         let mut waiters = self.waiters.lock();
         let next = waiters.pop_front();
         if next.is_null() {
             self.state.store(0, Ordering::Release);
+            drop(waiters);
+            critical.leave();
             return;
         }
         // Hand-off: the lock stays LOCKED and now belongs to `next`.
@@ -278,8 +284,10 @@ impl RawMutex {
         // SAFETY: the node is live until woken (its thread waits in `block`).
         let waiter = unsafe { (*next).waiter };
         drop(waiters);
-        // SAFETY: we took the node off the list, so the wake-up is ours.
-        unsafe { blocking::wake(waiter) };
+        // SAFETY: we took the node off the list, so the wake-up is ours; we are inside the
+        // critical section `critical` entered for its thread.
+        unsafe { blocking::wake_from(critical.waiter(), waiter) };
+        critical.leave();
     }
 }
 
