@@ -374,6 +374,18 @@ impl Local {
         t
     }
 
+    /// Takes the oldest thread, `head`, which the caller has just read as the head (not null):
+    /// [`Local::pop`] without loading and testing the head again.
+    ///
+    /// # Safety
+    /// As for `pop`; `head` is the current head, not null.
+    #[inline(always)]
+    unsafe fn pop_head(&self, head: *mut Thmb) {
+        debug_assert_eq!(self.head.load(Ordering::Relaxed), head as usize);
+        // SAFETY: a listed thread is live and its link is the list's.
+        self.head.store(unsafe { (*head).run_next.get() } as usize, Ordering::Relaxed);
+    }
+
     /// Unlinks `t` if it is among the first `limit` threads.
     ///
     /// # Safety
@@ -1115,8 +1127,7 @@ unsafe fn take_direct(v: usize) -> *mut Thmb {
             // SAFETY: on `v` with LTN = 0: the own queue is ours, its head `to` READY and ours
             // once taken.
             unsafe {
-                let taken = vcpu.local.pop();
-                debug_assert_eq!(taken, to);
+                vcpu.local.pop_head(to);
                 crate::trace::user_switch(v, to as usize);
                 (*to).vcpu.store(v, Ordering::Relaxed);
                 (*to).state.set(RUNNING);
