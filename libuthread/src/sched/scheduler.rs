@@ -1099,8 +1099,9 @@ fn yield_to_next(t: *mut Thmb) {
 }
 
 /// The common case of a voluntary switch on vCPU `v`, shared by [`yield_to_next`] and
-/// [`park_current`]: windows are saved (not the full-save baseline), nothing is unpublished,
-/// nothing waits on the shared queue, no shutdown, no vCPU is idle (so there is no work to
+/// [`park_current`]: windows are saved (not the full-save baseline) and no shutdown (both in
+/// one byte, `context::switch_flags`), nothing is unpublished, nothing waits on the shared
+/// queue, no vCPU is idle (so there is no work to
 /// offer), and the head of the own queue resumes from a window. Then takes that head off the
 /// queue, [`prepare_direct`]s it (RUNNING on `v`) and returns it; otherwise returns null having
 /// done nothing, and the caller takes its slow path. Always inlined and call-free, so its
@@ -1115,11 +1116,11 @@ fn yield_to_next(t: *mut Thmb) {
 #[inline(always)]
 unsafe fn take_direct(v: usize) -> *mut Thmb {
     let vcpu = &VCPUS[v];
-    // (The save mode first: the full-save baseline leaves at once for the slow path.)
-    if context::save_mode() == context::SaveMode::Window
+    // (The switch flags first — the full-save baseline, a shutdown —, one byte: either leaves
+    // at once for the slow path.)
+    if context::switch_flags() == 0
         && !vcpu.has_fresh()
         && vcpu.len.load(Ordering::Relaxed) == 0
-        && !SHUTDOWN.load(Ordering::Relaxed)
         && !IDLE.any()
     {
         let to = vcpu.local.head.load(Ordering::Relaxed) as *mut Thmb;
@@ -1458,6 +1459,7 @@ unsafe extern "C" fn after_switch(v: usize, word: usize) -> ! {
                 Thmb::release_on(t, v);
                 if is_main {
                     SHUTDOWN.store(true, Ordering::SeqCst);
+                    context::set_switch_flag(context::FLAG_SHUTDOWN, true);
                     for w in 0..vcpu_count() {
                         platform::unpark(w);
                     }
@@ -1611,6 +1613,7 @@ where
         platform::sleep_current(1_000_000);
     }
     SHUTDOWN.store(false, Ordering::SeqCst);
+    context::set_switch_flag(context::FLAG_SHUTDOWN, false);
     context::detect_fp();
     IDLE.clear();
     ACTIVE.store(n, Ordering::SeqCst);
