@@ -113,7 +113,8 @@ impl<T> Chan<T> {
     }
 
     /// `send`'s publish step: hands the node's value over, buffers it, or (when `block`)
-    /// queues the node. Returns whether the caller must wait.
+    /// queues the node. Returns whether the caller must wait. Runs only as a `block` publish
+    /// step (inside its critical section).
     #[inline(always)]
     fn publish_send(
         &self,
@@ -123,7 +124,8 @@ impl<T> Chan<T> {
         outcome: &mut Result<(), TrySendError<T>>,
         waited: &mut bool,
     ) -> bool {
-        let mut state = self.state.lock();
+        // SAFETY: a publish step runs inside `block`'s critical section.
+        let mut state = unsafe { self.state.lock_in_critical() };
         let value = node.data.0.take().expect("value");
         if state.receivers == 0 {
             *outcome = Err(TrySendError::Disconnected(value));
@@ -198,7 +200,8 @@ impl<T> Chan<T> {
     }
 
     /// `recv`'s publish step: takes a buffered or a waiting sender's value, or (when `block`)
-    /// queues the node. Returns whether the caller must wait.
+    /// queues the node. Returns whether the caller must wait. Runs only as a `block` publish
+    /// step (inside its critical section).
     #[inline(always)]
     fn publish_recv(
         &self,
@@ -208,7 +211,8 @@ impl<T> Chan<T> {
         outcome: &mut Result<T, TryRecvError>,
         waited: &mut bool,
     ) -> bool {
-        let mut state = self.state.lock();
+        // SAFETY: a publish step runs inside `block`'s critical section.
+        let mut state = unsafe { self.state.lock_in_critical() };
         if let Some(value) = state.buffer.pop_front() {
             // Room freed: move the first waiting sender's value in.
             let sender = state.sending.pop_front();

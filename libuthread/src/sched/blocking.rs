@@ -53,6 +53,7 @@ pub(crate) type WaitList<D> = Fifo<WaitNode<D>>;
 ///
 /// Panics when called outside a user thread or inside a critical section.
 #[cfg(not(loom))]
+#[inline(always)]
 pub(crate) fn block(publish: impl FnOnce(Waiter) -> bool) {
     crate::sched::block_current(publish)
 }

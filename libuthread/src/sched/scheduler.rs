@@ -932,7 +932,10 @@ unsafe fn queue_woken(me: *mut Thmb, t: *mut Thmb, home: usize) {
     }
 }
 
-/// Blocks the calling thread (see `blocking::block`).
+/// Blocks the calling thread (see `blocking::block`). Always inlined: into the primitive's
+/// slow path (a mutex's `lock_slow`, a channel's send or receive), which then makes no call
+/// of its own before the tail call to [`park_current`].
+#[inline(always)]
 pub(crate) fn block_current(publish: impl FnOnce(*mut Thmb) -> bool) {
     let t = platform::ltn();
     assert!(!t.is_null(), "libuthread: a blocking call outside a user thread or inside a library critical section");

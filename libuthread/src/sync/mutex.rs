@@ -229,7 +229,8 @@ impl RawMutex {
         let mut node = WaitNode::new(());
         blocking::block(|me| {
             node.waiter = me;
-            let mut waiters = self.waiters.lock();
+            // SAFETY: `block`'s publish step runs inside its critical section.
+            let mut waiters = unsafe { self.waiters.lock_in_critical() };
             let mut state = self.state.load(Ordering::Relaxed);
             loop {
                 if state & LOCKED == 0 {
@@ -270,7 +271,8 @@ impl RawMutex {
     #[cold]
     fn unlock_slow(&self) {
         let mut critical = Critical::enter();
-        let mut waiters = self.waiters.lock();
+        // SAFETY: inside `critical`, left below after the guard is dropped.
+        let mut waiters = unsafe { self.waiters.lock_in_critical() };
         let next = waiters.pop_front();
         if next.is_null() {
             self.state.store(0, Ordering::Release);
