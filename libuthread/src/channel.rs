@@ -14,7 +14,7 @@ use core::fmt;
 use core::time::Duration;
 
 use crate::sched::blocking::{self, WaitList, WaitNode, Waiter};
-use crate::spin::SpinLock;
+use crate::spin::{SpinGuard, SpinLock};
 #[cfg(not(loom))]
 use crate::sync::timed;
 
@@ -56,24 +56,21 @@ impl<T> Chan<T> {
         let mut node = WaitNode::new(Slot(Some(value)));
         let mut outcome = Ok(());
         let mut waited = false;
-        let mut wake_after = None;
-        blocking::block(|me| self.publish_send(&mut node, me, block, &mut outcome, &mut waited, &mut wake_after));
-        Self::wake_after(wake_after);
+        blocking::block(|me| self.publish_send(&mut node, me, block, &mut outcome, &mut waited));
         Self::sent(&mut node, outcome, waited)
     }
 
-    /// Wakes the thread a publish step handed a value to (or took one from). The publish step
-    /// only names it: it runs inside the library's critical section, and a wake from there
-    /// goes through the shared ready queue, while one made here, back in the calling user
-    /// thread, queues the woken thread on this vCPU's own queue (no lock, no fence), where it
-    /// runs as soon as this thread blocks or yields — the hand-off of a message to its waiter.
+    /// Wakes the thread a publish step handed a value to (or took one from), from inside that
+    /// step — `block`'s critical section, entered by `me` — once the channel's lock is dropped:
+    /// the woken thread goes on this vCPU's own queue (no lock, no fence, no second critical
+    /// section), where it runs as soon as this thread blocks or yields — the hand-off of a
+    /// message to its waiter (`blocking::wake_from`).
     #[inline(always)]
-    fn wake_after(waiter: Option<Waiter>) {
-        if let Some(waiter) = waiter {
-            // SAFETY: the publish step took the waiter's node off its list, so this wake-up
-            // is ours; the node stays live until it.
-            unsafe { blocking::wake(waiter) };
-        }
+    fn hand_off(state: SpinGuard<'_, State<T>>, me: Waiter, waiter: Waiter) {
+        drop(state);
+        // SAFETY: the publish step took the waiter's node off its list, so this wake-up is
+        // ours (the node stays live until it); `me` entered the critical section we are in.
+        unsafe { blocking::wake_from(me, waiter) };
     }
 
     /// A send's outcome once it no longer waits.
@@ -104,13 +101,7 @@ impl<T> Chan<T> {
         // SAFETY: `node` is the one `publish_send` queues on `sending`.
         let cancel = || unsafe { timed::unlink_and_wake(self.state.lock(), sending::<T>, node) };
         // SAFETY (both derefs): the node lives on this stack until `block_until` returns.
-        let mut wake_after = None;
-        let timed_out = timed::block_until(
-            deadline,
-            |me| self.publish_send(unsafe { &mut *node }, me, true, &mut outcome, &mut waited, &mut wake_after),
-            &cancel,
-        );
-        Self::wake_after(wake_after);
+        let timed_out = timed::block_until(deadline, |me| self.publish_send(unsafe { &mut *node }, me, true, &mut outcome, &mut waited), &cancel);
         // SAFETY: as above; nobody else touches the node any more.
         let node = unsafe { &mut *node };
         if timed_out {
@@ -122,7 +113,8 @@ impl<T> Chan<T> {
     }
 
     /// `send`'s publish step: hands the node's value over, buffers it, or (when `block`)
-    /// queues the node. Returns whether the caller must wait.
+    /// queues the node. Returns whether the caller must wait. Runs only as a `block` publish
+    /// step (inside its critical section).
     #[inline(always)]
     fn publish_send(
         &self,
@@ -131,9 +123,9 @@ impl<T> Chan<T> {
         block: bool,
         outcome: &mut Result<(), TrySendError<T>>,
         waited: &mut bool,
-        wake_after: &mut Option<Waiter>,
     ) -> bool {
-        let mut state = self.state.lock();
+        // SAFETY: a publish step runs inside `block`'s critical section.
+        let mut state = unsafe { self.state.lock_in_critical() };
         let value = node.data.0.take().expect("value");
         if state.receivers == 0 {
             *outcome = Err(TrySendError::Disconnected(value));
@@ -143,11 +135,11 @@ impl<T> Chan<T> {
         if !receiver.is_null() {
             // Straight into a waiting receiver's slot.
             // SAFETY: the receiver's node is live until we wake it; we own the wake-up.
-            unsafe {
+            let waiter = unsafe {
                 (*receiver).data.0 = Some(value);
-                let waiter = (*receiver).waiter;
-                *wake_after = Some(waiter);
-            }
+                (*receiver).waiter
+            };
+            Self::hand_off(state, me, waiter);
             return false;
         }
         if state.bound.is_none_or(|bound| state.buffer.len() < bound) {
@@ -172,9 +164,7 @@ impl<T> Chan<T> {
         let mut node: WaitNode<Slot<T>> = WaitNode::new(Slot(None));
         let mut outcome = Err(TryRecvError::Empty);
         let mut waited = false;
-        let mut wake_after = None;
-        blocking::block(|me| self.publish_recv(&mut node, me, block, &mut outcome, &mut waited, &mut wake_after));
-        Self::wake_after(wake_after);
+        blocking::block(|me| self.publish_recv(&mut node, me, block, &mut outcome, &mut waited));
         if waited {
             return node.data.0.take().ok_or(TryRecvError::Disconnected);
         }
@@ -197,13 +187,7 @@ impl<T> Chan<T> {
         // SAFETY: `node` is the one `publish_recv` queues on `receiving`.
         let cancel = || unsafe { timed::unlink_and_wake(self.state.lock(), receiving::<T>, node) };
         // SAFETY (both derefs): the node lives on this stack until `block_until` returns.
-        let mut wake_after = None;
-        let timed_out = timed::block_until(
-            deadline,
-            |me| self.publish_recv(unsafe { &mut *node }, me, true, &mut outcome, &mut waited, &mut wake_after),
-            &cancel,
-        );
-        Self::wake_after(wake_after);
+        let timed_out = timed::block_until(deadline, |me| self.publish_recv(unsafe { &mut *node }, me, true, &mut outcome, &mut waited), &cancel);
         if timed_out {
             // Cancelled while queued: no sender reached the slot.
             return Err(RecvTimeoutError::Timeout);
@@ -216,7 +200,8 @@ impl<T> Chan<T> {
     }
 
     /// `recv`'s publish step: takes a buffered or a waiting sender's value, or (when `block`)
-    /// queues the node. Returns whether the caller must wait.
+    /// queues the node. Returns whether the caller must wait. Runs only as a `block` publish
+    /// step (inside its critical section).
     #[inline(always)]
     fn publish_recv(
         &self,
@@ -225,20 +210,22 @@ impl<T> Chan<T> {
         block: bool,
         outcome: &mut Result<T, TryRecvError>,
         waited: &mut bool,
-        wake_after: &mut Option<Waiter>,
     ) -> bool {
-        let mut state = self.state.lock();
+        // SAFETY: a publish step runs inside `block`'s critical section.
+        let mut state = unsafe { self.state.lock_in_critical() };
         if let Some(value) = state.buffer.pop_front() {
             // Room freed: move the first waiting sender's value in.
             let sender = state.sending.pop_front();
             if !sender.is_null() {
                 // SAFETY: the sender's node is live until woken; we own the wake-up.
-                unsafe {
+                let waiter = unsafe {
                     let moved = (*sender).data.0.take().expect("sender value");
                     state.buffer.push_back(moved);
-                    let waiter = (*sender).waiter;
-                    *wake_after = Some(waiter);
-                }
+                    (*sender).waiter
+                };
+                *outcome = Ok(value);
+                Self::hand_off(state, me, waiter);
+                return false;
             }
             *outcome = Ok(value);
             return false;
@@ -247,11 +234,11 @@ impl<T> Chan<T> {
         if !sender.is_null() {
             // Rendezvous: take the value from the waiting sender.
             // SAFETY: as above.
-            unsafe {
+            let waiter = unsafe {
                 *outcome = Ok((*sender).data.0.take().expect("sender value"));
-                let waiter = (*sender).waiter;
-                *wake_after = Some(waiter);
-            }
+                (*sender).waiter
+            };
+            Self::hand_off(state, me, waiter);
             return false;
         }
         if state.senders == 0 {

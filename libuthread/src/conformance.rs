@@ -38,6 +38,7 @@ pub const CHECKS: &[Check] = &[
     ("channel_ping_pong", channel_ping_pong),
     ("mpmc_fan_in_fan_out", mpmc_fan_in_fan_out),
     ("mutex_counter_64_threads", mutex_counter_64_threads),
+    ("handoff_pairs", handoff_pairs),
     ("condvar_producer_consumer", condvar_producer_consumer),
     ("barrier_rounds", barrier_rounds),
     ("rwlock_readers_writers", rwlock_readers_writers),
@@ -147,6 +148,57 @@ fn mpmc_fan_in_fan_out() -> Outcome {
     }
     let expect: u64 = (0..4u64).map(|p| (0..500).map(|i| p * 1000 + i).sum::<u64>()).sum();
     ensure!(n == 2000 && s == expect, "received {n} values summing to {s}");
+    Ok(())
+}
+
+/// Eight pairs of threads ping-pong through unbounded channels (every send finds its receiver
+/// waiting or about to wait: the message is handed to it inside the send's critical section,
+/// `blocking::wake_from`) and, every round, take a mutex shared by all pairs, yielding while
+/// they hold it (every unlock with a waiter hands the lock over the same way). On several
+/// vCPUs waker and waiter sit on different vCPUs and race the waiter's switch out; a wake-up
+/// lost there leaves a pair blocked for good and the check never ends.
+fn handoff_pairs() -> Outcome {
+    const PAIRS: u64 = 8;
+    const ROUNDS: u64 = 1_000;
+    let lock = Arc::new(Mutex::new(0u64));
+    let pairs: Vec<_> = (0..PAIRS)
+        .map(|p| {
+            let (to_echo, echo_rx) = mpsc::channel::<u64>();
+            let (to_main, main_rx) = mpsc::channel::<u64>();
+            let echo_lock = lock.clone();
+            let echo = crate::spawn(move || {
+                let mut n = 0u64;
+                for v in echo_rx.iter() {
+                    *echo_lock.lock() += 1;
+                    n += 1;
+                    if to_main.send(v + 1).is_err() {
+                        break;
+                    }
+                }
+                n
+            });
+            let main_lock = lock.clone();
+            crate::spawn(move || {
+                let mut v = p * 1_000_000;
+                for _ in 0..ROUNDS {
+                    to_echo.send(v).map_err(|_| String::from("echo hung up"))?;
+                    v = main_rx.recv().map_err(|_| String::from("echo hung up"))?;
+                    let mut g = main_lock.lock();
+                    crate::yield_now(); // holding the lock: the others queue on it
+                    *g += 1;
+                }
+                drop(to_echo);
+                let n = echo.join().map_err(|_| String::from("echo panicked"))?;
+                ensure!(v == p * 1_000_000 + ROUNDS && n == ROUNDS, "pair {p}: value {v}, echo saw {n}");
+                Ok(())
+            })
+        })
+        .collect();
+    for pair in pairs {
+        pair.join().map_err(|_| String::from("a pair panicked"))??;
+    }
+    let total = *lock.lock();
+    ensure!(total == 2 * PAIRS * ROUNDS, "mutex counted {total}");
     Ok(())
 }
 

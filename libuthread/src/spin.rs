@@ -52,6 +52,24 @@ impl<T> SpinLock<T> {
 }
 
 /// Proof that a [`SpinLock`] is held; releases it (and leaves the critical section) on drop.
+impl<T> SpinLock<T> {
+    /// [`SpinLock::lock`] for a caller already inside a critical section (LTN = 0): `block`'s
+    /// publish step, or a section the caller entered itself. Takes the lock without reading
+    /// LTN again (the nested `Critical::enter` would find it 0 and do nothing).
+    ///
+    /// # Safety
+    /// LTN is 0 from the call until the guard is dropped (an enclosing critical section).
+    #[inline(always)]
+    pub(crate) unsafe fn lock_in_critical(&self) -> SpinGuard<'_, T> {
+        while self.locked.compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed).is_err() {
+            while self.locked.load(Ordering::Relaxed) {
+                spin_hint();
+            }
+        }
+        SpinGuard { lock: self, critical: Critical::nested() }
+    }
+}
+
 pub(crate) struct SpinGuard<'a, T> {
     lock: &'a SpinLock<T>,
     critical: Critical,
@@ -110,6 +128,17 @@ impl Critical {
 
     /// The user thread that entered (null when entered from scheduler code or outside any
     /// user thread).
+    /// A critical section inside another one (LTN is 0 already): leaving it does nothing.
+    #[inline(always)]
+    pub(crate) fn nested() -> Critical {
+        #[cfg(not(loom))]
+        {
+            Critical { saved: core::ptr::null_mut() }
+        }
+        #[cfg(loom)]
+        Critical {}
+    }
+
     #[cfg(not(loom))]
     #[inline(always)]
     pub(crate) fn thread(&self) -> *mut crate::thmb::Thmb {
@@ -117,6 +146,20 @@ impl Critical {
     }
 
     /// Restores LTN.
+    /// The user thread that entered this critical section, as a wait-list `Waiter` (null if
+    /// none did, and always under loom): the `me` of `blocking::wake_from`.
+    #[inline(always)]
+    pub(crate) fn waiter(&self) -> crate::sched::blocking::Waiter {
+        #[cfg(not(loom))]
+        {
+            self.saved
+        }
+        #[cfg(loom)]
+        {
+            core::ptr::null()
+        }
+    }
+
     #[inline(always)]
     pub(crate) fn leave(&mut self) {
         #[cfg(not(loom))]

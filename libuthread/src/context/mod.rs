@@ -33,6 +33,8 @@ mod arch;
 pub use arch::Window;
 pub(crate) use arch::{detect_fp, init_window, window_sp};
 
+use core::sync::atomic::AtomicU8;
+
 use crate::prim::{AtomicBool, Ordering};
 use crate::thmb::Thmb;
 
@@ -63,8 +65,37 @@ pub enum SaveMode {
     Full,
 }
 
+/// What every voluntary switch tests, folded into one byte so that the scheduler's direct
+/// switch decides with one load whether anything is unusual ([`switch_flags`] == 0 is the
+/// common case): [`FLAG_FULL_SAVE`] (this module's) and [`FLAG_SHUTDOWN`] (the scheduler's).
+static SWITCH_FLAGS: AtomicU8 = AtomicU8::new(0);
+
+/// [`SWITCH_FLAGS`]: voluntary switches use the full-save baseline.
+pub(crate) const FLAG_FULL_SAVE: u8 = 1;
+/// [`SWITCH_FLAGS`]: the runtime is shutting down (a mirror of the scheduler's `SHUTDOWN`, set
+/// and cleared right after it).
+pub(crate) const FLAG_SHUTDOWN: u8 = 2;
+
+/// The [`SWITCH_FLAGS`] (a Relaxed look, as the scheduler's other fast-path looks).
+#[inline(always)]
+pub(crate) fn switch_flags() -> u8 {
+    SWITCH_FLAGS.load(Ordering::Relaxed)
+}
+
+/// Sets or clears `flag` in [`SWITCH_FLAGS`], leaving the others as they are.
+pub(crate) fn set_switch_flag(flag: u8, on: bool) {
+    if on {
+        SWITCH_FLAGS.fetch_or(flag, Ordering::Relaxed);
+    } else {
+        SWITCH_FLAGS.fetch_and(!flag, Ordering::Relaxed);
+    }
+}
+
 /// Whether voluntary switches use the full-save baseline.
-static FULL_SAVE: AtomicBool = AtomicBool::new(false);
+#[inline(always)]
+fn full_save() -> bool {
+    switch_flags() & FLAG_FULL_SAVE != 0
+}
 
 /// The mode [`set_save_mode`] chose (the program's choice).
 static CHOSEN_FULL: AtomicBool = AtomicBool::new(false);
@@ -79,19 +110,19 @@ static COUNTING: AtomicBool = AtomicBool::new(false);
 /// threads have performance counters open, switches save full frames whatever the choice.
 pub fn set_save_mode(mode: SaveMode) {
     CHOSEN_FULL.store(mode == SaveMode::Full, Ordering::Relaxed);
-    FULL_SAVE.store(mode == SaveMode::Full || COUNTING.load(Ordering::Relaxed), Ordering::Relaxed);
+    set_switch_flag(FLAG_FULL_SAVE, mode == SaveMode::Full || COUNTING.load(Ordering::Relaxed));
 }
 
 /// User-thread counters opened (the first) or all closed (see [`COUNTING`]).
 #[cfg_attr(not(target_os = "none"), allow(dead_code))]
 pub(crate) fn set_counting(on: bool) {
     COUNTING.store(on, Ordering::Relaxed);
-    FULL_SAVE.store(on || CHOSEN_FULL.load(Ordering::Relaxed), Ordering::Relaxed);
+    set_switch_flag(FLAG_FULL_SAVE, on || CHOSEN_FULL.load(Ordering::Relaxed));
 }
 
 /// What voluntary switches save now.
 pub fn save_mode() -> SaveMode {
-    if FULL_SAVE.load(Ordering::Relaxed) {
+    if full_save() {
         SaveMode::Full
     } else {
         SaveMode::Window
@@ -121,7 +152,7 @@ pub(crate) fn set_ltn_in_resume(yes: bool) {
 /// `stack_top` is the 16-byte-aligned top of a stack nobody else uses; `entry` never returns.
 #[inline(always)]
 pub(crate) unsafe fn switch_out(from: *mut Thmb, stack_top: usize, entry: Entry, a0: usize, a1: usize) {
-    if FULL_SAVE.load(Ordering::Relaxed) {
+    if full_save() {
         // SAFETY: forwarded contract (the full save writes `from.resume` and its FP area,
         // which the thread set up when it first ran).
         unsafe { raw::libuthread_switch_out_full(from, stack_top, entry, a0, a1) }

@@ -53,6 +53,7 @@ pub(crate) type WaitList<D> = Fifo<WaitNode<D>>;
 ///
 /// Panics when called outside a user thread or inside a critical section.
 #[cfg(not(loom))]
+#[inline(always)]
 pub(crate) fn block(publish: impl FnOnce(Waiter) -> bool) {
     crate::sched::block_current(publish)
 }
@@ -69,6 +70,23 @@ pub(crate) unsafe fn wake(waiter: Waiter) {
     unsafe { crate::sched::wake(waiter) }
 }
 
+/// [`wake`] from inside a library critical section entered by `me` (a `SpinGuard`'s, or
+/// `block`'s around its `publish` step, where `me` is the `Waiter` that step was given): the
+/// hand-off of a lock or a message to its waiter, which goes on `me`'s vCPU's own queue with
+/// no second critical section and no call. `me` null (no user thread entered the section):
+/// exactly [`wake`]. The run-state handshake is [`wake`]'s, so a wake-up made here is never
+/// lost (the loom models in `sync/loom_tests.rs` run the primitives over it).
+///
+/// # Safety
+/// As [`wake`]; the caller is inside a critical section and `me`, if not null, is the calling
+/// user thread.
+#[cfg(not(loom))]
+#[inline(always)]
+pub(crate) unsafe fn wake_from(me: Waiter, waiter: Waiter) {
+    // SAFETY: forwarded contract.
+    unsafe { crate::sched::wake_from(me, waiter) }
+}
+
 /// Wakes every node of `list` (a barrier's batch release, `notify_all`, disconnection).
 ///
 /// # Safety
@@ -81,7 +99,7 @@ pub(crate) unsafe fn wake_all<D>(list: WaitList<D>) {
 }
 
 #[cfg(loom)]
-pub(crate) use loom_impl::{block, wake};
+pub(crate) use loom_impl::{block, wake, wake_from};
 
 #[cfg(loom)]
 mod loom_impl {
@@ -103,6 +121,15 @@ mod loom_impl {
         while !me.woken.load(Ordering::Acquire) {
             loom::thread::park();
         }
+    }
+
+    /// `wake_from` for loom: `wake` (the queue the waiter goes on is the scheduler's matter).
+    ///
+    /// # Safety
+    /// As the real `wake_from`.
+    pub(crate) unsafe fn wake_from(_me: Waiter, waiter: Waiter) {
+        // SAFETY: forwarded contract.
+        unsafe { wake(waiter) }
     }
 
     /// `wake` for loom.

@@ -374,6 +374,18 @@ impl Local {
         t
     }
 
+    /// Takes the oldest thread, `head`, which the caller has just read as the head (not null):
+    /// [`Local::pop`] without loading and testing the head again.
+    ///
+    /// # Safety
+    /// As for `pop`; `head` is the current head, not null.
+    #[inline(always)]
+    unsafe fn pop_head(&self, head: *mut Thmb) {
+        debug_assert_eq!(self.head.load(Ordering::Relaxed), head as usize);
+        // SAFETY: a listed thread is live and its link is the list's.
+        self.head.store(unsafe { (*head).run_next.get() } as usize, Ordering::Relaxed);
+    }
+
     /// Unlinks `t` if it is among the first `limit` threads.
     ///
     /// # Safety
@@ -875,6 +887,29 @@ pub(crate) unsafe fn wake(t: *mut Thmb) {
     }
 }
 
+/// Wakes a thread blocked in [`block_current`] from inside a library critical section that the
+/// user thread `me` entered (null if the caller is no user thread, or its critical section was
+/// entered with LTN = 0 already): what [`wake`] does, without entering a critical section of its
+/// own and without a call. The hand-off of a lock or a message to its waiter
+/// (`blocking::wake_from`): the primitive takes the waiter's node off its list and wakes it
+/// right there, and the waiter goes on `me`'s vCPU's own queue.
+///
+/// # Safety
+/// The caller owns this wake-up (see `blocking::wake`); `me`, if not null, is the calling user
+/// thread and LTN = 0 (a critical section).
+#[inline(always)]
+pub(crate) unsafe fn wake_from(me: *mut Thmb, t: *mut Thmb) {
+    // SAFETY: blocked, so live; read before the state change, as in `wake`.
+    let home = unsafe { (*t).vcpu.load(Ordering::Relaxed) };
+    // SAFETY: as above.
+    match unsafe { (*t).state.wake() } {
+        Wake::Notified => {}
+        // SAFETY: forwarded contract; `t` is READY and ours until queued.
+        Wake::Enqueue => unsafe { queue_woken(me, t, home) },
+        Wake::UnparkInPlace => platform::unpark(home),
+    }
+}
+
 /// Queues the thread `t` that a wake-up just made READY. Woken by a user thread (the common
 /// case: an unlock, a send, an exit that a joiner waits for), it goes on the waker's vCPU's own
 /// queue — no lock, no fence: it runs as soon as the waker blocks, yields or exits (a mutex or a
@@ -884,10 +919,21 @@ pub(crate) unsafe fn wake(t: *mut Thmb) {
 #[inline(always)]
 fn ready_woken(t: *mut Thmb, home: usize) {
     let mut critical = crate::spin::Critical::enter();
-    let me = critical.thread();
+    // SAFETY: `critical.thread()` is the calling user thread (or null) and LTN = 0 now; `t` is
+    // READY and ours until queued.
+    unsafe { queue_woken(critical.thread(), t, home) };
+    critical.leave();
+}
+
+/// [`ready_woken`]'s queueing, inside a critical section entered by the user thread `me` (null:
+/// none, then [`make_ready`]).
+///
+/// # Safety
+/// LTN = 0; `me`, if not null, is the calling user thread; `t` is READY and ours until queued.
+#[inline(always)]
+unsafe fn queue_woken(me: *mut Thmb, t: *mut Thmb, home: usize) {
     if me.is_null() || !platform::on_vcpu_thread() {
         make_ready(t, home);
-        critical.leave();
         return;
     }
     // SAFETY: `me` is the calling thread, on vCPU `v` with LTN = 0 (its vCPU cannot change
@@ -898,10 +944,12 @@ fn ready_woken(t: *mut Thmb, home: usize) {
         VCPUS[v].local.push(t);
         offer_work(v);
     }
-    critical.leave();
 }
 
-/// Blocks the calling thread (see `blocking::block`).
+/// Blocks the calling thread (see `blocking::block`). Always inlined: into the primitive's
+/// slow path (a mutex's `lock_slow`, a channel's send or receive), which then makes no call
+/// of its own before the tail call to [`park_current`].
+#[inline(always)]
 pub(crate) fn block_current(publish: impl FnOnce(*mut Thmb) -> bool) {
     let t = platform::ltn();
     assert!(!t.is_null(), "libuthread: a blocking call outside a user thread or inside a library critical section");
@@ -921,46 +969,30 @@ pub(crate) fn block_current(publish: impl FnOnce(*mut Thmb) -> bool) {
 /// Takes the published, `PARKING` thread `t` (the caller) off its vCPU until woken. Called with
 /// LTN = 0; returns with LTN = `t`.
 ///
-/// The common case — the same one as [`yield_to_next`]'s, decided with no call so no
-/// callee-saved register is saved — switches directly to the head of the own queue as
+/// The common case — the same one as [`yield_to_next`]'s, decided by [`take_direct`] with no
+/// call so no callee-saved register is saved — switches directly to the head of the own queue as
 /// [`block_to`] does; everything else is [`park_slow`].
 #[inline(never)]
 unsafe fn park_current(t: *mut Thmb) {
     // SAFETY: `t` is the calling thread; the vCPU cannot change inside the critical section.
     let v = unsafe { (*t).vcpu.load(Ordering::Relaxed) } % MAX_VCPUS;
-    let vcpu = &VCPUS[v];
-    // Relaxed looks, as in `yield_to_next`.
-    // (The save mode first: the full-save baseline leaves at once for the slow path.)
-    if context::save_mode() == context::SaveMode::Window
-        && !vcpu.has_fresh()
-        && vcpu.len.load(Ordering::Relaxed) == 0
-        && !SHUTDOWN.load(Ordering::Relaxed)
-        && !IDLE.any()
-    {
-        let to = vcpu.local.head.load(Ordering::Relaxed) as *mut Thmb;
-        if !to.is_null() && Thmb::mask(to) & !mask::FP == mask::WINDOW {
-            // SAFETY: on `v` with LTN = 0: the own queue is ours, its head `to` READY and
-            // ours once taken; `t` is the caller, PARKING and published (as in `block_to`).
-            unsafe {
-                let taken = vcpu.local.pop();
-                debug_assert_eq!(taken, to);
-                crate::trace::user_switch(v, to as usize);
-                (*to).vcpu.store(v, Ordering::Relaxed);
-                (*to).state.set(RUNNING);
-                Thmb::set_mask(t, MASK_IN_FLIGHT);
-                // The mask store above is ordered before the commit (a release CAS): a waker
-                // that then queues `t` publishes it with the mask already in flight.
-                if !(*t).state.commit_park() {
-                    // Woken before the switch: runnable again (behind what is queued).
-                    (*t).state.set(READY);
-                    vcpu.local.push(t);
-                }
-                Thmb::set_mask(to, mask::NONE);
-                vcpu.count_resume(false);
-                context::switch_window(t, to, v);
+    // SAFETY: on `v` with LTN = 0.
+    let to = unsafe { take_direct(v) };
+    if !to.is_null() {
+        // SAFETY: `to` is prepared on `v` and ours; `t` is the caller, PARKING and published
+        // (as in `block_to`).
+        unsafe {
+            Thmb::set_mask(t, MASK_IN_FLIGHT);
+            // The mask store above is ordered before the commit (a release CAS): a waker that
+            // then queues `t` publishes it with the mask already in flight.
+            if !(*t).state.commit_park() {
+                // Woken before the switch: runnable again (behind what is queued).
+                (*t).state.set(READY);
+                VCPUS[v].local.push(t);
             }
-            return;
+            resume_direct(v, t, to);
         }
+        return;
     }
     // SAFETY: forwarded contract.
     unsafe { park_slow(t, v) }
@@ -1058,50 +1090,87 @@ pub(crate) fn yield_current() {
 /// costs no register saves).
 ///
 /// The common case is decided here with no call, so this function saves no callee-saved
-/// register (a call on any path makes the compiler save them on every path): nothing
-/// unpublished, nothing on the shared queue, no shutdown, no idle vCPU to offer work to, and
-/// the head of the own queue resumes from a window. Then it does what [`yield_slow`] would do
-/// on that path — take the head, queue `t` behind the others marked in flight, switch
-/// directly — and everything else goes to `yield_slow`. (x86_64 -icount: yield round trip
+/// register (a call on any path makes the compiler save them on every path): [`take_direct`],
+/// shared with [`park_current`], decides it and takes the head of the own queue. Then it does
+/// what [`yield_slow`] would do on that path — queue `t` behind the others marked in flight,
+/// switch directly — and everything else goes to `yield_slow`. (x86_64 -icount: yield round trip
 /// 228 -> 200 instructions.)
 #[inline(never)]
 fn yield_to_next(t: *mut Thmb) {
     platform::set_ltn(ptr::null_mut());
     // SAFETY: `t` is the calling thread; its vCPU cannot change with LTN = 0.
     let v = unsafe { (*t).vcpu.load(Ordering::Relaxed) } % MAX_VCPUS;
+    // SAFETY: on `v` with LTN = 0.
+    let to = unsafe { take_direct(v) };
+    if !to.is_null() {
+        // SAFETY: `to` is prepared on `v` and ours; `t` is the caller (as in `yield_slow`'s
+        // direct switch).
+        unsafe {
+            (*t).state.set(READY);
+            Thmb::set_mask(t, MASK_IN_FLIGHT);
+            VCPUS[v].local.push(t);
+            resume_direct(v, t, to);
+        }
+        return;
+    }
+    // SAFETY: as above.
+    unsafe { yield_slow(t, v) }
+}
+
+/// The common case of a voluntary switch on vCPU `v`, shared by [`yield_to_next`] and
+/// [`park_current`]: windows are saved (not the full-save baseline) and no shutdown (both in
+/// one byte, `context::switch_flags`), nothing is unpublished, nothing waits on the shared
+/// queue, no vCPU is idle (so there is no work to
+/// offer), and the head of the own queue resumes from a window. Then takes that head off the
+/// queue, [`prepare_direct`]s it (RUNNING on `v`) and returns it; otherwise returns null having
+/// done nothing, and the caller takes its slow path. Always inlined and call-free, so its
+/// callers save no callee-saved register on their fast path.
+///
+/// The looks are Relaxed, as in `publish_fresh`, `take_next` and `offer_work`: the unpublished
+/// list and the own queue are this vCPU's alone (LTN = 0); a thread pushed on the shared queue
+/// or a vCPU gone idle that these miss is seen at the next switch or by the idle re-check.
+///
+/// # Safety
+/// The caller runs on vCPU `v` with LTN = 0.
+#[inline(always)]
+unsafe fn take_direct(v: usize) -> *mut Thmb {
     let vcpu = &VCPUS[v];
-    // Relaxed looks, as in `publish_fresh`, `take_next` and `offer_work`: the unpublished list
-    // and the own queue are this vCPU's alone (LTN = 0); a thread pushed on the shared queue or
-    // a vCPU gone idle that these miss is seen at the next switch or by the idle re-check.
-    // (The save mode first: the full-save baseline leaves at once for the slow path.)
-    if context::save_mode() == context::SaveMode::Window
+    // (The switch flags first — the full-save baseline, a shutdown —, one byte: either leaves
+    // at once for the slow path.)
+    if context::switch_flags() == 0
         && !vcpu.has_fresh()
         && vcpu.len.load(Ordering::Relaxed) == 0
-        && !SHUTDOWN.load(Ordering::Relaxed)
         && !IDLE.any()
     {
         let to = vcpu.local.head.load(Ordering::Relaxed) as *mut Thmb;
         if !to.is_null() && Thmb::mask(to) & !mask::FP == mask::WINDOW {
-            // SAFETY: on `v` with LTN = 0: the own queue is ours, its head `to` READY and
-            // ours once taken; `t` is the caller (as in `yield_slow`'s direct switch).
+            // SAFETY: on `v` with LTN = 0: the own queue is ours, its head `to` READY and ours
+            // once taken.
             unsafe {
-                let taken = vcpu.local.pop();
-                debug_assert_eq!(taken, to);
+                vcpu.local.pop_head(to);
                 crate::trace::user_switch(v, to as usize);
                 (*to).vcpu.store(v, Ordering::Relaxed);
                 (*to).state.set(RUNNING);
-                (*t).state.set(READY);
-                Thmb::set_mask(t, MASK_IN_FLIGHT);
-                vcpu.local.push(t);
-                Thmb::set_mask(to, mask::NONE);
-                vcpu.count_resume(false);
-                context::switch_window(t, to, v);
             }
-            return;
+            return to;
         }
     }
-    // SAFETY: as above.
-    unsafe { yield_slow(t, v) }
+    ptr::null_mut()
+}
+
+/// The end of a direct switch on vCPU `v` from the calling thread `from`, already published
+/// (mask [`MASK_IN_FLIGHT`], queued or parked), to `to`, prepared on `v` (by
+/// [`take_direct`] or [`prepare_direct`]): counts the resume and switches windows. Returns
+/// when `from` is resumed.
+///
+/// # Safety
+/// As for [`switch_direct`], with idle vCPUs already offered work (or none idle).
+#[inline(always)]
+unsafe fn resume_direct(v: usize, from: *mut Thmb, to: *mut Thmb) {
+    Thmb::set_mask(to, mask::NONE);
+    VCPUS[v].count_resume(false);
+    // SAFETY: forwarded contract.
+    unsafe { context::switch_window(from, to, v) }
 }
 
 /// [`yield_to_next`] for every case but the common one: publishes unpublished children,
@@ -1209,10 +1278,8 @@ unsafe fn prepare_direct(v: usize, to: *mut Thmb) -> bool {
 unsafe fn switch_direct(v: usize, from: *mut Thmb, to: *mut Thmb) {
     // SAFETY: on `v` with LTN = 0.
     unsafe { offer_work(v) };
-    Thmb::set_mask(to, mask::NONE);
-    VCPUS[v].count_resume(false);
     // SAFETY: forwarded contract.
-    unsafe { context::switch_window(from, to, v) }
+    unsafe { resume_direct(v, from, to) }
 }
 
 /// Waits until the vCPU that published `t` in flight (a direct switch) has saved its window.
@@ -1411,6 +1478,7 @@ unsafe extern "C" fn after_switch(v: usize, word: usize) -> ! {
                 Thmb::release_on(t, v);
                 if is_main {
                     SHUTDOWN.store(true, Ordering::SeqCst);
+                    context::set_switch_flag(context::FLAG_SHUTDOWN, true);
                     for w in 0..vcpu_count() {
                         platform::unpark(w);
                     }
@@ -1671,6 +1739,7 @@ where
         platform::sleep_current(1_000_000);
     }
     SHUTDOWN.store(false, Ordering::SeqCst);
+    context::set_switch_flag(context::FLAG_SHUTDOWN, false);
     context::detect_fp();
     IDLE.clear();
     REVOKED.store(0, Ordering::SeqCst);

@@ -9,7 +9,7 @@ use core::ptr::NonNull;
 
 use crate::sched::blocking::{self, WaitList, WaitNode};
 use crate::prim::{AtomicU32, Ordering};
-use crate::spin::SpinLock;
+use crate::spin::{Critical, SpinLock};
 
 /// Held.
 const LOCKED: u32 = 1;
@@ -229,7 +229,8 @@ impl RawMutex {
         let mut node = WaitNode::new(());
         blocking::block(|me| {
             node.waiter = me;
-            let mut waiters = self.waiters.lock();
+            // SAFETY: `block`'s publish step runs inside its critical section.
+            let mut waiters = unsafe { self.waiters.lock_in_critical() };
             let mut state = self.state.load(Ordering::Relaxed);
             loop {
                 if state & LOCKED == 0 {
@@ -264,12 +265,19 @@ impl RawMutex {
         }
     }
 
+    /// `unlock` with waiters: hands the lock to the first and wakes it inside the same critical
+    /// section as the wait list's lock (`blocking::wake_from`: it goes on this vCPU's own
+    /// queue, no second critical section).
     #[cold]
     fn unlock_slow(&self) {
-        let mut waiters = self.waiters.lock();
+        let mut critical = Critical::enter();
+        // SAFETY: inside `critical`, left below after the guard is dropped.
+        let mut waiters = unsafe { self.waiters.lock_in_critical() };
         let next = waiters.pop_front();
         if next.is_null() {
             self.state.store(0, Ordering::Release);
+            drop(waiters);
+            critical.leave();
             return;
         }
         // Hand-off: the lock stays LOCKED and now belongs to `next`.
@@ -278,8 +286,10 @@ impl RawMutex {
         // SAFETY: the node is live until woken (its thread waits in `block`).
         let waiter = unsafe { (*next).waiter };
         drop(waiters);
-        // SAFETY: we took the node off the list, so the wake-up is ours.
-        unsafe { blocking::wake(waiter) };
+        // SAFETY: we took the node off the list, so the wake-up is ours; we are inside the
+        // critical section `critical` entered for its thread.
+        unsafe { blocking::wake_from(critical.waiter(), waiter) };
+        critical.leave();
     }
 }
 
