@@ -56,6 +56,16 @@ pub fn register(handler: extern "C" fn(u64, u64, u64, u64) -> !, ring: *mut Ring
     sys::kn_register(&reg)
 }
 
+/// Registers `handler` with one vCPU per entry of `tops`, the ring at `ring` (its header set up
+/// by the caller) and upcall stacks of `stack` bytes each, side by side from `stacks`.
+pub fn register_vcpus(handler: extern "C" fn(u64, u64, u64, u64) -> !, ring: u64, stacks: u64, stack: usize, tops: &'static [AtomicU64]) -> sys::SysResult {
+    for (v, top) in tops.iter().enumerate() {
+        top.store(stacks + ((v + 1) * stack) as u64, Ordering::Relaxed);
+    }
+    let reg = Registration { handler: handler as usize as u64, ring, upcall_stacks: tops.as_ptr() as u64, vcpus: tops.len() as u64, fp_live: 0 };
+    sys::kn_register(&reg)
+}
+
 /// Spins until at least `ticks` timer ticks have passed (long enough to be preempted).
 pub fn spin_ticks(ticks: usize) {
     let start = sys::clock(libuthread::Clock::Ticks).unwrap_or(0);

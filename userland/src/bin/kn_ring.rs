@@ -4,9 +4,9 @@
 #![no_std]
 #![no_main]
 
-use core::sync::atomic::{AtomicU64, Ordering};
+use core::sync::atomic::AtomicU64;
 use libuthread::{println, sys};
-use tsumugi_abi::kn::{Event, EventKind, Registration, RingHeader};
+use tsumugi_abi::kn::{Event, EventKind, RingHeader};
 
 const VCPUS: usize = 8;
 const SLOTS: usize = 2;
@@ -32,13 +32,8 @@ extern "C" fn handler(_: u64, _: u64, _: u64, _: u64) -> ! {
 }
 
 fn main() -> i32 {
-    let stacks = core::ptr::addr_of_mut!(STACKS) as u64;
-    for (v, top) in STACK_TOPS.iter().enumerate() {
-        top.store(stacks + ((v + 1) * STACK) as u64, Ordering::Relaxed);
-    }
     let ring = core::ptr::addr_of_mut!(RING);
-    let reg = Registration { handler: handler as *const () as u64, ring: ring as u64, upcall_stacks: STACK_TOPS.as_ptr() as u64, vcpus: VCPUS as u64, fp_live: 0 };
-    if let Err(e) = sys::kn_register(&reg) {
+    if let Err(e) = tsumugi_userland::kn::register_vcpus(handler, ring as u64, core::ptr::addr_of_mut!(STACKS) as u64, STACK, &STACK_TOPS) {
         println!("kn_ring: FAILED: register: {e:?}");
         return 1;
     }

@@ -9,20 +9,14 @@
 
 use core::sync::atomic::{AtomicU64, Ordering};
 use libuthread::{println, scope, sys, Clock};
-use tsumugi_abi::kn::{Event, Registration, RingHeader};
+use tsumugi_abi::kn::{Event, RingHeader};
 use tsumugi_abi::stats::shares;
+use tsumugi_userland::kn;
 use tsumugi_userland::space_share::{LONG_READY, VCPUS};
 
-const SLOTS: usize = 16;
 const STACK: usize = 16 * 1024;
 
-#[repr(C, align(64))]
-struct Ring {
-    header: RingHeader,
-    slots: [Event; SLOTS],
-}
-
-static mut RING: Ring = Ring { header: RingHeader { head: 0, tail: 0, capacity: SLOTS as u64, held_back: 0 }, slots: [Event { kind: 0, thread: 0, arg0: 0, arg1: 0 }; SLOTS] };
+static mut RING: kn::Ring = kn::Ring { header: RingHeader { head: 0, tail: 0, capacity: kn::SLOTS as u64, held_back: 0 }, slots: [Event { kind: 0, thread: 0, arg0: 0, arg1: 0 }; kn::SLOTS] };
 #[repr(C, align(16))]
 struct Stacks([[u8; STACK]; VCPUS]);
 static mut STACKS: Stacks = Stacks([[0; STACK]; VCPUS]);
@@ -38,13 +32,8 @@ extern "C" fn handler(_: u64, _: u64, _: u64, _: u64) -> ! {
 }
 
 fn main() -> i32 {
-    let stacks = core::ptr::addr_of_mut!(STACKS) as u64;
-    for (v, top) in STACK_TOPS.iter().enumerate() {
-        top.store(stacks + ((v + 1) * STACK) as u64, Ordering::Relaxed);
-    }
-    let ring = core::ptr::addr_of_mut!(RING);
-    let reg = Registration { handler: handler as *const () as u64, ring: ring as u64, upcall_stacks: STACK_TOPS.as_ptr() as u64, vcpus: VCPUS as u64, fp_live: 0 };
-    if let Err(e) = sys::kn_register(&reg) {
+    let ring = core::ptr::addr_of_mut!(RING) as u64;
+    if let Err(e) = kn::register_vcpus(handler, ring, core::ptr::addr_of_mut!(STACKS) as u64, STACK, &STACK_TOPS) {
         println!("share_hog: FAILED: register: {e:?}");
         return 1;
     }
