@@ -49,6 +49,7 @@ pub const CHECKS: &[Check] = &[
     ("yield_storm_keeps_identity", yield_storm_keeps_identity),
     ("inline_child_blocks_like_a_thread", inline_child_blocks_like_a_thread),
     ("unjoined_children_still_run", unjoined_children_still_run),
+    ("join_forks_lazily", join_forks_lazily),
     ("condvar_wait_timeout", condvar_wait_timeout),
     ("channel_timeouts", channel_timeouts),
     ("channel_iterators_and_names", channel_iterators_and_names),
@@ -610,6 +611,82 @@ fn unjoined_children_still_run() -> Outcome {
     worker.join().map_err(|_| String::from("the worker panicked"))?;
     let v = rx.recv().map_err(|_| String::from("the detached child never ran"))?;
     ensure!(v == 99, "the detached child sent {v}");
+    Ok(())
+}
+
+/// `join(a, b)` (fork-join with lazy task records): results in place; nested joins 200 deep; a
+/// parallel `fib` over every vCPU; `a` blocking on what `b` does (so `b` must become a thread
+/// when `a` blocks: no deadlock, on one vCPU too); `b` blocking while run inline, on a thread
+/// that another thread fills; joins mixed with spawned children that are joined later.
+fn join_forks_lazily() -> Outcome {
+    let (x, y) = crate::join(|| 1u32, || 2u64);
+    ensure!((x, y) == (1, 2), "join gave {x}, {y}");
+    fn depth(n: u32) -> u32 {
+        if n == 0 {
+            return 0;
+        }
+        let (a, b) = crate::join(|| 1u32, move || depth(n - 1));
+        a + b
+    }
+    let d = depth(200);
+    ensure!(d == 200, "nested join depth {d}");
+    fn fib(n: u64) -> u64 {
+        if n < 2 {
+            return n;
+        }
+        let (a, b) = crate::Builder::new().stack_size(16 * 1024).join(|| fib(n - 2), move || fib(n - 1));
+        a + b
+    }
+    let f = fib(18);
+    ensure!(f == 2584, "fib(18) by join gave {f}");
+
+    // `a` waits for `b`.
+    let (tx, rx) = mpsc::channel::<u32>();
+    let (got, sent) = crate::join(move || rx.recv().unwrap_or(0), move || tx.send(7).is_ok());
+    ensure!(got == 7 && sent, "a waiting for b got {got} (sent: {sent})");
+    // Both wait for each other's messages, `a` first.
+    let (to_b, from_a) = mpsc::channel::<u32>();
+    let (to_a, from_b) = mpsc::channel::<u32>();
+    let (ra, rb) = crate::join(
+        move || {
+            to_b.send(1).ok();
+            from_b.recv().unwrap_or(0)
+        },
+        move || {
+            let v = from_a.recv().unwrap_or(0);
+            to_a.send(v + 1).ok();
+            v
+        },
+    );
+    ensure!((ra, rb) == (2, 1), "a and b exchanging messages gave {ra}, {rb}");
+
+    // `b` blocks (inline or not) on a channel another thread fills.
+    let (fill_tx, fill_rx) = mpsc::channel::<u32>();
+    let filler = crate::spawn(move || {
+        for _ in 0..5 {
+            crate::yield_now();
+        }
+        fill_tx.send(11).ok();
+    });
+    let me = crate::current().id();
+    let (a, b) = crate::join(|| crate::current().id(), move || fill_rx.recv().unwrap_or(0));
+    filler.join().map_err(|_| String::from("the filler panicked"))?;
+    ensure!(b == 11, "b blocking on the filler got {b}");
+    ensure!(a == me && crate::current().id() == me, "the joiner is someone else after join");
+
+    // Spawned children left unjoined inside `a`, joined after the join.
+    let mut handles = Vec::new();
+    let (n, m) = crate::join(
+        || {
+            for i in 0..4u64 {
+                handles.push(crate::spawn(move || i * 10));
+            }
+            3u64
+        },
+        || 4u64,
+    );
+    let sum: u64 = handles.into_iter().map(|h| h.join().unwrap_or(1000)).sum();
+    ensure!(n + m == 7 && sum == 60, "join beside spawned children gave {n}, {m}, {sum}");
     Ok(())
 }
 

@@ -159,6 +159,9 @@ pub mod conformance;
 pub mod context;
 #[cfg(not(loom))]
 #[cfg(mn_core)]
+mod join;
+#[cfg(not(loom))]
+#[cfg(mn_core)]
 mod local;
 #[cfg(not(loom))]
 #[cfg(mn_core)]
@@ -208,7 +211,7 @@ pub use scoped::{scope, Scope, ScopedJoinHandle};
 #[cfg(not(loom))]
 #[cfg(mn_core)]
 pub use thread::{
-    available_parallelism, current, current_vcpu, sleep, sleep_until, spawn, try_current, vcpu_count, yield_now, Builder, Instant,
+    available_parallelism, current, current_vcpu, join, sleep, sleep_until, spawn, try_current, vcpu_count, yield_now, Builder, Instant,
     JoinHandle, Thread, ThreadId,
 };
 

@@ -268,6 +268,45 @@ where
     Builder::new().spawn(f)
 }
 
+/// Runs `a` and `b`, possibly in parallel, and returns both results: fork-join with lazy task
+/// creation (StackThreads, Cilk, rayon's `join`), the cheap way to fork a child that is joined
+/// by the same caller.
+///
+/// `b` is forked as a *record* in this call's frame (a few words, no ThMB, no stack), then `a`
+/// is called. If nobody took the record meanwhile, `b` is then called right here, as a plain
+/// call that is part of the calling thread — the same [`current`], the same thread-locals (so
+/// forking costs a few dozen instructions, where [`spawn`] + [`JoinHandle::join`] makes a
+/// thread of the child even when it runs inline). The record becomes a thread of its own (a
+/// detached one, with the default stack size; see [`Builder::join`] for another) as soon as
+/// that can matter: when `a` blocks, yields or is preempted (its vCPU enters the scheduler), or
+/// when a vCPU is idle and could run `b` in parallel; `join` then waits for that thread. So `a`
+/// may wait for something `b` does, as with two threads. If `b` runs inline and blocks, the
+/// caller (about to wait for `b` anyway) blocks with it.
+///
+/// A panic in `a` (hosted) is propagated after `b` was taken back or finished; a panic in `b`
+/// is propagated once `a` has returned. Outside a user thread (outside [`run`](crate::run)) or
+/// inside a library critical section, `a` and then `b` are plain calls.
+///
+/// ```
+/// fn fib(n: u64) -> u64 {
+///     if n < 2 {
+///         return n;
+///     }
+///     let (x, y) = libuthread::join(|| fib(n - 2), move || fib(n - 1));
+///     x + y
+/// }
+/// libuthread::run(2, || assert_eq!(fib(15), 610));
+/// ```
+#[inline]
+pub fn join<A, B, RA, RB>(a: A, b: B) -> (RA, RB)
+where
+    A: FnOnce() -> RA,
+    B: FnOnce() -> RB + Send + 'static,
+    RB: Send + 'static,
+{
+    crate::join::join_with(None, sched::DEFAULT_STACK_SIZE, a, b)
+}
+
 /// Thread settings: name and stack size.
 ///
 /// ```
@@ -318,6 +357,28 @@ impl Builder {
         let size = self.stack_size.unwrap_or(sched::DEFAULT_STACK_SIZE).max(16 * 1024);
         let t = sched::spawn(f, self.name, size);
         JoinHandle { thmb: t, _marker: PhantomData }
+    }
+}
+
+impl Builder {
+    /// [`join`](crate::join) whose `b`, if it becomes a thread, gets these settings (name and
+    /// stack size); when `b` runs inline they cost nothing.
+    ///
+    /// ```
+    /// libuthread::run(1, || {
+    ///     let (a, b) = libuthread::Builder::new().stack_size(16 * 1024).join(|| 1, || 2);
+    ///     assert_eq!(a + b, 3);
+    /// });
+    /// ```
+    #[inline]
+    pub fn join<A, B, RA, RB>(self, a: A, b: B) -> (RA, RB)
+    where
+        A: FnOnce() -> RA,
+        B: FnOnce() -> RB + Send + 'static,
+        RB: Send + 'static,
+    {
+        let size = self.stack_size.unwrap_or(sched::DEFAULT_STACK_SIZE).max(16 * 1024);
+        crate::join::join_with(self.name, size, a, b)
     }
 }
 

@@ -75,3 +75,45 @@ fn run_returns_while_detached_threads_still_yield() {
     });
     assert_eq!(value, 7);
 }
+
+/// `join`'s panics: one in `a` (with `b` still a record, then with `b` promoted because `a`
+/// blocked first) reaches the caller after `b` was taken back or finished; one in `b` reaches
+/// the caller, run inline or as a promoted thread.
+#[test]
+fn join_propagates_panics_from_either_side() {
+    let result = libuthread::run(2, || {
+        let a_first = std::panic::catch_unwind(|| libuthread::join(|| -> u32 { panic!("in a") }, || 1u32));
+        let (tx, rx) = libuthread::mpsc::channel::<u32>();
+        let b_ran = std::sync::Arc::new(AtomicUsize::new(0));
+        let seen = b_ran.clone();
+        let a_after_block = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            libuthread::join(
+                move || -> u32 {
+                    let _ = rx.recv();
+                    panic!("in a, after blocking")
+                },
+                move || {
+                    seen.fetch_add(1, Ordering::SeqCst);
+                    tx.send(1).is_ok()
+                },
+            )
+        }));
+        let b_panics = std::panic::catch_unwind(|| libuthread::join(|| 1u32, || -> u32 { panic!("in b") }));
+        let (tx, rx) = libuthread::mpsc::channel::<u32>();
+        let b_promoted_panics = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            libuthread::join(move || rx.recv().unwrap_or(0), move || -> u32 {
+                tx.send(1).ok();
+                panic!("in a promoted b")
+            })
+        }));
+        (a_first.is_err(), a_after_block.is_err(), b_ran.load(Ordering::SeqCst), b_panics.is_err(), b_promoted_panics.is_err())
+    });
+    assert_eq!(result, (true, true, 1, true, true));
+}
+
+/// Outside a runtime, `join` is two plain calls.
+#[test]
+fn join_outside_a_runtime_calls_both() {
+    let (a, b) = libuthread::join(|| 1, || 2);
+    assert_eq!((a, b), (1, 2));
+}

@@ -5,6 +5,7 @@
 //! scheduler (everything but `scheduler.rs`) are also built under loom for the model checks.
 
 pub(crate) mod blocking;
+pub(crate) mod completion;
 pub(crate) mod idle;
 #[cfg(not(loom))]
 pub(crate) mod pool;

@@ -71,6 +71,7 @@ use core::ptr;
 use tsumugi_abi::kn::{mask, FP_AREA_ALIGN, FP_AREA_SIZE, MAX_VCPUS};
 
 use crate::context;
+use crate::join::JobHeader;
 use crate::sched::idle::IdleSet;
 use crate::platform;
 use crate::prim::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -185,25 +186,55 @@ impl Vcpu {
             return true;
         }
         // SAFETY: forwarded contract.
-        !head.is_null() && unsafe { self.take_fresh_deeper(head, t) }
+        !head.is_null() && unsafe { self.take_fresh_deeper(head as usize, t as usize) }
     }
 
-    /// [`Vcpu::take_fresh`] past the head.
+    /// Lists the task record `h` (`crate::join`) on the unpublished list.
     ///
     /// # Safety
-    /// As for `take_fresh`; `head` is the list's non-null head.
+    /// The caller runs on this vCPU with LTN = 0; `h` is a live record in no list, 8-aligned.
+    #[inline(always)]
+    unsafe fn push_job(&self, h: *const JobHeader) {
+        // SAFETY: per the contract, the record and the list are ours.
+        unsafe { (*h).next.set(self.fresh.load(Ordering::Relaxed)) };
+        self.fresh.store(h as usize | JOB_TAG, Ordering::Relaxed);
+    }
+
+    /// Takes the task record `h` off the unpublished list if it is among its first
+    /// `INLINE_LOOKUP` entries (almost always the head).
+    ///
+    /// # Safety
+    /// The caller runs on this vCPU with LTN = 0.
+    #[inline(always)]
+    unsafe fn take_job(&self, h: *const JobHeader) -> bool {
+        let head = self.fresh.load(Ordering::Relaxed);
+        let entry = h as usize | JOB_TAG;
+        if head == entry {
+            // SAFETY: a listed record is live and its link is the list's.
+            self.fresh.store(unsafe { (*h).next.get() }, Ordering::Relaxed);
+            return true;
+        }
+        // SAFETY: forwarded contract.
+        head != 0 && unsafe { self.take_fresh_deeper(head, entry) }
+    }
+
+    /// [`Vcpu::take_fresh`] and [`Vcpu::take_job`] past the head: unlinks the entry word
+    /// `entry`.
+    ///
+    /// # Safety
+    /// As for `take_fresh`; `head` is the list's non-zero head.
     #[inline(never)]
-    unsafe fn take_fresh_deeper(&self, head: *mut Thmb, t: *mut Thmb) -> bool {
+    unsafe fn take_fresh_deeper(&self, head: usize, entry: usize) -> bool {
         let mut prev = head;
-        // SAFETY: listed threads are live and their links are the list's (contract).
+        // SAFETY: listed entries are live and their links are the list's (contract).
         unsafe {
             for _ in 0..INLINE_LOOKUP {
-                let cur = (*prev).run_next.get();
-                if cur.is_null() {
+                let cur = entry_next(prev);
+                if cur == 0 {
                     return false;
                 }
-                if cur == t {
-                    (*prev).run_next.set((*t).run_next.get());
+                if cur == entry {
+                    set_entry_next(prev, entry_next(entry));
                     return true;
                 }
                 prev = cur;
@@ -234,21 +265,25 @@ impl Vcpu {
     /// As for `publish_fresh`.
     #[inline(never)]
     unsafe fn publish_fresh_slow(&self, v: usize) {
-        let mut newest = self.fresh.load(Ordering::Relaxed) as *mut Thmb;
+        let mut newest = self.fresh.load(Ordering::Relaxed);
         self.fresh.store(0, Ordering::Relaxed);
         // Reverse (newest first → oldest first) so the queue keeps spawn order.
-        let mut oldest: *mut Thmb = ptr::null_mut();
-        // SAFETY: the list's threads are ours (contract): live, READY, linked only here.
+        let mut oldest = 0;
+        // SAFETY: the list's entries are ours (contract): live threads, READY, and records,
+        // linked only here.
         unsafe {
-            while !newest.is_null() {
-                let next = (*newest).run_next.get();
-                (*newest).run_next.set(oldest);
+            while newest != 0 {
+                let next = entry_next(newest);
+                set_entry_next(newest, oldest);
                 oldest = newest;
                 newest = next;
             }
-            while !oldest.is_null() {
-                let next = (*oldest).run_next.get();
-                self.local.push(oldest);
+            while oldest != 0 {
+                let next = entry_next(oldest);
+                // A task record becomes a thread now (`crate::join`).
+                let t = entry_thread(oldest, Some(v));
+                (*t).vcpu.store(v, Ordering::Relaxed);
+                self.local.push(t);
                 oldest = next;
             }
             offer_work(v);
@@ -868,6 +903,106 @@ where
     let t = unsafe { Thmb::new_thread(None, f, name, stack_size, 2) };
     make_ready(t, 0);
     t
+}
+
+/// Tag (low bit) of an unpublished-list entry that is a task record (`crate::join`), not a ThMB.
+const JOB_TAG: usize = 1;
+
+/// The entry after the unpublished-list entry `e` (a ThMB's `run_next`, a record's `next`).
+///
+/// # Safety
+/// `e` is a listed entry, live; the caller owns the list.
+#[inline(always)]
+unsafe fn entry_next(e: usize) -> usize {
+    // SAFETY: per the contract.
+    unsafe {
+        if e & JOB_TAG != 0 {
+            (*((e & !JOB_TAG) as *const JobHeader)).next.get()
+        } else {
+            (*(e as *mut Thmb)).run_next.get() as usize
+        }
+    }
+}
+
+/// Sets the link of the unpublished-list entry `e`.
+///
+/// # Safety
+/// As for [`entry_next`].
+#[inline(always)]
+unsafe fn set_entry_next(e: usize, next: usize) {
+    // SAFETY: per the contract.
+    unsafe {
+        if e & JOB_TAG != 0 {
+            (*((e & !JOB_TAG) as *const JobHeader)).next.set(next)
+        } else {
+            (*(e as *mut Thmb)).run_next.set(next as *mut Thmb)
+        }
+    }
+}
+
+/// The thread of an entry just taken off an unpublished list: the ThMB itself, or a record
+/// promoted to a thread (`JobHeader::promote`, a ThMB from vCPU `v`'s pool if given).
+///
+/// # Safety
+/// `e` was just unlisted by the caller; if `v` is given, the caller runs on `v` with LTN = 0.
+#[inline(always)]
+unsafe fn entry_thread(e: usize, v: Option<usize>) -> *mut Thmb {
+    if e & JOB_TAG != 0 {
+        let h = (e & !JOB_TAG) as *const JobHeader;
+        // SAFETY: per the contract, the record is off the list and ours to promote.
+        unsafe { ((*h).promote)(h, v) }
+    } else {
+        e as *mut Thmb
+    }
+}
+
+/// `crate::join`'s fork: lists the task record `h` on the calling thread's vCPU (handing the
+/// list to the ready queue at once if a vCPU is idle, as `spawn` does). Returns false, listing
+/// nothing, outside a user thread or inside a library critical section.
+///
+/// # Safety
+/// `h` is a live record in no list; it stays live and unmoved until [`take_job`] returned true
+/// or its promoted thread completed it.
+#[inline(always)]
+pub(crate) unsafe fn push_job(h: *const JobHeader) -> bool {
+    let mut critical = crate::spin::Critical::enter();
+    let me = critical.thread();
+    if me.is_null() {
+        return false;
+    }
+    // SAFETY: `me` is the live calling thread; its vCPU cannot change with LTN = 0, and on it
+    // the list is ours. The record is live (contract).
+    unsafe {
+        let v = (*me).vcpu.load(Ordering::Relaxed) % MAX_VCPUS;
+        VCPUS[v].push_job(h);
+        if IDLE.any() {
+            VCPUS[v].publish_fresh(v);
+        }
+    }
+    critical.leave();
+    true
+}
+
+/// `crate::join`'s join: takes the task record `h` back off the calling thread's vCPU's
+/// unpublished list; false if it is not there: then it was promoted, or is still listed on a
+/// vCPU the caller has left (a preemption upcall can requeue the caller before that vCPU's loop
+/// publishes its list), which promotes it when it next enters the scheduler. Either way the
+/// caller waits on the record's state word.
+///
+/// # Safety
+/// `h` was listed by [`push_job`] from the calling user thread and not taken back since.
+#[inline(always)]
+pub(crate) unsafe fn take_job(h: *const JobHeader) -> bool {
+    let mut critical = crate::spin::Critical::enter();
+    let me = critical.thread();
+    debug_assert!(!me.is_null(), "take_job outside the user thread that listed the record");
+    if me.is_null() {
+        return false;
+    }
+    // SAFETY: as in `push_job`.
+    let taken = unsafe { VCPUS[(*me).vcpu.load(Ordering::Relaxed) % MAX_VCPUS].take_job(h) };
+    critical.leave();
+    taken
 }
 
 /// Wakes a thread blocked in [`block_current`].
@@ -1613,22 +1748,24 @@ pub unsafe fn adopt_revoked(v: usize, stopped: *mut Thmb, count: u64) {
     crate::prim::fence(Ordering::SeqCst);
     IDLE.retract(v);
     let vcpu = &VCPUS[v];
-    let mut fresh = vcpu.fresh.swap(0, Ordering::Relaxed) as *mut Thmb;
+    let mut fresh = vcpu.fresh.swap(0, Ordering::Relaxed);
     let target = route(v);
     // SAFETY: `v` is stopped outside scheduler code (see above): its own queue and list are
-    // consistent and ours now; every thread on them is READY and live.
+    // consistent and ours now; every thread on them is READY and live, every record live.
     unsafe {
+        // The unpublished list first: a joiner on the own queue, once made ready, may run at
+        // once and wait for its records, which must be threads (promoted) by then.
+        while fresh != 0 {
+            let next = entry_next(fresh);
+            make_ready(entry_thread(fresh, None), target);
+            fresh = next;
+        }
         loop {
             let t = vcpu.local.pop();
             if t.is_null() {
                 break;
             }
             make_ready(t, target);
-        }
-        while !fresh.is_null() {
-            let next = (*fresh).run_next.get();
-            make_ready(fresh, target);
-            fresh = next;
         }
         if !stopped.is_null() {
             requeue_full(stopped);

@@ -129,3 +129,36 @@ fn loom_channel_disconnect_wakes_the_receiver() {
         sender.join().unwrap();
     });
 }
+
+/// A task record's completion (`sched::completion`, used by `join`): the completer writes a
+/// value then completes; the waiter, racing it, must not sleep through the completion and must
+/// see the value.
+#[test]
+fn loom_completion_wakes_the_waiter() {
+    use crate::sched::completion::Completion;
+    use loom::cell::UnsafeCell;
+
+    struct Record {
+        done: Completion,
+        value: UnsafeCell<usize>,
+    }
+    // SAFETY: `value` is written before `complete` and read after `wait` (the protocol checked).
+    unsafe impl Sync for Record {}
+    // SAFETY: as above.
+    unsafe impl Send for Record {}
+
+    model(|| {
+        let record = Arc::new(Record { done: Completion::new(), value: UnsafeCell::new(0) });
+        let completer = {
+            let record = record.clone();
+            loom::thread::spawn(move || {
+                record.value.with_mut(|v| unsafe { *v = 42 });
+                // SAFETY: completed once, while `record` is live.
+                unsafe { record.done.complete() };
+            })
+        };
+        record.done.wait();
+        assert_eq!(record.value.with(|v| unsafe { *v }), 42);
+        completer.join().unwrap();
+    });
+}

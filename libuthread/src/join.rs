@@ -1,0 +1,215 @@
+//! Fork-join with a task record on the caller's stack ([`join`](crate::join)): lazy thread
+//! creation as StackThreads and Cilk mean it — the forked closure costs a *record* (a few words
+//! in the joiner's own frame, pushed on its vCPU's unpublished list), not a thread; it becomes a
+//! thread only when someone else could run it.
+//!
+//! # The record's life
+//! - `join(a, b)` builds a [`Job`] for `b` in its frame and pushes it on its vCPU's unpublished
+//!   list (`Vcpu::fresh`, the list lazy `spawn`s use, the entry tagged as a record), in a
+//!   library critical section (LTN = 0, so no upcall edits the list meanwhile). Then it calls
+//!   `a`.
+//! - When `a` returns, the joiner takes the record back off the list (the head, usually: every
+//!   record pushed by `a` has been taken back or promoted) and calls `b` right there, as a plain
+//!   call: no ThMB, no stack, no identity switch, the result in a local. This is the whole cost
+//!   of a fork that nobody else wanted: two short critical sections and four stores.
+//! - If the record is not on the list any more, it was **promoted**: whenever the vCPU enters the
+//!   scheduler (the thread blocked, yielded or was preempted; an idle vCPU asked for work, see
+//!   `Vcpu::publish_fresh`), every record on the list becomes an ordinary thread (a ThMB from
+//!   the vCPU's pool, the record's closure moved into it, detached) on the ready queue, where it
+//!   runs — or is stolen — like any spawned thread, and writes its outcome back into the
+//!   record. The joiner then waits for it on the record's completion word
+//!   (`sched::completion`, the join word protocol), so a join never misses a promoted child
+//!   however the two race.
+//!
+//! So `b` behaves as a thread whenever that matters: if `a` blocks (on anything, including on
+//! what `b` will do), the vCPU's scheduler promotes `b` and it runs; idle vCPUs get it to run
+//! in parallel. What `b` does not get when it runs inline is an identity of its own: there it
+//! is part of the calling thread (the same [`current`](crate::current), the same thread-locals),
+//! and if it blocks, the caller — which was about to wait for it anyway — blocks with it.
+//! That is the difference from [`spawn`](crate::spawn) + `join`, whose child is always its own
+//! thread (and run inline *as itself*, which costs a ThMB and two LTN switches).
+//!
+//! Rust cannot move frames between stacks, so the record never moves: it stays in the joiner's
+//! frame, which `join` does not leave before `b` has run (inline) or its thread has
+//! completed the record (promoted) — also when `a` unwinds (hosted), through [`Listed`].
+
+use alloc::string::String;
+use core::cell::{Cell, UnsafeCell};
+use core::mem::{ManuallyDrop, MaybeUninit};
+
+use crate::prim::Ordering;
+use crate::sched::completion::Completion;
+use crate::task::Outcome;
+use crate::thmb::{Thmb, JOIN_DETACHED};
+
+/// The part of a record the scheduler sees: its link in the unpublished list, and how to turn it
+/// into a thread.
+#[repr(C)]
+pub(crate) struct JobHeader {
+    /// The next entry of the unpublished list (a tagged entry word, see `scheduler::JOB_TAG`).
+    pub(crate) next: Cell<usize>,
+    /// Makes the record a detached thread (a ThMB from the pool of vCPU `v` if given, with LTN =
+    /// 0 on it), whose body runs the record's closure and completes the record; returns its
+    /// ThMB, READY and in no list.
+    pub(crate) promote: unsafe fn(*const JobHeader, Option<usize>) -> *mut Thmb,
+}
+
+/// A forked closure `B` returning `R`, in its joiner's frame.
+#[repr(C)]
+struct Job<B, R> {
+    header: JobHeader,
+    /// Completed by the promoted thread once the outcome is written; the joiner waits on it.
+    done: Completion,
+    /// The closure, until run inline or moved into the promoted thread.
+    body: UnsafeCell<ManuallyDrop<B>>,
+    /// The promoted thread's outcome, written before `done` completes.
+    outcome: UnsafeCell<MaybeUninit<Outcome<R>>>,
+    /// Stack size the promoted thread gets.
+    stack_size: usize,
+    /// The name it gets: null, or the joiner's `Option<String>` to take it from (a pointer, so
+    /// that a `join` without a name — the compiler sees the `None` — has nothing to drop).
+    name: *mut Option<String>,
+}
+
+/// A record's address, moved into its promoted thread.
+struct JobPtr<B, R>(*const Job<B, R>);
+
+// SAFETY: the record is only touched by its promoted thread until it completes it, then only by its
+// joiner; `B` and `R` are `Send`.
+unsafe impl<B: Send, R: Send> Send for JobPtr<B, R> {}
+
+/// `JobHeader::promote` for a `Job<B, R>`.
+///
+/// # Safety
+/// `h` is the header of a live `Job<B, R>` just taken off an unpublished list (its closure
+/// still in it); if `v` is given, the caller runs on vCPU `v` with LTN = 0.
+unsafe fn promote<B, R>(h: *const JobHeader, v: Option<usize>) -> *mut Thmb
+where
+    B: FnOnce() -> R + Send + 'static,
+    R: Send + 'static,
+{
+    let job = JobPtr(h as *const Job<B, R>);
+    // SAFETY: a live record off the list: ours until its thread runs.
+    unsafe {
+        let name = (*job.0).name.as_mut().and_then(Option::take);
+        let stack_size = (*job.0).stack_size;
+        let t = Thmb::new_thread(v, move || run_promoted(job), name, stack_size, 1);
+        // Nobody joins the thread itself: the record is the join.
+        (*t).join.store(JOIN_DETACHED, Ordering::Relaxed);
+        t
+    }
+}
+
+/// The body of a promoted record's thread: runs the closure, stores its outcome in the record,
+/// completes it (waking its joiner if it waits). The record may be gone once it is completed.
+fn run_promoted<B, R>(job: JobPtr<B, R>)
+where
+    B: FnOnce() -> R + Send + 'static,
+    R: Send + 'static,
+{
+    let job = job.0;
+    // SAFETY: promoted: the closure is still in the record and only this thread touches the
+    // record until it completes it; the joiner does not leave `join` before that.
+    unsafe {
+        let body = ManuallyDrop::take(&mut *(*job).body.get());
+        let outcome = crate::unwind::catch(body);
+        (*(*job).outcome.get()).write(outcome);
+        (*job).done.complete();
+    }
+}
+
+/// Forks `b` as a record, calls `a`, then joins `b`: calls it inline if nobody took the record,
+/// else waits for its thread. See the module documentation.
+#[inline(always)]
+pub(crate) fn join_with<A, B, RA, RB>(name: Option<String>, stack_size: usize, a: A, b: B) -> (RA, RB)
+where
+    A: FnOnce() -> RA,
+    B: FnOnce() -> RB + Send + 'static,
+    RB: Send + 'static,
+{
+    let mut name = name;
+    let name_at: *mut Option<String> = if name.is_some() { &mut name } else { core::ptr::null_mut() };
+    let job = Job {
+        header: JobHeader { next: Cell::new(0), promote: promote::<B, RB> },
+        done: Completion::new(),
+        body: UnsafeCell::new(ManuallyDrop::new(b)),
+        outcome: UnsafeCell::new(MaybeUninit::uninit()),
+        stack_size,
+        name: name_at,
+    };
+    // SAFETY: the record stays here, unmoved, until it is taken back or completed (below, or
+    // in `Listed::drop` when `a` unwinds).
+    if !unsafe { crate::sched::push_job(&job.header) } {
+        // Outside a user thread (or inside a library critical section): plain calls.
+        let ra = a();
+        // SAFETY: never listed, so the closure is still here and ours.
+        let b = unsafe { ManuallyDrop::take(&mut *job.body.get()) };
+        return (ra, b());
+    }
+    let listed = Listed(&job);
+    let ra = a();
+    core::mem::forget(listed);
+    // SAFETY: listed above and not taken back since.
+    let rb = unsafe { finish(&job) };
+    (ra, rb)
+}
+
+/// Takes the listed record `job` back and runs its closure, or waits for its promoted thread.
+///
+/// # Safety
+/// `job` was pushed by `sched::push_job` and not taken back or waited for since.
+#[inline(always)]
+unsafe fn finish<B, R>(job: &Job<B, R>) -> R
+where
+    B: FnOnce() -> R + Send + 'static,
+    R: Send + 'static,
+{
+    // SAFETY: per the contract.
+    if unsafe { crate::sched::take_job(&job.header) } {
+        // Taken back: never promoted, so the closure is here and ours.
+        let b = unsafe { ManuallyDrop::take(&mut *job.body.get()) };
+        return b();
+    }
+    // SAFETY: not on the list: promoted (per the contract, nothing else takes it off).
+    match unsafe { wait_promoted(job) } {
+        Ok(value) => value,
+        Err(payload) => crate::unwind::resume(payload),
+    }
+}
+
+/// Waits for the promoted record `job` to complete, then takes its outcome.
+///
+/// # Safety
+/// `job` was promoted; only the caller waits for it, once.
+#[inline(never)]
+unsafe fn wait_promoted<B, R>(job: &Job<B, R>) -> Outcome<R> {
+    job.done.wait();
+    // SAFETY: complete: the outcome is written and only we read it.
+    unsafe { (*job.outcome.get()).assume_init_read() }
+}
+
+/// A listed record whose `a` is running: if `a` unwinds, takes the record back (dropping its
+/// closure) or waits for its promoted thread (dropping its outcome), so the frame never goes
+/// while the scheduler or a thread can still reach the record.
+struct Listed<'a, B, R>(&'a Job<B, R>)
+where
+    B: FnOnce() -> R + Send + 'static,
+    R: Send + 'static;
+
+impl<B, R> Drop for Listed<'_, B, R>
+where
+    B: FnOnce() -> R + Send + 'static,
+    R: Send + 'static,
+{
+    fn drop(&mut self) {
+        let job = self.0;
+        // SAFETY: listed by `join_with` and not taken back (the normal path forgets `self`).
+        unsafe {
+            if crate::sched::take_job(&job.header) {
+                ManuallyDrop::drop(&mut *job.body.get());
+            } else {
+                drop(wait_promoted(job));
+            }
+        }
+    }
+}
