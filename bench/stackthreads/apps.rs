@@ -1,8 +1,10 @@
 //! The StackThreads applications (seed 004, Taura & Yonezawa 2000): `fib`, `nqueens` and a CKY
 //! parser, each written once over a [`Strategy`] that says what a recursive call is:
 //! - [`Sequential`]: a plain call (the baseline; monomorphised, it is ordinary recursion);
-//! - [`ForkEverywhere`] (FK): every recursive call is a `libuthread::spawn`, joined by its
-//!   caller — no cutoff, as in the paper's "fork everywhere" runs;
+//! - [`ForkEverywhere`] (FK): every recursive call is a fork, joined by its caller — no cutoff,
+//!   as in the paper's "fork everywhere" runs, through `libuthread::Builder::join`, which
+//!   forks (`b`, a lazy task record) one call and makes the other itself; `nqueens` forks each
+//!   square's call and walks the row's other squares itself;
 //! - [`SuspendEverywhere`] (SW): FK, and every leaf (a call that makes no further call) also
 //!   waits once on a channel that another thread (a server) fulfils, so every leaf thread
 //!   really suspends and is resumed.
@@ -19,32 +21,12 @@ use libuthread::mpsc;
 
 /// What a recursive call is: run it now, or in a thread of its own.
 pub trait Strategy: Clone + Send + 'static {
-    /// Starts `f` (as a call or as a thread); [`Task::join`] gives its result.
-    fn spawn<T: Send + 'static>(&self, f: impl FnOnce() -> T + Send + 'static) -> Task<T>;
+    /// Makes the two recursive calls `a` and `b` (`b` as a call or a fork, `a` always a call)
+    /// and gives both results; a fork runs `a` first and `b` at the join (or elsewhere), a
+    /// call runs `b` first.
+    fn join<RA, RB: Send + 'static>(&self, a: impl FnOnce() -> RA, b: impl FnOnce() -> RB + Send + 'static) -> (RA, RB);
     /// Called once by every leaf call.
     fn leaf(&self);
-}
-
-/// A started recursive call.
-pub enum Task<T> {
-    /// It ran as a call: here is its result.
-    Done(T),
-    /// It runs in a thread.
-    Forked(libuthread::JoinHandle<T>),
-}
-
-impl<T: 'static> Task<T> {
-    /// Its result, waiting for the thread if there is one.
-    #[inline]
-    pub fn join(self) -> T {
-        match self {
-            Task::Done(value) => value,
-            Task::Forked(handle) => match handle.join() {
-                Ok(value) => value,
-                Err(_) => panic!("stackthreads: a forked call panicked"),
-            },
-        }
-    }
 }
 
 /// Every recursive call is a call.
@@ -53,8 +35,11 @@ pub struct Sequential;
 
 impl Strategy for Sequential {
     #[inline(always)]
-    fn spawn<T: Send + 'static>(&self, f: impl FnOnce() -> T + Send + 'static) -> Task<T> {
-        Task::Done(f())
+    fn join<RA, RB: Send + 'static>(&self, a: impl FnOnce() -> RA, b: impl FnOnce() -> RB + Send + 'static) -> (RA, RB) {
+        // `b` first: the forked call comes first in the programs' text, and this is their
+        // plain recursion.
+        let rb = b();
+        (a(), rb)
     }
     #[inline(always)]
     fn leaf(&self) {}
@@ -64,26 +49,27 @@ impl Strategy for Sequential {
 /// thousands of threads alive at once (libuthread's smallest stack).
 pub const FORK_STACK: usize = 16 * 1024;
 
-/// A recursive call as a thread: `libuthread::spawn` with a [`FORK_STACK`] stack.
+/// Two recursive calls, `b` forked: `libuthread::Builder::join` (lazy task creation: `b` is a
+/// record until someone else could run it, then a thread with a [`FORK_STACK`] stack).
 #[inline]
-fn forked<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> libuthread::JoinHandle<T> {
-    libuthread::Builder::new().stack_size(FORK_STACK).spawn(f)
+fn fork_join<RA, RB: Send + 'static>(a: impl FnOnce() -> RA, b: impl FnOnce() -> RB + Send + 'static) -> (RA, RB) {
+    libuthread::Builder::new().stack_size(FORK_STACK).join(a, b)
 }
 
-/// Every recursive call is a thread (FK).
+/// Every recursive call is a fork (FK): `b` of every `join` is a lazy task record.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct ForkEverywhere;
 
 impl Strategy for ForkEverywhere {
     #[inline]
-    fn spawn<T: Send + 'static>(&self, f: impl FnOnce() -> T + Send + 'static) -> Task<T> {
-        Task::Forked(forked(f))
+    fn join<RA, RB: Send + 'static>(&self, a: impl FnOnce() -> RA, b: impl FnOnce() -> RB + Send + 'static) -> (RA, RB) {
+        fork_join(a, b)
     }
     #[inline]
     fn leaf(&self) {}
 }
 
-/// Every recursive call is a thread and every leaf suspends once (SW): it sends a reply
+/// Every recursive call is a fork and every leaf suspends once (SW): it sends a reply
 /// channel to the server thread and blocks until the server answers on it.
 #[derive(Clone)]
 pub struct SuspendEverywhere {
@@ -111,8 +97,8 @@ impl SuspendEverywhere {
 
 impl Strategy for SuspendEverywhere {
     #[inline]
-    fn spawn<T: Send + 'static>(&self, f: impl FnOnce() -> T + Send + 'static) -> Task<T> {
-        Task::Forked(forked(f))
+    fn join<RA, RB: Send + 'static>(&self, a: impl FnOnce() -> RA, b: impl FnOnce() -> RB + Send + 'static) -> (RA, RB) {
+        fork_join(a, b)
     }
     fn leaf(&self) {
         let (reply, answer) = mpsc::channel();
@@ -126,17 +112,17 @@ impl Strategy for SuspendEverywhere {
 // fib
 // ---------------------------------------------------------------------------------------------
 
-/// `fib(n)` by the doubly recursive definition; the first call of each pair goes through
-/// `strategy.spawn`, the second is made by the caller (as a Cilk or StackThreads fib does).
+/// `fib(n)` by the doubly recursive definition; `fib(n - 1)` of each pair is forked
+/// (`strategy.join`'s `b`), `fib(n - 2)` is made by the caller (as a Cilk or StackThreads fib
+/// does).
 pub fn fib<S: Strategy>(strategy: &S, n: u32) -> u64 {
     if n < 2 {
         strategy.leaf();
         return u64::from(n);
     }
     let child = strategy.clone();
-    let first = strategy.spawn(move || fib(&child, n - 1));
-    let second = fib(strategy, n - 2);
-    first.join() + second
+    let (second, first) = strategy.join(|| fib(strategy, n - 2), move || fib(&child, n - 1));
+    first + second
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -161,23 +147,27 @@ fn place<S: Strategy>(strategy: &S, n: u32, row: u32, columns: u32, left: u32, r
         return 1;
     }
     let board = (1u32 << n) - 1;
-    let mut free = board & !(columns | left | right);
+    let free = board & !(columns | left | right);
     if free == 0 {
         strategy.leaf();
         return 0;
     }
-    let mut children: [Option<Task<u64>>; MAX_QUEENS as usize] = core::array::from_fn(|_| None);
-    let mut count = 0;
-    while free != 0 {
-        let bit = free & free.wrapping_neg();
-        free &= free - 1;
-        let child = strategy.clone();
-        children[count] = Some(strategy.spawn(move || {
-            place(&child, n, row + 1, columns | bit, ((left | bit) << 1) & board, (right | bit) >> 1)
-        }));
-        count += 1;
-    }
-    children.into_iter().flatten().map(Task::join).sum()
+    squares(strategy, n, row, columns, left, right, free)
+}
+
+/// The recursive calls of [`place`] for the safe squares `free` (not empty) of row `row`, lowest
+/// first: the first square's call is forked (`strategy.join`'s `b`), the others are made by
+/// this function, so under FK every call of `place` but the root is a fork.
+fn squares<S: Strategy>(strategy: &S, n: u32, row: u32, columns: u32, left: u32, right: u32, free: u32) -> u64 {
+    let board = (1u32 << n) - 1;
+    let bit = free & free.wrapping_neg();
+    let others = free & (free - 1);
+    let child = strategy.clone();
+    let (rest, first) = strategy.join(
+        || if others == 0 { 0 } else { squares(strategy, n, row, columns, left, right, others) },
+        move || place(&child, n, row + 1, columns | bit, ((left | bit) << 1) & board, (right | bit) >> 1),
+    );
+    first + rest
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -267,9 +257,10 @@ fn cells<S2: Strategy>(strategy: &S2, chart: &Arc<Chart>, length: usize, first: 
     }
     let middle = first + (last - first) / 2;
     let (child, child_chart) = (strategy.clone(), chart.clone());
-    let left = strategy.spawn(move || cells(&child, &child_chart, length, first, middle));
-    cells(strategy, chart, length, middle, last);
-    left.join();
+    strategy.join(
+        || cells(strategy, chart, length, middle, last),
+        move || cells(&child, &child_chart, length, first, middle),
+    );
 }
 
 /// Computes one cell from the shorter spans.

@@ -1,6 +1,6 @@
 //! The StackThreads applications (seed 004) on libuthread, for `cargo xtask bench` (filter
 //! `stackthreads`): `fib`, `nqueens` and a CKY parser (`bench/stackthreads/apps.rs`), each run
-//! sequentially, forking everywhere (FK: every recursive call a `libuthread::spawn`, no cutoff)
+//! sequentially, forking everywhere (FK: every recursive call a fork, `libuthread::Builder::join`, no cutoff)
 //! and suspending everywhere (SW: FK, and every leaf waits once on a channel a server thread
 //! answers). One line per application:
 //!

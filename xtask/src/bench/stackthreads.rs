@@ -10,7 +10,7 @@ use super::catalog::{Arches, Bench, Runner, TableInfo, BOOT_TIMEOUT};
 pub const STACKTHREADS: TableInfo = TableInfo {
     table: "stackthreads",
     note: "StackThreads (Taura & Yonezawa 2000, BH/RNA/CKY over sequential C++): FK <= 15 %, \
-           SW <= 30 %; our goals FK <= 5 %, SW <= 15 %. FK: libuthread::spawn at every \
+           SW <= 30 %; our goals FK <= 5 %, SW <= 15 %. FK: a fork (libuthread::Builder::join, lazy task record) at every \
            recursive call, no cutoff; SW: FK and every leaf waits once on a channel a server \
            thread answers; sequential/fk/sw are cycles of a whole run",
     x_label: "application",
