@@ -74,8 +74,8 @@ struct Job<B, R> {
 /// A record's address, moved into its promoted thread.
 struct JobPtr<B, R>(*const Job<B, R>);
 
-// SAFETY: the record is only touched by its promoted thread until it completes it, then only by its
-// joiner; `B` and `R` are `Send`.
+// SAFETY: the record is only touched by its promoted thread until that completes it, then
+// only by its joiner; `B` and `R` are `Send`.
 unsafe impl<B: Send, R: Send> Send for JobPtr<B, R> {}
 
 /// `JobHeader::promote` for a `Job<B, R>`.

@@ -2,7 +2,8 @@
 //! - MULiTh Table 2: create+exit (spawn + join of an empty thread), a yield round trip, an
 //!   uncontended mutex lock+unlock, a mutex hand-off between two threads, a channel round trip,
 //!   spawn + join of a child that never blocks (`spawn_join_inline`) and, beside it, a plain call
-//!   of the same closure (`call_baseline`);
+//!   of the same closure (`call_baseline`), and `libuthread::join` of that child beside an empty
+//!   call (`join_inline`: the child a lazy task record taken back at the join);
 //!   `BENCH table=multith row=<op> instructions=<n> [paper_instructions=<n>]`;
 //! - the FCS sweep: a yield round trip with both threads at call depth d = 1..10;
 //!   `BENCH table=fcs_sweep row=<d> instructions_per_switch=<n>` (a round trip is two switches);
@@ -78,6 +79,17 @@ mod program {
         let c0 = cycles();
         for i in 0..N {
             black_box(libuthread::spawn(move || child_work(i)).join().ok());
+        }
+        (cycles() - c0, N)
+    }
+
+    /// `libuthread::join` of the same child beside a call that does nothing (the child forked
+    /// as a lazy task record and taken back at the join: what a fork costs when nobody else
+    /// wants the child).
+    fn join_inline() -> (u64, u64) {
+        let c0 = cycles();
+        for i in 0..N {
+            black_box(libuthread::join(|| black_box(0u64), move || child_work(i)));
         }
         (cycles() - c0, N)
     }
@@ -209,7 +221,7 @@ mod program {
 
     pub fn main() -> i32 {
         let ok = libuthread::run(1, || {
-            let rows: [(&str, fn() -> (u64, u64), Option<u64>); 7] = [
+            let rows: [(&str, fn() -> (u64, u64), Option<u64>); 8] = [
                 ("create_exit", create_exit, Some(74 + 42)),
                 ("yield", yield_round_trip, None),
                 ("mutex_uncontended", mutex_uncontended, None),
@@ -217,6 +229,7 @@ mod program {
                 ("channel_round_trip", channel_round_trip, None),
                 ("spawn_join_inline", spawn_join_inline, None),
                 ("call_baseline", call_baseline, None),
+                ("join_inline", join_inline, None),
             ];
             let mut ok = true;
             for (name, f, paper) in rows {
