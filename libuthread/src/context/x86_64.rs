@@ -215,7 +215,9 @@ macro_rules! switch_window_body {
             "    lea r9, [rip + {fp_live}]\n",
             "    cmp qword ptr [r9 + rdx * 8], 0\n",
             "    jne 5f\n",
-            "    mov word ptr [rdi + {w_fp_saved}], 0\n",
+            // fp_saved = 0, and fpucw with it (read only when fp_saved is 1): one dword store,
+            // no 16-bit immediate (a length-changing prefix the decoders stall on).
+            "    mov dword ptr [rdi + {w_fpucw}], 0\n",
             "    mov qword ptr [rdi + {mask_off}], {mask_window}\n", // published (x86 stores are ordered)
             $ltn,
             "    cmp word ptr [rsi + {w_fp_saved}], 0\n", // `to` has an FP part (FP not live here:
