@@ -9,13 +9,20 @@
 //! |---|---|---|
 //! | `libuthread_switch_out` | `(from: *mut Thmb, stack_top: usize, entry: Entry, a0: usize, a1: usize)` | save window, mask = WINDOW, `entry(a0, a1)` on `stack_top`; returns when `from` is resumed |
 //! | `libuthread_call_on_stack` | `(stack_top: usize, entry: Entry, a0: usize, a1: usize) -> !` | `entry(a0, a1)` on `stack_top`, nothing saved |
-//! | `libuthread_switch_window` | `(from: *mut Thmb, to: *mut Thmb, vcpu: usize, write_ltn: u64)` | save window into `from` (FP part per `FP_LIVE[vcpu]`), mask = WINDOW (release), then as `libuthread_resume_window(to, to, write_ltn)`; returns when `from` is resumed |
-//! | `libuthread_resume_window` | `(to: *mut Thmb, ltn: *mut Thmb, write_ltn: u64) -> !` | [LTN = `ltn`], restore window, jump |
+//! | `libuthread_switch_window` | `(from: *mut Thmb, to: *mut Thmb, vcpu: usize)` | save window into `from` (FP part per `FP_LIVE[vcpu]`), mask = WINDOW (release), then as `libuthread_resume_window(to, to)`; returns when `from` is resumed |
+//! | `libuthread_switch_window_keep_ltn` | as `libuthread_switch_window` | the same without writing LTN (the caller set it) |
+//! | `libuthread_resume_window` | `(to: *mut Thmb, ltn: *mut Thmb) -> !` | LTN = `ltn`, restore window, jump |
+//! | `libuthread_resume_window_keep_ltn` | `(to: *mut Thmb) -> !` | restore window, jump (LTN as the caller set it) |
 //! | `libuthread_switch_out_full` | as `libuthread_switch_out` | the full-save baseline: `x0`..`x30`, `sp`, NZCV and q0..q31, FPCR, FPSR into the FP area, mask = FULL\|FP |
 //! | `libuthread_resume_full` | `(to: *mut Thmb, write_ltn: u64, fp_format: u64) -> !` | [FP from the FP area], [LTN = `to`], restore `to.resume` entirely, jump through `x18` |
 //! | `libuthread_thread_start` | (jumped to by a window resume) | first instruction of every user thread |
 //!
 //! `Entry` is `unsafe extern "C" fn(usize, usize) -> !`.
+//!
+//! The window-resume sequences lie between `libuthread_resume_window_start` and
+//! `libuthread_resume_window_end` (`context::interrupted_resume`): the direct switch's own
+//! resume of `to` is inside, after its save (which runs with LTN = 0, where the kernel never
+//! upcalls, so a stop there is resumed in place and the range may include it).
 //!
 //! # The window and FP
 //! AAPCS64 makes a callee preserve `x19`..`x29`, `sp`, and the low 64 bits of `v8`..`v15`
@@ -152,6 +159,73 @@ macro_rules! save_window {
     };
 }
 
+/// The direct switch `libuthread_switch_window` (`from` = x0, `to` = x1, vCPU = x2), with
+/// `$ltn` the instruction that sets LTN = `to` (or nothing): the window save of
+/// [`save_window`] with its FP test shared by the resume of `to`. Fast path (FP not live on
+/// the vCPU, `to` without an FP part): no FP instruction, one FP_LIVE load, one `fp_saved`
+/// test. Clobbers x9, x10, x11; local labels 5–7.
+macro_rules! switch_window_body {
+    ($ltn:literal) => {
+        concat!(
+            "    add x9, x0, #{w}\n",
+            "    stp x19, x20, [x9, #{wx19}]\n",
+            "    stp x21, x22, [x9, #{wx21}]\n",
+            "    stp x23, x24, [x9, #{wx23}]\n",
+            "    stp x25, x26, [x9, #{wx25}]\n",
+            "    stp x27, x28, [x9, #{wx27}]\n",
+            "    stp x29, x30, [x9, #{w_fp}]\n",
+            "    mov x10, sp\n",
+            "    str x10, [x9, #{w_sp}]\n",
+            "    adrp x11, {fp_live}\n",
+            "    add x11, x11, :lo12:{fp_live}\n",
+            "    ldr x10, [x11, x2, lsl #3]\n",
+            "    cbnz x10, 5f\n",
+            "    str xzr, [x9, #{w_fp_saved}]\n",
+            "    mov x10, #{mask_window}\n",                // published: release store (mask is
+            "    stlr x10, [x0]\n",                         //   at offset 0, checked below)
+            $ltn,
+            "    add x9, x1, #{w}\n",
+            "    ldr x10, [x9, #{w_fp_saved}]\n",           // `to` has an FP part (FP not live
+            "    cbnz x10, 6f\n",                           //   here: its restore makes it live)
+            "7:\n",
+            "    ldp x19, x20, [x9, #{wx19}]\n",
+            "    ldp x21, x22, [x9, #{wx21}]\n",
+            "    ldp x23, x24, [x9, #{wx23}]\n",
+            "    ldp x25, x26, [x9, #{wx25}]\n",
+            "    ldp x27, x28, [x9, #{wx27}]\n",
+            "    ldp x29, x30, [x9, #{w_fp}]\n",
+            "    ldr x10, [x9, #{w_sp}]\n",
+            "    mov sp, x10\n",                            // `to`'s stack, exactly as it left it
+            "    ret\n",                                    // = the return of its switch
+            "5:\n",                                      // FP live on this vCPU: the FP part too
+            "    stp d8, d9, [x9, #{wd8}]\n",
+            "    stp d10, d11, [x9, #{wd10}]\n",
+            "    stp d12, d13, [x9, #{wd12}]\n",
+            "    stp d14, d15, [x9, #{wd14}]\n",
+            "    mrs x10, fpcr\n",
+            "    str x10, [x9, #{w_fpcr}]\n",
+            "    mov x10, #1\n",
+            "    str x10, [x9, #{w_fp_saved}]\n",
+            "    mov x10, #{mask_window}\n",
+            "    stlr x10, [x0]\n",
+            $ltn,
+            "    add x9, x1, #{w}\n",
+            "    ldr x10, [x9, #{w_fp_saved}]\n",
+            "    cbnz x10, 6f\n",
+            "    msr fpcr, xzr\n",                          // `to` never used FP: the default FPCR
+            "    b 7b\n",
+            "6:\n",                                      // `to`'s own FP registers and FPCR
+            "    ldp d8, d9, [x9, #{wd8}]\n",
+            "    ldp d10, d11, [x9, #{wd10}]\n",
+            "    ldp d12, d13, [x9, #{wd12}]\n",
+            "    ldp d14, d15, [x9, #{wd14}]\n",
+            "    ldr x10, [x9, #{w_fpcr}]\n",
+            "    msr fpcr, x10\n",
+            "    b 7b\n",
+        )
+    };
+}
+
 core::arch::global_asm!(
     ".pushsection .text.libuthread_context, \"ax\", %progbits",
     // ---------------------------------------------------------------------------------------
@@ -174,26 +248,6 @@ core::arch::global_asm!(
     "    blr x2",
     "    brk #1",                                 // entry never returns
     ".size libuthread_switch_out, . - libuthread_switch_out",
-    // ---------------------------------------------------------------------------------------
-    // libuthread_switch_window(from = x0, to = x1, vcpu = x2, write_ltn = x3)
-    // A direct thread-to-thread switch without the scheduler-stack hop: save the caller's
-    // window into `from` as `libuthread_switch_out` does (the FP part if FP is live on
-    // `vcpu`, passed in because `from.vcpu` may already be rewritten by a waker), publish it
-    // with a release store of mask = WINDOW (a vCPU that took `from` off a queue waits for it),
-    // then resume `to` through `libuthread_resume_window` (tail branch; `to` is its own LTN).
-    // Returns when `from` is resumed. From the mask store on, nothing touches `from`'s stack.
-    ".globl libuthread_switch_window",
-    ".hidden libuthread_switch_window",
-    ".type libuthread_switch_window, %function",
-    ".p2align 4",
-    "libuthread_switch_window:",
-    save_window!("x2"),
-    "    mov x10, #{mask_window}",                // published: release store (mask is at
-    "    stlr x10, [x0]",                         //   offset 0, checked below)
-    "    mov x0, x1",                             // resume_window(to, ltn = to, write_ltn)
-    "    mov x2, x3",
-    "    b libuthread_resume_window",
-    ".size libuthread_switch_window, . - libuthread_switch_window",
     // ---------------------------------------------------------------------------------------
     // libuthread_switch_out_full(from = x0, stack_top = x1, entry = x2, a0 = x3, a1 = x4)
     // The full-save baseline (`SaveMode::Full`): what a library without register windows does
@@ -275,17 +329,47 @@ core::arch::global_asm!(
     "    brk #1",
     ".size libuthread_call_on_stack, . - libuthread_call_on_stack",
     // ---------------------------------------------------------------------------------------
-    // libuthread_resume_window(to = x0, ltn = x1, write_ltn = x2) -> !
+    // The window-resume range: everything from here to `libuthread_resume_window_end`.
+    ".globl libuthread_resume_window_start",
+    ".hidden libuthread_resume_window_start",
+    ".p2align 4",
+    "libuthread_resume_window_start:",
+    // libuthread_switch_window(from = x0, to = x1, vcpu = x2)
+    // A direct thread-to-thread switch without the scheduler-stack hop: save the caller's
+    // window into `from` (the FP part if FP is live on `vcpu`, passed in because `from.vcpu`
+    // may already be rewritten by a waker), publish it with a release store of mask = WINDOW
+    // (a vCPU that took `from` off a queue waits for it), LTN = `to`, and resume `to` from its
+    // window. Returns when `from` is resumed. From the mask store on, nothing touches `from`'s
+    // stack. The FP decision is taken once: the FP_LIVE word read for the save also decides
+    // the resume.
+    ".globl libuthread_switch_window",
+    ".hidden libuthread_switch_window",
+    ".type libuthread_switch_window, %function",
+    "libuthread_switch_window:",
+    switch_window_body!("    msr tpidr_el0, x1\n"),  // LTN = to
+    ".size libuthread_switch_window, . - libuthread_switch_window",
+    // libuthread_switch_window_keep_ltn(from = x0, to = x1, vcpu = x2): the same, LTN left as
+    // the caller set it.
+    ".globl libuthread_switch_window_keep_ltn",
+    ".hidden libuthread_switch_window_keep_ltn",
+    ".type libuthread_switch_window_keep_ltn, %function",
+    ".p2align 4",
+    "libuthread_switch_window_keep_ltn:",
+    switch_window_body!(""),
+    ".size libuthread_switch_window_keep_ltn, . - libuthread_switch_window_keep_ltn",
+    // libuthread_resume_window(to = x0, ltn = x1) -> !
     // Restartable: from the `msr tpidr_el0` on, a kernel stop saves into `to` (not harmful:
     // only the window is read here and the kernel never writes it); no stack is touched.
+    // libuthread_resume_window_keep_ltn(to = x0) -> ! starts after the LTN write.
     ".globl libuthread_resume_window",
     ".hidden libuthread_resume_window",
     ".type libuthread_resume_window, %function",
     ".p2align 4",
     "libuthread_resume_window:",
-    "    cbz x2, 2f",
     "    msr tpidr_el0, x1",                      // LTN = the thread (or 0 for a root context)
-    "2:",
+    ".globl libuthread_resume_window_keep_ltn",
+    ".hidden libuthread_resume_window_keep_ltn",
+    "libuthread_resume_window_keep_ltn:",
     "    add x9, x0, #{w}",
     "    ldr x10, [x9, #{w_fp_saved}]",
     "    cbz x10, 3f",
@@ -313,10 +397,10 @@ core::arch::global_asm!(
     "    ldr x10, [x9, #{w_sp}]",
     "    mov sp, x10",                            // the thread's stack, exactly as it left it
     "    ret",                                    // = the return of its switch_out
+    ".size libuthread_resume_window, . - libuthread_resume_window",
     ".globl libuthread_resume_window_end",
     ".hidden libuthread_resume_window_end",
     "libuthread_resume_window_end:",
-    ".size libuthread_resume_window, . - libuthread_resume_window",
     // ---------------------------------------------------------------------------------------
     // libuthread_resume_full(to = x0, write_ltn = x1, fp_format = x2) -> !
     // Restores every general-purpose register, sp, NZCV and pc from `to.resume` without

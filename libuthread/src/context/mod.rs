@@ -184,13 +184,15 @@ pub(crate) unsafe fn switch_out_window(from: *mut Thmb, stack_top: usize, entry:
 /// `WINDOW`.
 #[inline(always)]
 pub(crate) unsafe fn switch_window(from: *mut Thmb, to: *mut Thmb, vcpu: usize) {
-    let in_resume = ltn_in_resume();
-    if !in_resume {
+    if ltn_in_resume() {
+        // SAFETY: forwarded contract.
+        unsafe { raw::libuthread_switch_window(from, to, vcpu) }
+    } else {
         // Hosted without FSGSBASE: no upcalls there, so LTN may name `to` before the save.
         crate::platform::set_ltn(to);
+        // SAFETY: forwarded contract.
+        unsafe { raw::libuthread_switch_window_keep_ltn(from, to, vcpu) }
     }
-    // SAFETY: forwarded contract.
-    unsafe { raw::libuthread_switch_window(from, to, vcpu, in_resume as u64) }
 }
 
 /// Where a full frame resumes.
@@ -219,12 +221,14 @@ pub(crate) unsafe fn call_on_stack(stack_top: usize, entry: Entry, a0: usize, a1
 /// `to` holds a window saved by [`switch_out`] (or built by [`init_window`]) whose stack is
 /// intact and owned by the caller now; the caller is in a critical section.
 pub(crate) unsafe fn resume_window(to: *mut Thmb, ltn: *mut Thmb) -> ! {
-    let in_resume = ltn_in_resume();
-    if !in_resume {
+    if ltn_in_resume() {
+        // SAFETY: forwarded contract.
+        unsafe { raw::libuthread_resume_window(to, ltn) }
+    } else {
         crate::platform::set_ltn(ltn);
+        // SAFETY: forwarded contract.
+        unsafe { raw::libuthread_resume_window_keep_ltn(to) }
     }
-    // SAFETY: forwarded contract.
-    unsafe { raw::libuthread_resume_window(to, ltn, in_resume as u64) }
 }
 
 /// Resumes `to` from the library's copy of its full frame (`Thmb::resume`), with LTN = `to`;
@@ -249,7 +253,7 @@ pub(crate) unsafe fn resume_full(to: *mut Thmb, fp: bool) -> ! {
 fn resume_ranges() -> (core::ops::Range<usize>, core::ops::Range<usize>) {
     use raw::*;
     (
-        libuthread_resume_window as *const () as usize..libuthread_resume_window_end as *const () as usize,
+        libuthread_resume_window_start as *const () as usize..libuthread_resume_window_end as *const () as usize,
         libuthread_resume_full as *const () as usize..libuthread_resume_full_end as *const () as usize,
     )
 }
@@ -290,12 +294,18 @@ pub(crate) mod raw {
         /// See the module table.
         pub(crate) fn libuthread_switch_out(from: *mut Thmb, stack_top: usize, entry: Entry, a0: usize, a1: usize);
         /// See the module table.
-        pub(crate) fn libuthread_switch_window(from: *mut Thmb, to: *mut Thmb, vcpu: usize, write_ltn: u64);
+        pub(crate) fn libuthread_switch_window(from: *mut Thmb, to: *mut Thmb, vcpu: usize);
+        /// See the module table.
+        pub(crate) fn libuthread_switch_window_keep_ltn(from: *mut Thmb, to: *mut Thmb, vcpu: usize);
         /// See the module table.
         pub(crate) fn libuthread_call_on_stack(stack_top: usize, entry: Entry, a0: usize, a1: usize) -> !;
         /// See the module table.
-        pub(crate) fn libuthread_resume_window(to: *mut Thmb, ltn: *mut Thmb, write_ltn: u64) -> !;
-        /// End of the window resume sequence (a label, not a function).
+        pub(crate) fn libuthread_resume_window(to: *mut Thmb, ltn: *mut Thmb) -> !;
+        /// See the module table.
+        pub(crate) fn libuthread_resume_window_keep_ltn(to: *mut Thmb) -> !;
+        /// Start of the window resume sequences, the direct switch's included (a label).
+        pub(crate) fn libuthread_resume_window_start();
+        /// End of the window resume sequences (a label, not a function).
         pub(crate) fn libuthread_resume_window_end();
         /// See the module table.
         pub(crate) fn libuthread_resume_full(to: *mut Thmb, write_ltn: u64, fp_format: u64) -> !;

@@ -9,13 +9,20 @@
 //! |---|---|---|
 //! | `libuthread_switch_out` | `(from: *mut Thmb, stack_top: usize, entry: Entry, a0: usize, a1: usize)` | save window (and `fs0`–`fs11`, `fcsr` if FP is live on the vCPU), mask = WINDOW, `entry(a0, a1)` on `stack_top`; returns when `from` is resumed |
 //! | `libuthread_call_on_stack` | `(stack_top: usize, entry: Entry, a0: usize, a1: usize) -> !` | `entry(a0, a1)` on `stack_top`, nothing saved |
-//! | `libuthread_switch_window` | `(from: *mut Thmb, to: *mut Thmb, vcpu: usize, write_ltn: u64)` | save window into `from` (FP part per `FP_LIVE[vcpu]`), fence, mask = WINDOW, then as `libuthread_resume_window(to, to, write_ltn)`; returns when `from` is resumed |
-//! | `libuthread_resume_window` | `(to: *mut Thmb, ltn: *mut Thmb, write_ltn: u64) -> !` | [FP part of the window], [LTN = `ltn`], restore window, jump |
+//! | `libuthread_switch_window` | `(from: *mut Thmb, to: *mut Thmb, vcpu: usize)` | save window into `from` (FP part per `FP_LIVE[vcpu]`), fence, mask = WINDOW, then as `libuthread_resume_window(to, to)`; returns when `from` is resumed |
+//! | `libuthread_switch_window_keep_ltn` | as `libuthread_switch_window` | the same without writing LTN (the caller set it) |
+//! | `libuthread_resume_window` | `(to: *mut Thmb, ltn: *mut Thmb) -> !` | [FP part of the window], LTN = `ltn`, restore window, jump |
+//! | `libuthread_resume_window_keep_ltn` | `(to: *mut Thmb) -> !` | as `libuthread_resume_window` with LTN kept as it is |
 //! | `libuthread_switch_out_full` | as `libuthread_switch_out` | the full-save baseline: `x1`..`x31`, and `f0`..`f31` + `fcsr` into the FP area, mask = FULL\|FP |
 //! | `libuthread_resume_full` | `(to: *mut Thmb, write_ltn: u64, fp_format: u64) -> !` | [FP from the FP area], [LTN = `to`], restore `to.resume` but `gp`, jump through `gp` |
 //! | `libuthread_thread_start` | (jumped to by a window resume) | first instruction of every user thread |
 //!
 //! `Entry` is `unsafe extern "C" fn(usize, usize) -> !`.
+//!
+//! The window-resume sequences lie between `libuthread_resume_window_start` and
+//! `libuthread_resume_window_end` (`context::interrupted_resume`): the direct switch's own
+//! resume of `to` is inside, after its save (which runs with LTN = 0, where the kernel never
+//! upcalls, so a stop there is resumed in place and the range may include it).
 //!
 //! # Registers the psABI and Tsumugi give the library
 //! - `tp` is the LTN register: the running thread's ThMB (0 in the library's critical section).
@@ -166,6 +173,101 @@ macro_rules! save_window {
     };
 }
 
+/// The direct switch `libuthread_switch_window` (`from` = a0, `to` = a1, vCPU = a2), with
+/// `$ltn` the instruction that sets LTN = `to` (or nothing): the window save of
+/// [`save_window`] with its FP test shared by the resume of `to`, whose FP part (if any) is
+/// restored before LTN is written, as `libuthread_resume_window` does. Fast path (FP not live
+/// on the vCPU, `to` without an FP part): no FP instruction, one FP_LIVE load, one `fp_saved`
+/// test. Clobbers t0, t1, t2; local labels 5–7.
+macro_rules! switch_window_body {
+    ($ltn:literal) => {
+        concat!(
+            "    sd ra, {w_ra}(a0)\n",
+            "    sd sp, {w_sp}(a0)\n",
+            "    sd s0, {w_s}+0*8(a0)\n",
+            "    sd s1, {w_s}+1*8(a0)\n",
+            "    sd s2, {w_s}+2*8(a0)\n",
+            "    sd s3, {w_s}+3*8(a0)\n",
+            "    sd s4, {w_s}+4*8(a0)\n",
+            "    sd s5, {w_s}+5*8(a0)\n",
+            "    sd s6, {w_s}+6*8(a0)\n",
+            "    sd s7, {w_s}+7*8(a0)\n",
+            "    sd s8, {w_s}+8*8(a0)\n",
+            "    sd s9, {w_s}+9*8(a0)\n",
+            "    sd s10, {w_s}+10*8(a0)\n",
+            "    sd s11, {w_s}+11*8(a0)\n",
+            "    slli t0, a2, 3\n",
+            "    lla t1, {fp_live}\n",
+            "    add t1, t1, t0\n",
+            "    ld t1, 0(t1)\n",
+            "    bnez t1, 5f\n",
+            "    sd zero, {w_fp_saved}(a0)\n",
+            "    fence rw, w\n",                            // the window before the mask (release)
+            "    li t0, {mask_window}\n",
+            "    sd t0, {mask_off}(a0)\n",
+            "    ld t0, {w_fp_saved}(a1)\n",                // `to` has an FP part (FP not live
+            "    bnez t0, 6f\n",                            //   here: its restore makes it live)
+            "7:\n",
+            $ltn,
+            "    ld s0, {w_s}+0*8(a1)\n",
+            "    ld s1, {w_s}+1*8(a1)\n",
+            "    ld s2, {w_s}+2*8(a1)\n",
+            "    ld s3, {w_s}+3*8(a1)\n",
+            "    ld s4, {w_s}+4*8(a1)\n",
+            "    ld s5, {w_s}+5*8(a1)\n",
+            "    ld s6, {w_s}+6*8(a1)\n",
+            "    ld s7, {w_s}+7*8(a1)\n",
+            "    ld s8, {w_s}+8*8(a1)\n",
+            "    ld s9, {w_s}+9*8(a1)\n",
+            "    ld s10, {w_s}+10*8(a1)\n",
+            "    ld s11, {w_s}+11*8(a1)\n",
+            "    ld ra, {w_ra}(a1)\n",
+            "    ld sp, {w_sp}(a1)\n",                      // `to`'s stack, exactly as it left it
+            "    jr ra\n",                                  // = the return of its switch
+            "5:\n",                                      // FP live on this vCPU: the FP part too
+            "    fsd fs0, {w_fs}+0*8(a0)\n",
+            "    fsd fs1, {w_fs}+1*8(a0)\n",
+            "    fsd fs2, {w_fs}+2*8(a0)\n",
+            "    fsd fs3, {w_fs}+3*8(a0)\n",
+            "    fsd fs4, {w_fs}+4*8(a0)\n",
+            "    fsd fs5, {w_fs}+5*8(a0)\n",
+            "    fsd fs6, {w_fs}+6*8(a0)\n",
+            "    fsd fs7, {w_fs}+7*8(a0)\n",
+            "    fsd fs8, {w_fs}+8*8(a0)\n",
+            "    fsd fs9, {w_fs}+9*8(a0)\n",
+            "    fsd fs10, {w_fs}+10*8(a0)\n",
+            "    fsd fs11, {w_fs}+11*8(a0)\n",
+            "    frcsr t2\n",
+            "    sd t2, {w_fcsr}(a0)\n",
+            "    li t1, 1\n",
+            "    sd t1, {w_fp_saved}(a0)\n",
+            "    fence rw, w\n",
+            "    li t0, {mask_window}\n",
+            "    sd t0, {mask_off}(a0)\n",
+            "    ld t0, {w_fp_saved}(a1)\n",
+            "    bnez t0, 6f\n",
+            "    fscsr zero\n",                             // `to` never used FP: the initial fcsr
+            "    j 7b\n",
+            "6:\n",                                      // `to`'s own FP registers and fcsr
+            "    fld fs0, {w_fs}+0*8(a1)\n",
+            "    fld fs1, {w_fs}+1*8(a1)\n",
+            "    fld fs2, {w_fs}+2*8(a1)\n",
+            "    fld fs3, {w_fs}+3*8(a1)\n",
+            "    fld fs4, {w_fs}+4*8(a1)\n",
+            "    fld fs5, {w_fs}+5*8(a1)\n",
+            "    fld fs6, {w_fs}+6*8(a1)\n",
+            "    fld fs7, {w_fs}+7*8(a1)\n",
+            "    fld fs8, {w_fs}+8*8(a1)\n",
+            "    fld fs9, {w_fs}+9*8(a1)\n",
+            "    fld fs10, {w_fs}+10*8(a1)\n",
+            "    fld fs11, {w_fs}+11*8(a1)\n",
+            "    ld t1, {w_fcsr}(a1)\n",
+            "    fscsr t1\n",
+            "    j 7b\n",
+        )
+    };
+}
+
 core::arch::global_asm!(
     ".pushsection .text.libuthread_context, \"ax\", @progbits",
     ".option push",
@@ -191,27 +293,6 @@ core::arch::global_asm!(
     "    jalr t0",
     "    unimp",                                  // entry never returns
     ".size libuthread_switch_out, . - libuthread_switch_out",
-    // ---------------------------------------------------------------------------------------
-    // libuthread_switch_window(from = a0, to = a1, vcpu = a2, write_ltn = a3)
-    // A direct thread-to-thread switch without the scheduler-stack hop: save the caller's
-    // window into `from` as `libuthread_switch_out` does (the FP part if FP is live on
-    // `vcpu`, passed in because `from.vcpu` may already be rewritten by a waker), publish it
-    // (fence, then mask = WINDOW: a vCPU that took `from` off a queue waits for this store),
-    // then resume `to` through `libuthread_resume_window` (tail jump; `to` is its own LTN).
-    // Returns when `from` is resumed. From the mask store on, nothing touches `from`'s stack.
-    ".globl libuthread_switch_window",
-    ".hidden libuthread_switch_window",
-    ".type libuthread_switch_window, @function",
-    ".p2align 4",
-    "libuthread_switch_window:",
-    save_window!("a2"),
-    "    fence rw, w",                            // the window before the mask (release)
-    "    li t0, {mask_window}",
-    "    sd t0, {mask_off}(a0)",
-    "    mv a0, a1",                              // resume_window(to, ltn = to, write_ltn)
-    "    mv a2, a3",
-    "    j libuthread_resume_window",
-    ".size libuthread_switch_window, . - libuthread_switch_window",
     // ---------------------------------------------------------------------------------------
     // libuthread_switch_out_full(from = a0, stack_top = a1, entry = a2, a0 = a3, a1 = a4)
     // The full-save baseline (`SaveMode::Full`): what a library without register windows does
@@ -317,14 +398,49 @@ core::arch::global_asm!(
     "    unimp",
     ".size libuthread_call_on_stack, . - libuthread_call_on_stack",
     // ---------------------------------------------------------------------------------------
-    // libuthread_resume_window(to = a0, ltn = a1, write_ltn = a2) -> !
+    // The window-resume range: everything from here to `libuthread_resume_window_end`.
+    ".globl libuthread_resume_window_start",
+    ".hidden libuthread_resume_window_start",
+    ".p2align 4",
+    "libuthread_resume_window_start:",
+    // libuthread_switch_window(from = a0, to = a1, vcpu = a2)
+    // A direct thread-to-thread switch without the scheduler-stack hop: save the caller's
+    // window into `from` (the FP part if FP is live on `vcpu`, passed in because `from.vcpu`
+    // may already be rewritten by a waker), publish it (fence, then mask = WINDOW: a vCPU that
+    // took `from` off a queue waits for this store), then resume `to` as
+    // `libuthread_resume_window(to, to)` does. Returns when `from` is resumed. From the mask
+    // store on, nothing touches `from`'s stack. The FP decision is taken once: the FP_LIVE word
+    // read for the save also decides the resume.
+    ".globl libuthread_switch_window",
+    ".hidden libuthread_switch_window",
+    ".type libuthread_switch_window, @function",
+    "libuthread_switch_window:",
+    switch_window_body!("    mv tp, a1\n"),           // LTN = to
+    ".size libuthread_switch_window, . - libuthread_switch_window",
+    // libuthread_switch_window_keep_ltn(from = a0, to = a1, vcpu = a2): the same, LTN left as
+    // the caller set it.
+    ".globl libuthread_switch_window_keep_ltn",
+    ".hidden libuthread_switch_window_keep_ltn",
+    ".type libuthread_switch_window_keep_ltn, @function",
+    ".p2align 2",
+    "libuthread_switch_window_keep_ltn:",
+    switch_window_body!(""),
+    ".size libuthread_switch_window_keep_ltn, . - libuthread_switch_window_keep_ltn",
+    // libuthread_resume_window_keep_ltn(to = a0) -> !: as below with LTN as it is.
+    ".globl libuthread_resume_window_keep_ltn",
+    ".hidden libuthread_resume_window_keep_ltn",
+    ".type libuthread_resume_window_keep_ltn, @function",
+    ".p2align 2",
+    "libuthread_resume_window_keep_ltn:",
+    "    mv a1, tp",
+    ".size libuthread_resume_window_keep_ltn, . - libuthread_resume_window_keep_ltn",
+    // libuthread_resume_window(to = a0, ltn = a1) -> !
     // The FP part first (LTN is still 0, as everywhere in the scheduler), then LTN, then the
     // integer window. Restartable: from the LTN write on, a kernel stop saves into `to` (not
     // harmful: only the window is read here and the kernel never writes it); no stack is read.
     ".globl libuthread_resume_window",
     ".hidden libuthread_resume_window",
     ".type libuthread_resume_window, @function",
-    ".p2align 2",
     "libuthread_resume_window:",
     "    ld t0, {w_fp_saved}(a0)",
     "    beqz t0, 3f",
@@ -352,9 +468,7 @@ core::arch::global_asm!(
     "    beqz t1, 4f",
     "    fscsr zero",
     "4:",
-    "    beqz a2, 2f",
     "    mv tp, a1",                              // LTN = the thread (or 0 for a root context)
-    "2:",
     "    ld s0, {w_s}+0*8(a0)",
     "    ld s1, {w_s}+1*8(a0)",
     "    ld s2, {w_s}+2*8(a0)",
@@ -370,10 +484,10 @@ core::arch::global_asm!(
     "    ld ra, {w_ra}(a0)",
     "    ld sp, {w_sp}(a0)",                      // the thread's stack, exactly as it left it
     "    jr ra",                                  // = the return of its switch_out
+    ".size libuthread_resume_window, . - libuthread_resume_window",
     ".globl libuthread_resume_window_end",
     ".hidden libuthread_resume_window_end",
     "libuthread_resume_window_end:",
-    ".size libuthread_resume_window, . - libuthread_resume_window",
     // ---------------------------------------------------------------------------------------
     // libuthread_resume_full(to = a0, write_ltn = a1, fp_format = a2) -> !
     // Restores x1..x31 but gp (and tp, which is LTN = `to`) from `to.resume` and jumps to its

@@ -9,13 +9,20 @@
 //! |---|---|---|
 //! | `libuthread_switch_out` | `(from: *mut Thmb, stack_top: usize, entry: Entry, a0: usize, a1: usize)` | save window, mask = WINDOW, `entry(a0, a1)` on `stack_top`; returns when `from` is resumed |
 //! | `libuthread_call_on_stack` | `(stack_top: usize, entry: Entry, a0: usize, a1: usize) -> !` | `entry(a0, a1)` on `stack_top`, nothing saved |
-//! | `libuthread_switch_window` | `(from: *mut Thmb, to: *mut Thmb, vcpu: usize, write_ltn: u64)` | save window into `from` (FP part per `FP_LIVE[vcpu]`), mask = WINDOW, then as `libuthread_resume_window(to, to, write_ltn)`; returns when `from` is resumed |
-//! | `libuthread_resume_window` | `(to: *mut Thmb, ltn: *mut Thmb, write_ltn: u64) -> !` | [LTN = `ltn`], restore window, jump |
+//! | `libuthread_switch_window` | `(from: *mut Thmb, to: *mut Thmb, vcpu: usize)` | save window into `from` (FP part per `FP_LIVE[vcpu]`), mask = WINDOW, then as `libuthread_resume_window(to, to)`; returns when `from` is resumed |
+//! | `libuthread_switch_window_keep_ltn` | as `libuthread_switch_window` | the same without writing LTN (hosted without FSGSBASE: the caller set it) |
+//! | `libuthread_resume_window` | `(to: *mut Thmb, ltn: *mut Thmb) -> !` | LTN = `ltn`, restore window, jump |
+//! | `libuthread_resume_window_keep_ltn` | `(to: *mut Thmb) -> !` | restore window, jump (LTN as the caller set it) |
 //! | `libuthread_switch_out_full` | as `libuthread_switch_out` | the full-save baseline: every GPR, rflags and the FP/SIMD state (`xsave64`/`fxsave64` into the FP area), mask = FULL\|FP |
 //! | `libuthread_resume_full` | `(to: *mut Thmb, write_ltn: u64, fp_format: u64) -> !` | [FP from the FP area], [LTN = `to`], restore `to.resume` entirely, jump |
 //! | `libuthread_thread_start` | (jumped to by a window resume) | first instruction of every user thread |
 //!
 //! `Entry` is `unsafe extern "C" fn(usize, usize) -> !`.
+//!
+//! The window-resume sequences lie between `libuthread_resume_window_start` and
+//! `libuthread_resume_window_end` (`context::interrupted_resume`): the direct switch's own
+//! resume of `to` is inside, after its save (which runs with LTN = 0, where the kernel never
+//! upcalls, so a stop there is resumed in place and the range may include it).
 
 use core::mem::offset_of;
 
@@ -187,6 +194,62 @@ macro_rules! save_window {
     };
 }
 
+/// The direct switch `libuthread_switch_window` (`from` = rdi, `to` = rsi, vCPU = rdx), with
+/// `$ltn` the instruction that sets LTN = `to` (or nothing): the window save of
+/// [`save_window`] with its FP test shared by the resume of `to`. Fast path (FP not live on
+/// the vCPU, `to` without an FP part): no FP instruction, one FP_LIVE load, one `fp_saved`
+/// test. Local labels 5–7.
+macro_rules! switch_window_body {
+    ($ltn:literal) => {
+        concat!(
+            "    mov [rdi + {w_rbx}], rbx\n",
+            "    mov [rdi + {w_rbp}], rbp\n",
+            "    mov [rdi + {w_r12}], r12\n",
+            "    mov [rdi + {w_r13}], r13\n",
+            "    mov [rdi + {w_r14}], r14\n",
+            "    mov [rdi + {w_r15}], r15\n",
+            "    mov r11, [rsp]\n",
+            "    mov [rdi + {w_rip}], r11\n",
+            "    lea r11, [rsp + 8]\n",
+            "    mov [rdi + {w_rsp}], r11\n",
+            "    lea r9, [rip + {fp_live}]\n",
+            "    cmp qword ptr [r9 + rdx * 8], 0\n",
+            "    jne 5f\n",
+            // fp_saved = 0, and fpucw with it (read only when fp_saved is 1): one dword store,
+            // no 16-bit immediate (a length-changing prefix the decoders stall on).
+            "    mov dword ptr [rdi + {w_fpucw}], 0\n",
+            "    mov qword ptr [rdi + {mask_off}], {mask_window}\n", // published (x86 stores are ordered)
+            $ltn,
+            "    cmp word ptr [rsi + {w_fp_saved}], 0\n", // `to` has an FP part (FP not live here:
+            "    jne 6f\n",                                 //   its restore makes it live)
+            "7:\n",
+            "    mov rbx, [rsi + {w_rbx}]\n",
+            "    mov rbp, [rsi + {w_rbp}]\n",
+            "    mov r12, [rsi + {w_r12}]\n",
+            "    mov r13, [rsi + {w_r13}]\n",
+            "    mov r14, [rsi + {w_r14}]\n",
+            "    mov r15, [rsi + {w_r15}]\n",
+            "    mov rsp, [rsi + {w_rsp}]\n",               // `to`'s stack, exactly as it left it
+            "    jmp qword ptr [rsi + {w_rip}]\n",         // = the `ret` of its switch
+            "5:\n",                                      // FP live on this vCPU: save the FP part
+            "    stmxcsr dword ptr [rdi + {w_mxcsr}]\n",
+            "    fnstcw word ptr [rdi + {w_fpucw}]\n",
+            "    mov word ptr [rdi + {w_fp_saved}], 1\n",
+            "    mov qword ptr [rdi + {mask_off}], {mask_window}\n",
+            $ltn,
+            "    cmp word ptr [rsi + {w_fp_saved}], 0\n",
+            "    jne 6f\n",
+            "    ldmxcsr dword ptr [rip + {mxcsr_default}]\n", // `to` never used FP: the initial
+            "    fldcw word ptr [rip + {fpucw_default}]\n",  //   environment, not `from`'s
+            "    jmp 7b\n",
+            "6:\n",                                      // `to`'s own FP environment
+            "    ldmxcsr dword ptr [rsi + {w_mxcsr}]\n",
+            "    fldcw word ptr [rsi + {w_fpucw}]\n",
+            "    jmp 7b\n",
+        )
+    };
+}
+
 core::arch::global_asm!(
     ".pushsection .text.libuthread_context, \"ax\", @progbits",
     // ---------------------------------------------------------------------------------------
@@ -208,25 +271,6 @@ core::arch::global_asm!(
     "    call rdx",                               // `call` gives entry the ABI's alignment
     "    ud2",                                    // entry never returns
     ".size libuthread_switch_out, . - libuthread_switch_out",
-    // ---------------------------------------------------------------------------------------
-    // libuthread_switch_window(from = rdi, to = rsi, vcpu = rdx, write_ltn = rcx)
-    // A direct thread-to-thread switch without the scheduler-stack hop: save the caller's
-    // window into `from` as `libuthread_switch_out` does (the FP part if FP is live on
-    // `vcpu`, passed in because `from.vcpu` may already be rewritten by a waker), publish it
-    // (mask = WINDOW: a vCPU that took `from` off a queue waits for this store), then resume
-    // `to` through `libuthread_resume_window` (tail jump; `to` is its own LTN). Returns when
-    // `from` is resumed. From the mask store on, nothing touches `from`'s stack.
-    ".globl libuthread_switch_window",
-    ".hidden libuthread_switch_window",
-    ".type libuthread_switch_window, @function",
-    ".p2align 4",
-    "libuthread_switch_window:",
-    save_window!("rdx"),
-    "    mov qword ptr [rdi + {mask_off}], {mask_window}", // published (x86 stores are ordered)
-    "    mov rdi, rsi",                           // resume_window(to, ltn = to, write_ltn)
-    "    mov rdx, rcx",
-    "    jmp libuthread_resume_window",
-    ".size libuthread_switch_window, . - libuthread_switch_window",
     // ---------------------------------------------------------------------------------------
     // libuthread_switch_out_full(from = rdi, stack_top = rsi, entry = rdx, a0 = rcx, a1 = r8)
     // The full-save baseline (`SaveMode::Full`): what a library without register windows does
@@ -296,18 +340,48 @@ core::arch::global_asm!(
     "    ud2",
     ".size libuthread_call_on_stack, . - libuthread_call_on_stack",
     // ---------------------------------------------------------------------------------------
-    // libuthread_resume_window(to = rdi, ltn = rsi, write_ltn = rdx) -> !
+    // The window-resume range: everything from here to `libuthread_resume_window_end`.
+    ".globl libuthread_resume_window_start",
+    ".hidden libuthread_resume_window_start",
+    ".p2align 4",
+    "libuthread_resume_window_start:",
+    // libuthread_switch_window(from = rdi, to = rsi, vcpu = rdx)
+    // A direct thread-to-thread switch without the scheduler-stack hop: save the caller's
+    // window into `from` (the FP part if FP is live on `vcpu`, passed in because `from.vcpu`
+    // may already be rewritten by a waker), publish it (mask = WINDOW: a vCPU that took `from`
+    // off a queue waits for this store), LTN = `to`, and resume `to` from its window. Returns
+    // when `from` is resumed. From the mask store on, nothing touches `from`'s stack.
+    // The FP decision is taken once: the FP_LIVE word read for the save also decides the
+    // resume, so where FP is not live (the common case) a `to` without an FP part costs one
+    // test and no FP instruction runs.
+    ".globl libuthread_switch_window",
+    ".hidden libuthread_switch_window",
+    ".type libuthread_switch_window, @function",
+    "libuthread_switch_window:",
+    switch_window_body!("    wrgsbase rsi\n"),        // LTN = to
+    ".size libuthread_switch_window, . - libuthread_switch_window",
+    // libuthread_switch_window_keep_ltn(from = rdi, to = rsi, vcpu = rdx): the same, LTN
+    // left as the caller set it (hosted without FSGSBASE: no upcalls there).
+    ".globl libuthread_switch_window_keep_ltn",
+    ".hidden libuthread_switch_window_keep_ltn",
+    ".type libuthread_switch_window_keep_ltn, @function",
+    ".p2align 4",
+    "libuthread_switch_window_keep_ltn:",
+    switch_window_body!(""),
+    ".size libuthread_switch_window_keep_ltn, . - libuthread_switch_window_keep_ltn",
+    // libuthread_resume_window(to = rdi, ltn = rsi) -> !
     // Restartable: from the wrgsbase on, a kernel stop saves into `to` (not harmful: only the
     // window is read here and the kernel never writes it); no stack is read after LTN is set.
+    // libuthread_resume_window_keep_ltn(to = rdi) -> ! starts after the LTN write.
     ".globl libuthread_resume_window",
     ".hidden libuthread_resume_window",
     ".type libuthread_resume_window, @function",
     ".p2align 4",
     "libuthread_resume_window:",
-    "    test rdx, rdx",
-    "    jz 2f",
     "    wrgsbase rsi",                           // LTN = the thread (or 0 for a root context)
-    "2:",
+    ".globl libuthread_resume_window_keep_ltn",
+    ".hidden libuthread_resume_window_keep_ltn",
+    "libuthread_resume_window_keep_ltn:",
     "    cmp word ptr [rdi + {w_fp_saved}], 0",   // the window holds an FP part:
     "    je 3f",
     "    ldmxcsr dword ptr [rdi + {w_mxcsr}]",    //   restore it
@@ -329,10 +403,10 @@ core::arch::global_asm!(
     "    mov r15, [rdi + {w_r15}]",
     "    mov rsp, [rdi + {w_rsp}]",               // the thread's stack, exactly as it left it
     "    jmp qword ptr [rdi + {w_rip}]",          // = the `ret` of its switch_out
+    ".size libuthread_resume_window, . - libuthread_resume_window",
     ".globl libuthread_resume_window_end",
     ".hidden libuthread_resume_window_end",
     "libuthread_resume_window_end:",
-    ".size libuthread_resume_window, . - libuthread_resume_window",
     // ---------------------------------------------------------------------------------------
     // libuthread_resume_full(to = rdi, write_ltn = rsi) -> !
     // Restores every general-purpose register, rflags, rsp and rip from `to.resume` without

@@ -149,9 +149,16 @@ impl RunState {
 
     /// A waker wakes the thread (exactly once per block: it removed the thread's node from a
     /// wait list, or owns its timer entry).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn wake(&self) -> Wake {
-        let mut state = self.0.load(Ordering::Acquire);
+        // The common case first, as one CAS whose success the caller's match resolves at
+        // compile time: the thread has left its vCPU (`PARKED`), so the waker queues it (a
+        // mutex or a message handed to its waiter). x86_64 -icount: about 10 instructions less
+        // per wake-up than the load, compare chain and action dispatch below.
+        let mut state = match self.0.compare_exchange(PARKED, READY, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => return Wake::Enqueue,
+            Err(now) => now,
+        };
         loop {
             let (next, action) = match state {
                 PARKING => (NOTIFIED, Wake::Notified),

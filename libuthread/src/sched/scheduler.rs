@@ -421,6 +421,28 @@ impl Local {
         self.head.store(unsafe { (*head).run_next.get() } as usize, Ordering::Relaxed);
     }
 
+    /// Takes the head `head` off and appends `t` (a yield's two queue operations in one: no
+    /// second look at the head).
+    ///
+    /// # Safety
+    /// As for `push`; `head` is the current head, not null.
+    #[inline(always)]
+    unsafe fn rotate(&self, head: *mut Thmb, t: *mut Thmb) {
+        debug_assert_eq!(self.head.load(Ordering::Relaxed), head as usize);
+        // SAFETY: per the contract, the list, `head` and `t` are ours.
+        unsafe {
+            let next = (*head).run_next.get();
+            (*t).run_next.set(ptr::null_mut());
+            if next.is_null() {
+                self.head.store(t as usize, Ordering::Relaxed);
+            } else {
+                self.head.store(next as usize, Ordering::Relaxed);
+                (**self.tail.get()).run_next.set(t);
+            }
+            *self.tail.get() = t;
+        }
+    }
+
     /// Unlinks `t` if it is among the first `limit` threads.
     ///
     /// # Safety
@@ -1200,50 +1222,66 @@ unsafe fn park_slow(t: *mut Thmb, v: usize) {
 }
 
 /// Lets other ready threads of this vCPU run (returns at once when there are none).
+///
+/// Every look is taken once, with LTN = 0, where the vCPU read is exact. The case "nothing else
+/// is ready here" is decided inline, with no call: the caller's loop pays the two LTN writes
+/// and four loads. (An earlier version looked at the queues before entering, from the thread's
+/// possibly stale vCPU, and again inside: x86_64 -icount yield round trip 190 → 152 together
+/// with the one-pass switch of `context::switch_window`.)
 #[inline]
 pub(crate) fn yield_current() {
     let t = platform::ltn();
     if t.is_null() {
         return;
     }
-    // A look before entering the critical section (saves two LTN writes when there is nothing
-    // to yield to). The vCPU read here may be stale if the thread is moved right now; that only
-    // makes the look a hint, and the decision below is taken with LTN = 0.
-    // SAFETY: `t` is the calling thread.
-    let vcpu = &VCPUS[unsafe { (*t).vcpu.load(Ordering::Relaxed) } % MAX_VCPUS];
-    if vcpu.local.is_empty()
-        && vcpu.len.load(Ordering::Relaxed) == 0
-        && !vcpu.has_fresh()
-        && !SHUTDOWN.load(Ordering::Relaxed)
-    {
-        return;
-    }
-    yield_to_next(t);
-}
-
-/// [`yield_current`] when there may be a thread to yield to (out of line, so the look above
-/// costs no register saves).
-///
-/// The common case is decided here with no call, so this function saves no callee-saved
-/// register (a call on any path makes the compiler save them on every path): [`take_direct`],
-/// shared with [`park_current`], decides it and takes the head of the own queue. Then it does
-/// what [`yield_slow`] would do on that path — queue `t` behind the others marked in flight,
-/// switch directly — and everything else goes to `yield_slow`. (x86_64 -icount: yield round trip
-/// 228 -> 200 instructions.)
-#[inline(never)]
-fn yield_to_next(t: *mut Thmb) {
     platform::set_ltn(ptr::null_mut());
     // SAFETY: `t` is the calling thread; its vCPU cannot change with LTN = 0.
     let v = unsafe { (*t).vcpu.load(Ordering::Relaxed) } % MAX_VCPUS;
-    // SAFETY: on `v` with LTN = 0.
-    let to = unsafe { take_direct(v) };
-    if !to.is_null() {
-        // SAFETY: `to` is prepared on `v` and ours; `t` is the caller (as in `yield_slow`'s
-        // direct switch).
+    let vcpu = &VCPUS[v];
+    let to = vcpu.local.head.load(Ordering::Relaxed) as *mut Thmb;
+    if to.is_null() && vcpu.len.load(Ordering::Relaxed) == 0 && !vcpu.has_fresh() && context::switch_flags() == 0 {
+        // Nothing else is ready here.
+        platform::set_ltn(t);
+        return;
+    }
+    // SAFETY: `t` is the caller on `v` with LTN = 0; `to` is the head of `v`'s own queue.
+    unsafe { yield_to_next(t, to, v) }
+}
+
+/// [`yield_current`] when there may be a thread to yield to, `to` being the head of vCPU `v`'s
+/// own queue (or null).
+///
+/// The common case is decided here with no call, so this function saves no callee-saved
+/// register (a call on any path makes the compiler save them on every path): [`take_direct`]'s
+/// case, shared with [`park_current`] — then `t` goes behind the others and the switch is
+/// direct. Everything else goes to [`yield_slow`].
+///
+/// `t` is queued with its running mask (NONE), not [`MASK_IN_FLIGHT`]: on this path nobody can
+/// take it before its window is saved — the own queue is this vCPU's alone (LTN = 0 until the
+/// switch has stored mask `WINDOW`), no vCPU is idle so no work is offered, and the switch
+/// stores the mask before it writes LTN, the first point where the kernel may stop the vCPU
+/// (and an adopter of a revoked vCPU read its queue).
+///
+/// # Safety
+/// `t` is the calling thread, on vCPU `v`, with LTN = 0; `to` is the head of `v`'s own queue.
+#[inline(never)]
+unsafe fn yield_to_next(t: *mut Thmb, to: *mut Thmb, v: usize) {
+    // (The arguments in the order `libuthread_switch_window` takes them: no register moves.)
+    let v = v % MAX_VCPUS;
+    let vcpu = &VCPUS[v];
+    if context::switch_flags() == 0
+        && !vcpu.has_fresh()
+        && vcpu.len.load(Ordering::Relaxed) == 0
+        && !to.is_null()
+        && !IDLE.any()
+        && Thmb::mask(to) & !mask::FP == mask::WINDOW
+    {
+        // SAFETY: on `v` with LTN = 0: the own queue is ours, its head `to` READY and ours once
+        // taken; `t` is the caller (see above for its mask).
         unsafe {
+            take_head(v, to);
             (*t).state.set(READY);
-            Thmb::set_mask(t, MASK_IN_FLIGHT);
-            VCPUS[v].local.push(t);
+            vcpu.local.rotate(to, t);
             resume_direct(v, t, to);
         }
         return;
@@ -1283,14 +1321,28 @@ unsafe fn take_direct(v: usize) -> *mut Thmb {
             // once taken.
             unsafe {
                 vcpu.local.pop_head(to);
-                crate::trace::user_switch(v, to as usize);
-                (*to).vcpu.store(v, Ordering::Relaxed);
-                (*to).state.set(RUNNING);
+                take_head(v, to);
             }
             return to;
         }
     }
     ptr::null_mut()
+}
+
+/// Makes `to`, just taken off vCPU `v`'s own queue, the thread `v` runs next (RUNNING). Its
+/// `vcpu` already says `v`: a thread on a vCPU's own queue names that vCPU (every push there
+/// sets it or finds it so), so a direct switch stores nothing for it.
+///
+/// # Safety
+/// On `v` with LTN = 0; `to` was the head of `v`'s own queue and is ours now.
+#[inline(always)]
+unsafe fn take_head(v: usize, to: *mut Thmb) {
+    crate::trace::user_switch(v, to as usize);
+    // SAFETY: per the contract.
+    unsafe {
+        debug_assert_eq!((*to).vcpu.load(Ordering::Relaxed), v);
+        (*to).state.set(RUNNING);
+    }
 }
 
 /// The end of a direct switch on vCPU `v` from the calling thread `from`, already published
