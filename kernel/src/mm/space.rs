@@ -155,8 +155,9 @@ static PENDING: Mutex<[Option<Deferred<PageFormat>>; PENDING_SLOTS]> = Mutex::ne
 /// Slots of [`PENDING`].
 const PENDING_SLOTS: usize = 16;
 
-/// Slots of [`PENDING`] in use (read without its lock: the common "nothing waits" test is one
-/// load).
+/// Deferred frees not yet given back: slots of [`PENDING`] in use, and frees a CPU took out of
+/// them and is still doing (read without the lock: the common "nothing waits" test is one load;
+/// [`settle_pending`] waits for it to reach 0).
 static PENDING_COUNT: AtomicUsize = AtomicUsize::new(0);
 
 /// Puts `deferred` into a free slot of [`PENDING`]; gives it back if none is free.
@@ -172,12 +173,13 @@ fn keep_pending(deferred: Deferred<PageFormat>) -> Option<Deferred<PageFormat>> 
     }
 }
 
-/// Takes one waiting [`Deferred`] out of [`PENDING`].
-fn take_pending() -> Option<Deferred<PageFormat>> {
-    let mut pending = PENDING.lock();
-    let taken = pending.iter_mut().find_map(Option::take)?;
+/// Takes one waiting [`Deferred`] out of [`PENDING`] and frees it on `m`; whether one waited.
+fn free_one_pending(m: &mut impl Machine) -> bool {
+    let Some(deferred) = PENDING.lock().iter_mut().find_map(Option::take) else { return false };
+    deferred.free(m);
+    // Counted until given back, so that `settle_pending` sees frees in progress elsewhere.
     PENDING_COUNT.fetch_sub(1, Ordering::Release);
-    Some(taken)
+    true
 }
 
 /// Gives back every page table and region frame waiting in [`PENDING`], letting interrupts
@@ -200,8 +202,16 @@ pub fn free_pending() -> bool {
 #[cold]
 #[inline(never)]
 fn free_pending_windowed() {
-    while let Some(deferred) = take_pending() {
-        deferred.free(&mut Windowed(0));
+    let mut m = Windowed(0);
+    while free_one_pending(&mut m) {}
+}
+
+/// [`free_pending`], then waits for the frees other CPUs took out of [`PENDING`] to finish:
+/// for a count of free frames that must see everything given back (the boot thread after a
+/// program group, the self-tests). Called where the CPU holds no lock.
+pub fn settle_pending() {
+    while free_pending() {
+        arch::cpu::spin_hint();
     }
 }
 
@@ -212,8 +222,7 @@ fn free_pending_windowed() {
 #[inline(never)]
 fn free_pending_locked() -> bool {
     let mut freed = false;
-    while let Some(deferred) = take_pending() {
-        deferred.free(&mut KernelMachine);
+    while free_one_pending(&mut KernelMachine) {
         freed = true;
     }
     freed
