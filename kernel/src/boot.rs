@@ -212,6 +212,7 @@ fn kmain() -> ! {
         for d in running {
             status = report(&d, d.wait());
         }
+        crate::mm::space::settle_pending();
         let stack_tables_after = kernel_stack::table_frames(kernel_stack::slots_made());
         let after = kernel_space::with_frames(|f| f.free_frames()) + stack_tables_after;
         println!(

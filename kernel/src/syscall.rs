@@ -201,6 +201,8 @@ fn thread_create(entry: u64, stack_top: u64, arg: u64, flags: usize) -> SysResul
     if flags & !thread_flags::AFFINE != 0 || !user.contains(&entry) || !(user.start..=user.end).contains(&stack_top) {
         return Err(Errno::Inval);
     }
+    // Frees other calls left for later are given back first (interrupts may come in here).
+    space::free_pending();
     let me = me();
     let domain = me.domain.clone().ok_or(Errno::Inval)?;
     let set = space::with(|s, _| s.set(me.view().expect("user thread")).map(|x| x.to_vec())).ok_or(Errno::Fault)?;
@@ -324,6 +326,8 @@ fn region_create(len: u64, rights_bits: usize, flags: usize) -> SysResult {
 fn region_create_charged(me: &Arc<Thread>, domain: &Arc<crate::domain::Domain>, pages: u64, rights: MapFlags, flags: usize) -> SysResult {
     // An eager region's frames are taken and zeroed first, without the view-space lock (a
     // region may have up to `MAX_REGION` bytes: zeroing them under it held every CPU's faults).
+    // Frees other calls left for later are given back first (interrupts may come in here).
+    space::free_pending();
     let mut eager = if flags & region_flags::LAZY != 0 { None } else { Some(space::eager_frames(pages).ok_or(Errno::NoMem)?) };
     let made = space::with_space(|space, m| {
         let Some(start) = space.allocate_range(pages * PAGE_SIZE, PAGE_SIZE) else { return Err(Errno::NoMem) };

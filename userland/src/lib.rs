@@ -25,6 +25,14 @@ pub mod space_share {
         x
     }
 
+    /// The processor allocation's figures (`counters(scope::SHARES)`, indexed by
+    /// `tsumugi_abi::stats::shares`: machine-wide counts and the caller's program's share) and
+    /// the CPUs it divides; zeros if the call fails.
+    #[cfg(target_os = "none")]
+    pub fn figures() -> ([u64; libuthread::Counter::COUNT], usize) {
+        libuthread::sys::counters(libuthread::scope::SHARES).unwrap_or(([0; libuthread::Counter::COUNT], 0))
+    }
+
     /// The sum of `rounds` rounds of `worker`, computed straight.
     pub fn expected(worker: usize, rounds: u64) -> u64 {
         (0..rounds).fold(0u64, |s, r| s.wrapping_add(round(worker, r)))

@@ -11,13 +11,14 @@
 use alloc::collections::BTreeMap;
 use arch::addr::{Frame, VirtAddr};
 use arch::PageFormat;
+use core::sync::atomic::{AtomicUsize, Ordering};
 use spin::Mutex;
 
 use super::kernel_space::{allocate_zeroed_frame, kernel_root, with_frames, DirectMap, SHARED_KERNEL_ROOT_ENTRIES};
 use super::machine::Machine;
 use super::page_table::PageTable;
 use super::user_range::UserRangeAllocator;
-use super::view_space::{RegionId, ViewSpace};
+use super::view_space::{Deferred, RegionId, ViewSpace};
 
 /// The machine as the view code sees it.
 pub struct KernelMachine;
@@ -30,7 +31,8 @@ impl Machine for KernelMachine {
     }
 
     fn allocate_zeroed(&mut self) -> Option<Frame> {
-        allocate_zeroed_frame()
+        // Memory may only look exhausted: frees wait in `PENDING`.
+        allocate_zeroed_frame().or_else(|| if free_pending_locked() { allocate_zeroed_frame() } else { None })
     }
 
     fn free_frame(&mut self, frame: Frame) {
@@ -117,9 +119,11 @@ pub fn with<R>(f: impl FnOnce(&mut ViewSpace<PageFormat>, &mut KernelMachine) ->
 }
 
 /// Runs `f` with the whole space (views and ranges). The page tables of views and the frames
-/// of regions that `f` freed are given back once the lock is dropped: their number has no
-/// bound (a table grows by faults over its view's life), and every CPU's faults and syscalls
-/// wait for this lock.
+/// of regions that `f` freed are not given back under the lock: their number has no bound (a
+/// table grows by faults over its view's life), and every CPU's faults and syscalls wait for
+/// this lock. A few region frames are freed once it is dropped; anything larger waits in
+/// [`PENDING`] for [`free_pending`], because `f`'s caller may hold other locks with interrupts
+/// off (the switch path detaches stale views) where no interrupt window may open.
 pub fn with_space<R>(f: impl FnOnce(&mut Space, &mut KernelMachine) -> R) -> R {
     let mut guard = SPACE.lock();
     let space = guard.as_mut().expect("views used before mm::space::init");
@@ -128,9 +132,123 @@ pub fn with_space<R>(f: impl FnOnce(&mut Space, &mut KernelMachine) -> R) -> R {
     let deferred = space.views.take_deferred();
     drop(guard);
     if let Some(deferred) = deferred {
-        deferred.free(&mut KernelMachine);
+        let (tables, frames) = deferred.waiting();
+        if tables == 0 && frames <= FREE_AT_ONCE {
+            deferred.free(&mut KernelMachine);
+        } else if let Some(deferred) = keep_pending(deferred) {
+            // Every slot waits already: freed here after all (as before pending frees).
+            deferred.free(&mut KernelMachine);
+        }
     }
     r
+}
+
+/// Region frames a [`with_space`] call frees itself once the view-space lock is dropped (as
+/// many as [`free_frames`] frees between two interrupt windows).
+const FREE_AT_ONCE: usize = 16 * WINDOW_PAGES as usize;
+
+/// Deferred frees too large for the call that made them (page tables, large regions), given
+/// back by [`free_pending`] where interrupts may be let in. Inline slots, not a `Vec`: the
+/// kernel heap's use after a program group must equal its use before.
+static PENDING: Mutex<[Option<Deferred<PageFormat>>; PENDING_SLOTS]> = Mutex::new([const { None }; PENDING_SLOTS]);
+
+/// Slots of [`PENDING`].
+const PENDING_SLOTS: usize = 16;
+
+/// Deferred frees not yet given back: slots of [`PENDING`] in use, and frees a CPU took out of
+/// them and is still doing (read without the lock: the common "nothing waits" test is one load;
+/// [`settle_pending`] waits for it to reach 0).
+static PENDING_COUNT: AtomicUsize = AtomicUsize::new(0);
+
+/// Puts `deferred` into a free slot of [`PENDING`]; gives it back if none is free.
+fn keep_pending(deferred: Deferred<PageFormat>) -> Option<Deferred<PageFormat>> {
+    let mut pending = PENDING.lock();
+    match pending.iter_mut().find(|d| d.is_none()) {
+        Some(slot) => {
+            *slot = Some(deferred);
+            PENDING_COUNT.fetch_add(1, Ordering::Release);
+            None
+        }
+        None => Some(deferred),
+    }
+}
+
+/// Takes one waiting [`Deferred`] out of [`PENDING`] and frees it on `m`; whether one waited.
+fn free_one_pending(m: &mut impl Machine) -> bool {
+    let Some(deferred) = PENDING.lock().iter_mut().find_map(Option::take) else { return false };
+    deferred.free(m);
+    // Counted until given back, so that `settle_pending` sees frees in progress elsewhere.
+    PENDING_COUNT.fetch_sub(1, Ordering::Release);
+    true
+}
+
+/// Gives back every page table and region frame waiting in [`PENDING`], letting interrupts
+/// in every [`FREE_AT_ONCE`] frames, so the time with interrupts masked stays bounded whatever
+/// was freed. Returns whether anything was waiting.
+///
+/// Called where the CPU holds no lock: an allocating syscall (`region_create`,
+/// `thread_create`) before it allocates, the idle loop before it halts, and the boot thread
+/// before it counts a program group's frames. An allocation that finds memory exhausted
+/// frees what waits without windows ([`free_pending_locked`]).
+#[inline]
+pub fn free_pending() -> bool {
+    if PENDING_COUNT.load(Ordering::Acquire) == 0 {
+        return false;
+    }
+    free_pending_windowed();
+    true
+}
+
+#[cold]
+#[inline(never)]
+fn free_pending_windowed() {
+    let mut m = Windowed(0);
+    while free_one_pending(&mut m) {}
+}
+
+/// [`free_pending`], then waits for the frees other CPUs took out of [`PENDING`] to finish:
+/// for a count of free frames that must see everything given back (the boot thread after a
+/// program group, the self-tests). Called where the CPU holds no lock.
+pub fn settle_pending() {
+    while free_pending() {
+        arch::cpu::spin_hint();
+    }
+}
+
+/// [`free_pending`] for an allocation that found memory exhausted: its caller may hold locks
+/// (the view-space lock during a fault), so no interrupt window opens. Whether anything was
+/// freed.
+#[cold]
+#[inline(never)]
+fn free_pending_locked() -> bool {
+    let mut freed = false;
+    while free_one_pending(&mut KernelMachine) {
+        freed = true;
+    }
+    freed
+}
+
+/// [`KernelMachine`] that lets interrupts in every [`FREE_AT_ONCE`] frames it frees.
+struct Windowed(usize);
+
+impl Machine for Windowed {
+    type Memory = DirectMap;
+
+    fn memory(&self) -> DirectMap {
+        DirectMap
+    }
+
+    fn allocate_zeroed(&mut self) -> Option<Frame> {
+        KernelMachine.allocate_zeroed()
+    }
+
+    fn free_frame(&mut self, frame: Frame) {
+        KernelMachine.free_frame(frame);
+        self.0 += 1;
+        if self.0 % FREE_AT_ONCE == 0 {
+            arch::cpu::interrupt_window();
+        }
+    }
 }
 
 /// Takes and zeroes the frames of an eager region of `pages` pages, without the view-space
@@ -146,7 +264,7 @@ pub fn eager_frames(pages: u64) -> Option<alloc::vec::Vec<Option<Frame>>> {
         if i % WINDOW_PAGES == WINDOW_PAGES - 1 {
             arch::cpu::interrupt_window();
         }
-        match allocate_zeroed_frame() {
+        match allocate_zeroed_frame().or_else(|| free_pending().then(allocate_zeroed_frame).flatten()) {
             Some(f) => frames.push(Some(f)),
             None => {
                 free_frames(frames);
@@ -164,7 +282,7 @@ const WINDOW_PAGES: u64 = 64;
 /// Gives back frames taken by [`eager_frames`] that no region got (the caller holds no lock).
 pub fn free_frames(frames: alloc::vec::Vec<Option<Frame>>) {
     for (i, f) in frames.into_iter().flatten().enumerate() {
-        if i as u64 % (16 * WINDOW_PAGES) == 16 * WINDOW_PAGES - 1 {
+        if i % FREE_AT_ONCE == FREE_AT_ONCE - 1 {
             arch::cpu::interrupt_window();
         }
         KernelMachine.free_frame(f);

@@ -8,11 +8,11 @@
 #![no_main]
 
 use core::sync::atomic::{AtomicU64, Ordering};
-use libuthread::{println, scope, sys, Clock};
+use libuthread::{println, sys, Clock};
 use tsumugi_abi::kn::{Event, RingHeader};
 use tsumugi_abi::stats::shares;
 use tsumugi_userland::kn;
-use tsumugi_userland::space_share::{LONG_READY, VCPUS};
+use tsumugi_userland::space_share::{figures, LONG_READY, VCPUS};
 
 const STACK: usize = 16 * 1024;
 
@@ -41,7 +41,6 @@ fn main() -> i32 {
     // vCPU 0 (never revoked) watches, spinning too, until the other program has ended: a
     // revocation seen with one program registered means it came and went (the figures are
     // read under the allocation's lock). Bounded by the clock: 60 s of ticks.
-    let figures = || sys::counters(scope::SHARES).unwrap_or(([0; libuthread::Counter::COUNT], 0));
     // The count is machine-wide: count from here.
     let before = figures().0[shares::REVOCATIONS];
     let start = sys::clock(Clock::Ticks).unwrap_or(0);

@@ -18,9 +18,9 @@ extern crate alloc;
 use alloc::vec::Vec;
 use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use core::time::Duration;
-use libuthread::{println, scope, sys};
+use libuthread::{println, sys};
 use tsumugi_abi::stats::shares;
-use tsumugi_userland::space_share::{expected, round, LONG_READY, VCPUS};
+use tsumugi_userland::space_share::{expected, figures, round, LONG_READY, VCPUS};
 
 const WORKERS: usize = 24;
 /// Rounds every worker does at least (and keeps going until the other program has ended).
@@ -28,11 +28,6 @@ const MIN_ROUNDS: u64 = 40;
 
 static STARTED: AtomicUsize = AtomicUsize::new(0);
 static DONE: AtomicBool = AtomicBool::new(false);
-
-fn figures() -> ([u64; shares::COUNT], usize) {
-    let (w, cpus) = sys::counters(scope::SHARES).unwrap_or(([0; libuthread::Counter::COUNT], 0));
-    (core::array::from_fn(|i| w[i]), cpus)
-}
 
 fn worker(i: usize) -> (u64, u64) {
     STARTED.fetch_add(1, Ordering::Relaxed);

@@ -8,9 +8,9 @@ extern crate alloc;
 
 use alloc::vec::Vec;
 use core::time::Duration;
-use libuthread::{println, scope, sys};
+use libuthread::{println, sys};
 use tsumugi_abi::stats::shares;
-use tsumugi_userland::space_share::{expected, round, LONG_READY, VCPUS};
+use tsumugi_userland::space_share::{expected, figures, round, LONG_READY, VCPUS};
 
 const WORKERS: usize = 16;
 const ROUNDS: u64 = 120;
@@ -41,7 +41,7 @@ fn program() -> i32 {
             }
         }
     }
-    let (w, cpus) = sys::counters(scope::SHARES).unwrap_or(([0; libuthread::Counter::COUNT], 0));
+    let (w, cpus) = figures();
     println!("share_short: {WORKERS} workers exact; this program's share {} of {VCPUS} vCPUs, {} granted now, on {cpus} CPUs", w[shares::MY_TARGET], w[shares::MINE]);
     if w[shares::PROGRAMS] < 2 {
         println!("share_short: FAILED: ran without the other program registered");
