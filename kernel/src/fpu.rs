@@ -236,6 +236,25 @@ fn pull(t: &Thread) {
     }
 }
 
+/// Self-test hook (`selftest::reload_wait_serves_fp_saves`): [`pull`], as an FP trap on this
+/// CPU does for a thread whose registers another CPU holds.
+pub fn pull_registers(t: &Thread) {
+    pull(t);
+}
+
+/// Self-test hook: makes the running thread the owner of this CPU's FP registers, as its
+/// first FP trap would.
+pub fn own_registers_here() {
+    let Some(me) = scheduler::current() else { return };
+    save_owner(arch::cpu::cpu_index());
+    take_ownership(&me);
+}
+
+/// Whether `t`'s registers are in its area rather than live on some CPU.
+pub fn registers_saved(t: &Thread) -> bool {
+    t.fp.live_on.load(Ordering::Acquire) == NOWHERE
+}
+
 /// Loads `t`'s registers here (from its area, or fresh) and makes it the owner.
 fn take_ownership(t: &Arc<Thread>) {
     let cpu = arch::cpu::cpu_index();

@@ -7,7 +7,9 @@ use alloc::boxed::Box;
 use alloc::collections::BTreeMap;
 use alloc::format;
 use alloc::string::String;
+use alloc::sync::Arc;
 use alloc::vec::Vec;
+use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
 use arch::addr::{VirtAddr, PAGE_SIZE};
 use arch::mapping::MapFlags;
 use tsumugi_abi::log::{SELFTEST, SELFTEST_FAILED, SELFTEST_OK, SELFTEST_SUMMARY};
@@ -16,6 +18,7 @@ use crate::initrd::Archive;
 use crate::mm::kernel_space::{self, phys_to_virt, with_frames};
 use crate::mm::kernel_stack::KernelStack;
 use crate::mm::space;
+use crate::thread::Thread;
 
 /// A test: a name and a function returning `Err(message)` on failure.
 type Test = (&'static str, fn(&Context) -> Result<(), String>);
@@ -41,23 +44,98 @@ const TESTS: &[Test] = &[
     ("address_space_checks_user_ranges", address_space_checks_user_ranges),
 ];
 
-/// Runs the tests whose names contain `filter`; returns (passed, failed).
-pub fn run(filter: &str, context: &Context) -> (usize, usize) {
-    let (mut passed, mut failed) = (0, 0);
-    for (name, test) in TESTS.iter().filter(|(n, _)| n.contains(filter)) {
+/// Tests that need a second CPU: run by the first kernel thread once the other CPUs are up
+/// ([`run_smp`]), and only when one is.
+const SMP_TESTS: &[Test] = &[("reload_wait_serves_fp_saves", reload_wait_serves_fp_saves)];
+
+/// Runs the tests of `tests` whose names contain `filter`, adding to `counts` (passed, failed).
+fn run_list(tests: &[Test], filter: &str, context: &Context, counts: &mut (usize, usize)) {
+    for (name, test) in tests.iter().filter(|(n, _)| n.contains(filter)) {
         match test(context) {
             Ok(()) => {
-                passed += 1;
+                counts.0 += 1;
                 println!("{SELFTEST}{name}{SELFTEST_OK}");
             }
             Err(msg) => {
-                failed += 1;
+                counts.1 += 1;
                 println!("{SELFTEST}{name}{SELFTEST_FAILED}{msg}");
             }
         }
     }
-    println!("{SELFTEST_SUMMARY}{passed} passed, {failed} failed");
-    (passed, failed)
+}
+
+/// Runs the tests whose names contain `filter` (at boot, one CPU up); returns (passed,
+/// failed) for [`run_smp`], which prints the summary.
+pub fn run(filter: &str, context: &Context) -> (usize, usize) {
+    let mut counts = (0, 0);
+    run_list(TESTS, filter, context, &mut counts);
+    counts
+}
+
+/// Runs the tests that need a second CPU (if one is online) whose names contain `filter`, then
+/// prints the summary of all; `counts` are [`run`]'s. Returns the totals.
+pub fn run_smp(filter: &str, context: &Context, mut counts: (usize, usize)) -> (usize, usize) {
+    if crate::sched::scheduler::online_cpus() > 1 {
+        run_list(SMP_TESTS, filter, context, &mut counts);
+    }
+    println!("{SELFTEST_SUMMARY}{} passed, {} failed", counts.0, counts.1);
+    counts
+}
+
+/// The helper of [`reload_wait_serves_fp_saves`]: the CPU it runs on, once running.
+static HELPER_CPU: AtomicUsize = AtomicUsize::new(usize::MAX);
+/// Set by the helper once its FP registers pull has returned.
+static HELPER_PULLED: AtomicBool = AtomicBool::new(false);
+/// The thread whose FP registers the helper pulls (a leaked `Arc`, taken back by the test).
+static PULL_TARGET: AtomicPtr<Thread> = AtomicPtr::new(core::ptr::null_mut());
+
+/// Another CPU: pulls the test thread's FP registers, held by the test's CPU, spinning with
+/// interrupts off (as an FP trap does), so the test's CPU must serve the save while it waits.
+fn pull_helper() -> ! {
+    HELPER_CPU.store(arch::cpu::cpu_index(), Ordering::Release);
+    let target = PULL_TARGET.load(Ordering::Acquire);
+    // SAFETY: the test leaked this count for the helper and takes it back only after
+    // HELPER_PULLED; the thread (the test's) outlives the helper's use.
+    if let Some(target) = unsafe { target.as_ref() } {
+        crate::fpu::pull_registers(target);
+    }
+    HELPER_PULLED.store(true, Ordering::Release);
+    crate::thread::exit_current(Some(0))
+}
+
+/// The deadlock `fuzz-smp4` hit on aarch64, made deterministic: this CPU holds this thread's
+/// FP registers and waits in `smp::wait_reloaded` for a reload by another CPU, which meanwhile
+/// spins (interrupts off, so it takes no reload IPI) in `fpu::pull` until this CPU saves those
+/// registers. Neither CPU takes the other's IPI, so the test ends only if `wait_reloaded`
+/// serves the FP save (a regression hangs the suite; the harness's hang probe then shows
+/// both CPUs' backtraces).
+fn reload_wait_serves_fp_saves(_: &Context) -> Result<(), String> {
+    check(!arch::cpu::interrupts_enabled(), || "a kernel thread runs with interrupts on".into())?;
+    let me = crate::sched::scheduler::current().ok_or("no current thread")?;
+    crate::fpu::own_registers_here();
+    HELPER_CPU.store(usize::MAX, Ordering::Relaxed);
+    HELPER_PULLED.store(false, Ordering::Relaxed);
+    PULL_TARGET.store(Arc::into_raw(me.clone()) as *mut Thread, Ordering::Release);
+    let helper = crate::thread::spawn_kernel(pull_helper).map_err(|_| "no kernel stack for the helper")?;
+    // The helper can only run on another CPU: this one does not switch until the test ends.
+    let other = loop {
+        match HELPER_CPU.load(Ordering::Acquire) {
+            usize::MAX => core::hint::spin_loop(),
+            cpu => break cpu,
+        }
+    };
+    let here = arch::cpu::cpu_index();
+    check(other != here, || format!("the helper ran on this CPU ({here})"))?;
+    // The helper is pulling (or about to): its CPU has interrupts off until it is done.
+    let tickets: Vec<crate::smp::Ticket> = crate::smp::request_reload(other).into_iter().collect();
+    crate::smp::wait_reloaded(&tickets);
+    let pulled = HELPER_PULLED.load(Ordering::Acquire);
+    // SAFETY: the count leaked above; the helper has finished with it (its reload was served
+    // after its pull returned: it takes interrupts only once it has ended).
+    drop(unsafe { Arc::from_raw(PULL_TARGET.swap(core::ptr::null_mut(), Ordering::AcqRel)) });
+    drop(helper);
+    check(pulled, || format!("cpu {other} reloaded before its FP pull returned"))?;
+    check(crate::fpu::registers_saved(&me), || "the test thread's FP registers were not saved".into())
 }
 
 fn check(cond: bool, msg: impl FnOnce() -> String) -> Result<(), String> {

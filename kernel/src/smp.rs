@@ -107,8 +107,16 @@ pub fn serve_reloads() {
 
 /// Waits until every CPU of `tickets` has reloaded (a revoke then means it: no CPU reaches the
 /// region through the old view any more). Call with no lock held: the CPUs waited for may need
-/// them before they take their interrupt. Requests made of this CPU meanwhile are served while
-/// it waits, so two CPUs waiting for each other both get through.
+/// them before they take their interrupt.
+///
+/// A CPU waited for may itself be spinning with interrupts off for this one, so both kinds of
+/// request another CPU spins for are served here meanwhile, not only at their IPIs (which this
+/// CPU, interrupts off, does not take): reloads (two CPUs waiting for each other's reload both
+/// get through) and FP saves (`fpu::pull`, on an FP trap or a switch, spins until this CPU has
+/// saved the registers it holds; serving only reloads here deadlocked aarch64's `fuzz-smp4`: CPU
+/// 3 waited here for CPU 2's reload while CPU 2 waited in `pull` for CPU 3's save). `pull` does
+/// not serve reloads in turn: it may run in the middle of a switch, where the root to reload
+/// is not yet the current thread's; this side serving saves is enough to break the cycle.
 pub fn wait_reloaded(tickets: &[Ticket]) {
     for t in tickets {
         while RELOADS_DONE[t.cpu].load(Ordering::Acquire) < t.number {
@@ -119,6 +127,7 @@ pub fn wait_reloaded(tickets: &[Ticket]) {
             if RELOADS_DONE[me].load(Ordering::Relaxed) < RELOADS_ASKED[me].load(Ordering::Acquire) {
                 serve_reloads();
             }
+            crate::fpu::serve_request();
             core::hint::spin_loop();
         }
     }

@@ -395,11 +395,14 @@ tsumugi: halting with status 0\r
             .find(|s| s.name == "hang-timeout")
             .unwrap();
         let timed_out = Outcome::TimedOut(Duration::from_secs(8));
-        let results = evaluate(&suite, &timed_out, "");
-        assert_eq!(results.len(), 1);
-        assert!(results[0].passed);
+        let probed = "hanging on purpose (crash=hang)\nhang probe: cpu 0 EL1h pc 0xffffffffc026a8f0 [kernel] kernel::boot::crash_on_purpose+0x20\n";
+        let results = evaluate(&suite, &timed_out, probed);
+        assert_eq!(results.len(), 3);
+        assert!(results.iter().all(|r| r.passed), "{results:?}");
         assert_eq!(results[0].detail, "timed out after 8 s");
-        assert!(!evaluate(&suite, &Outcome::Guest(0), "")[0].passed);
+        assert!(!evaluate(&suite, &Outcome::Guest(0), probed)[0].passed);
+        // Without the probe's report (or with one that does not name the function) it fails.
+        assert_eq!(evaluate(&suite, &timed_out, "hanging on purpose (crash=hang)\n").iter().filter(|r| !r.passed).count(), 2);
     }
 
     #[test]

@@ -24,6 +24,11 @@ pub const PROGRAM_FAULT_WRITE_TEXT: &str = "fault_write_text";
 
 /// Line `init` prints once it runs in user mode.
 pub const INIT_GREETING: &str = "init: hello from ring 3";
+/// What each line of the harness's hang probe starts with: what every vCPU was doing when a
+/// run passed its time limit, appended to the log (`xtask/src/hang.rs`).
+pub const HANG_PROBE: &str = "hang probe: ";
+/// The kernel function `crash=hang` spins in, which the hang probe must name.
+pub const HANG_FUNCTION: &str = "kernel::boot::crash_on_purpose";
 
 /// Word every kill reason for a page fault starts with (`killed: page fault: ...`).
 pub const PAGE_FAULT: &str = "page fault: ";
@@ -427,7 +432,12 @@ pub fn x86_64() -> Vec<Suite> {
             boot_words: crash_words(Crash::Hang),
             timeout: HANG_SUITE_TIMEOUT,
             expected: Expected::Timeout,
-            checks: Vec::new(),
+            // The harness's hang probe found the spinning CPU and named its function (the
+            // kernel's own log never names it).
+            checks: vec![
+                Check::LogContains(format!("{HANG_PROBE}cpu 0 ")),
+                Check::LogContains(HANG_FUNCTION.to_string()),
+            ],
         },
     ]
 }

@@ -154,6 +154,7 @@ pub fn run(args: &FuzzArgs) -> Result<u8> {
         timeout,
         &Console::Capture { log: log.clone() },
         Some(&progress),
+        Some(&crate::hang::Probe::new(&artifacts)),
     )?;
     let results = evaluate(&suite, &finished.outcome, &finished.log);
     let mut failed = 0;

@@ -8,6 +8,7 @@ mod cmd;
 mod doc;
 mod fuzz;
 mod gdb;
+mod hang;
 mod image;
 mod new;
 mod program;

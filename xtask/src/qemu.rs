@@ -19,6 +19,7 @@ use wait_timeout::ChildExt;
 
 use crate::arch::Arch;
 use crate::cmd::Cmd;
+use crate::hang::Probe;
 
 /// Guest memory size.
 pub const MEMORY: &str = "256M";
@@ -222,19 +223,48 @@ fn spawn_reader(
     })
 }
 
-/// Runs QEMU with a time limit and decodes how it ended.
-pub fn run(cmd: &Cmd, arch: Arch, timeout: Duration, console: &Console) -> Result<Finished> {
-    run_watched(cmd, arch, timeout, console, None)
+/// With a probe, asks the still-running QEMU what its vCPUs are doing, prints the answer and
+/// appends it to the captured log (the guest is stopped by then, so nothing interleaves).
+fn report_hang(probe: Option<&Probe>, arch: Arch, capture: Option<&Arc<Mutex<Capture>>>) {
+    let Some(probe) = probe else { return };
+    let log = capture.map(|c| c.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).text.clone()).unwrap_or_default();
+    let report = probe.report(arch, &log);
+    print!("{report}");
+    let _ = std::io::stdout().flush();
+    if let Some(capture) = capture {
+        let mut capture = capture.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if !capture.text.is_empty() && !capture.text.ends_with('\n') {
+            capture.text.push('\n');
+        }
+        capture.text.push_str(&report);
+        let _ = capture.file.write_all(report.as_bytes()).and_then(|()| capture.file.flush());
+    }
 }
 
-/// [`run`], also killing the run when its progress lines stop (with a [`Console::Capture`]).
+/// Runs QEMU with a time limit and decodes how it ended.
+pub fn run(cmd: &Cmd, arch: Arch, timeout: Duration, console: &Console) -> Result<Finished> {
+    run_watched(cmd, arch, timeout, console, None, None)
+}
+
+/// [`run`], also killing the run when its progress lines stop (with a [`Console::Capture`]),
+/// and, with a `probe`, first reporting what every vCPU was doing when it ran out of time or
+/// stalled (printed, and appended to the log after the guest's output; see [`crate::hang`]).
 pub fn run_watched(
     cmd: &Cmd,
     arch: Arch,
     timeout: Duration,
     console: &Console,
     progress: Option<&Progress>,
+    probe: Option<&Probe>,
 ) -> Result<Finished> {
+    let probed;
+    let cmd = match probe {
+        Some(probe) => {
+            probed = cmd.clone().args(probe.qemu_args());
+            &probed
+        }
+        None => cmd,
+    };
     cmd.echo();
     let mut command = cmd.to_command();
     let capture = match console {
@@ -284,6 +314,7 @@ pub fn run_watched(
                 let last = capture.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).last_progress;
                 let elapsed = started.elapsed();
                 if last.elapsed() > progress.stall || elapsed >= timeout {
+                    report_hang(probe, arch, Some(capture));
                     guard.kill();
                     if elapsed < timeout {
                         println!(
@@ -300,6 +331,7 @@ pub fn run_watched(
         _ => match guard.wait_timeout(timeout)? {
             Some(status) => arch.decode_exit(status),
             None => {
+                report_hang(probe, arch, capture.as_ref());
                 guard.kill();
                 Outcome::TimedOut(timeout)
             }

@@ -93,12 +93,10 @@ pub fn boot(args: &BootArgs, timeout: Duration, gdb: bool) -> Result<u8> {
             qemu::GDB_PORT
         );
     }
-    let finished = qemu::run(
-        &qemu::command(&machine),
-        args.arch,
-        timeout,
-        &Console::Inherit,
-    )?;
+    // Past the time limit, what each vCPU was doing (kernel code named; the console is the
+    // terminal's, so programs' load addresses are unknown here).
+    let probe = crate::hang::Probe::new(&artifacts);
+    let finished = qemu::run_watched(&qemu::command(&machine), args.arch, timeout, &Console::Inherit, None, Some(&probe))?;
     eprintln!(
         "{}: {}",
         if gdb { "gdb" } else { "run" },

@@ -504,7 +504,9 @@ fn run_suite(arch: Arch, suite: &Suite, artifacts: &Artifacts, tally: &mut Tally
         cmdline: &suite.boot_words,
     };
     let console = Console::Capture { log: log.clone() };
-    let finished = match qemu::run(&qemu::command(&machine), arch, suite.timeout, &console) {
+    // A run that passes its time limit first reports what each vCPU was doing (crate::hang).
+    let probe = crate::hang::Probe::new(artifacts);
+    let finished = match qemu::run_watched(&qemu::command(&machine), arch, suite.timeout, &console, None, Some(&probe)) {
         Ok(finished) => finished,
         Err(error) => {
             tally.could_not_run(&group, "boot", &error);
