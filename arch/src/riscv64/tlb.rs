@@ -157,6 +157,7 @@ fn tagged_here() -> bool {
 /// `root` must be a valid Sv48 root that maps the kernel half exactly as the current one does;
 /// entries cached under `tag` must belong to `root` unless `flush_all` (the tag allocator's
 /// guarantee).
+#[inline]
 pub unsafe fn load_root_tagged(root: Frame, tag: u16, flush_all: bool) {
     if !tagged_here() {
         // SAFETY: guaranteed by the caller.

@@ -54,6 +54,7 @@ pub fn enable_tags_on_this_cpu() {
 ///
 /// # Safety
 /// As for [`load_root`].
+#[inline]
 pub unsafe fn load_root_tagged(root: Frame, tag: u16, flush_all: bool) {
     if TAG_COUNT.load(core::sync::atomic::Ordering::Relaxed) == 0 {
         // SAFETY: guaranteed by the caller; an untagged load flushes all non-global entries.
