@@ -208,9 +208,28 @@ impl Cpu {
     }
 }
 
-/// The record of the CPU running this code.
+// Every port numbers its CPUs below its own bound, which is at most this kernel's.
+#[cfg(target_arch = "x86_64")]
+const _: () = assert!(arch::cpu::MAX_CPUS <= MAX_CPUS);
+#[cfg(target_arch = "riscv64")]
+const _: () = assert!(arch::cpu::MAX_CPUS <= MAX_CPUS);
+#[cfg(target_arch = "aarch64")]
+const _: () = assert!(arch::smp::MAX_CPUS <= MAX_CPUS);
+
+/// The record of the CPU running this code. Inlined, without a bounds check: it is on every
+/// switch, syscall return and tick.
+#[inline(always)]
 pub fn this_cpu() -> &'static Cpu {
-    &CPUS[arch::cpu::cpu_index()]
+    own_record(arch::cpu::cpu_index())
+}
+
+/// The record of this CPU, whose index (`arch::cpu::cpu_index`) the caller has at hand.
+#[inline(always)]
+fn own_record(index: usize) -> &'static Cpu {
+    debug_assert!(index < MAX_CPUS);
+    // SAFETY: `index` is this CPU's: a port numbers its CPUs below its `MAX_CPUS` (its
+    // per-CPU blocks are an array of that many), which is at most ours (asserted above).
+    unsafe { CPUS.get_unchecked(index) }
 }
 
 /// Number of CPUs online.
@@ -295,7 +314,7 @@ pub fn make_ready(t: Arc<Thread>) {
 /// already.
 pub fn hand_next(t: Arc<Thread>) {
     let index = arch::cpu::cpu_index();
-    let cpu = &CPUS[index];
+    let cpu = own_record(index);
     let pin = t.pin.load(Ordering::Relaxed);
     if (pin != crate::thread::NO_PIN && pin != index) || cpu.current.load(Ordering::Relaxed).is_null() || !cpu.handed.load(Ordering::Relaxed).is_null() {
         make_ready(t);
@@ -331,12 +350,12 @@ fn send_reschedule(cpu: usize) {
 /// always taken.
 #[inline(always)]
 fn pick_next(cpu_index: usize, self_ptr: *const Thread) -> Option<Arc<Thread>> {
-    if let Some(t) = take_handed(&CPUS[cpu_index]) {
+    if let Some(t) = take_handed(own_record(cpu_index)) {
         return Some(t);
     }
     // Nothing queued here and no other CPU to steal from (a preemption or yield of the only
     // runnable thread): answer before setting up the loop below.
-    if CPUS[cpu_index].len.load(Ordering::Relaxed) == 0 && ONLINE.load(Ordering::Relaxed) <= 1 {
+    if own_record(cpu_index).len.load(Ordering::Relaxed) == 0 && ONLINE.load(Ordering::Relaxed) <= 1 {
         return None;
     }
     pick_queued(cpu_index, self_ptr)
@@ -346,7 +365,7 @@ fn pick_next(cpu_index: usize, self_ptr: *const Thread) -> Option<Arc<Thread>> {
 #[inline(never)]
 fn pick_queued(cpu_index: usize, self_ptr: *const Thread) -> Option<Arc<Thread>> {
     for _ in 0..MAX_REQUEUES {
-        let cpu = &CPUS[cpu_index];
+        let cpu = own_record(cpu_index);
         let local = if cpu.len.load(Ordering::Relaxed) > 0 { cpu.pop() } else { None };
         let candidate = match local {
             Some(c) => c,
@@ -410,7 +429,7 @@ fn steal(thief: usize) -> Option<Arc<Thread>> {
 pub fn schedule(then: Then) -> bool {
     debug_assert!(!arch::cpu::interrupts_enabled());
     let index = arch::cpu::cpu_index();
-    let cpu = &CPUS[index];
+    let cpu = own_record(index);
     let prev_ptr = cpu.current.load(Ordering::Relaxed);
     if let Some(next) = take_handed(cpu) {
         // The running thread handed the CPU to `next` (never itself: it was running then).
@@ -706,7 +725,7 @@ fn finish_owned(cpu: &Cpu, prev: Arc<Thread>, then: Then) {
 /// The idle loop of a CPU: runs threads as they become runnable and halts in between.
 pub fn idle_loop() -> ! {
     let index = arch::cpu::cpu_index();
-    let cpu = &CPUS[index];
+    let cpu = own_record(index);
     loop {
         arch::cpu::disable_interrupts();
         match pick_next(index, core::ptr::null()) {
@@ -731,7 +750,7 @@ pub fn idle_loop() -> ! {
 pub fn tick(from_user: bool) -> bool {
     // The index once: each `cpu_index` is a per-CPU load and a bounds check.
     let index = arch::cpu::cpu_index();
-    let cpu = &CPUS[index];
+    let cpu = own_record(index);
     cpu.counters.bump(Counter::Ticks);
     crate::mm::kernel_stack::tick(index);
     if index == 0 {
