@@ -82,8 +82,10 @@ pub fn choose(root: u64, kernel: u64, cpu_generation: &mut u64) -> (u16, bool) {
         return (UNTAGGED, false);
     }
     let cpu = arch::cpu::cpu_index();
-    // SAFETY: this CPU's own entry, with interrupts off (see `PerCpu`).
-    let mine = unsafe { &*PER_CPU[cpu].0.get() };
+    debug_assert!(cpu < MAX_CPUS);
+    // SAFETY: this CPU's own entry, with interrupts off (see `PerCpu`); a CPU's index is below
+    // the port's `MAX_CPUS`, which is at most ours (asserted in `sched::scheduler`).
+    let mine = unsafe { &*PER_CPU.get_unchecked(cpu).0.get() };
     let epoch = EPOCH.load(Ordering::Acquire);
     // The view is live (a thread runs on it), so no release of its root can be under way; if
     // this CPU learnt its tag in this epoch, the tag is still the view's and still valid. A

@@ -347,7 +347,8 @@ impl<T: Copy + Eq + Debug> RunQueue<T> {
             // thread and becomes the woken group's only node.
             if self.order_len == 1 && group.len == 1 && self.head_turns < self.policy.effective_group_bound() {
                 let hint = self.swapped;
-                let hinted = hint != NIL && hint as usize != g && self.groups.get(hint as usize).is_some_and(|h| h.shared && h.view == view && h.len == 0);
+                // (An empty group is never the head, which holds one thread here.)
+                let hinted = hint != NIL && self.groups.get(hint as usize).is_some_and(|h| h.shared && h.view == view && h.len == 0);
                 let mine = if hinted { Some(hint) } else { self.shared.get(view).filter(|&m| m as usize != g) };
                 if let Some(mine) = mine {
                     debug_assert_eq!(self.groups[mine as usize].len, 0, "a second group in a one-group order");

@@ -617,15 +617,21 @@ fn load_root(cpu: &Cpu, root: u64) -> Option<bool> {
         return None;
     }
     cpu.loaded_root.store(root, Ordering::Release);
-    let mut generation = cpu.tag_generation.load(Ordering::Relaxed);
-    let (tag, flush_all) = crate::mm::cpu_tags::choose(root, KERNEL_ROOT.load(Ordering::Relaxed), &mut generation);
-    cpu.tag_generation.store(generation, Ordering::Relaxed);
+    let (tag, flush_all) = if crate::mm::cpu_tags::enabled() {
+        let mut generation = cpu.tag_generation.load(Ordering::Relaxed);
+        let choice = crate::mm::cpu_tags::choose(root, KERNEL_ROOT.load(Ordering::Relaxed), &mut generation);
+        cpu.tag_generation.store(generation, Ordering::Relaxed);
+        choice
+    } else {
+        // Untagged: every load flushes (what `choose` answers), and no generation moves.
+        (crate::mm::tag_alloc::UNTAGGED, true)
+    };
     // SAFETY: every root is a view table or the kernel table, all sharing the kernel half.
     unsafe { arch::tlb::load_root_tagged(Frame::from_number(root), tag, flush_all) };
     cpu.counters.bump(Counter::ViewSwitches);
     crate::trace::view_switch(root, flush_all);
     if flush_all {
-        crate::mm::kernel_stack::note_full_flush(arch::cpu::cpu_index());
+        crate::mm::kernel_stack::note_full_flush_here();
         cpu.counters.bump(Counter::TlbFlushes);
     }
     Some(flush_all)
