@@ -306,7 +306,7 @@ impl Domain {
             }
         };
         if let Some(v) = vcpu {
-            t.vcpu.store(v, Ordering::Release);
+            t.vcpu.store(v, Ordering::Relaxed);
         }
         {
             let mut inner = self.inner.lock();

@@ -112,7 +112,10 @@ pub struct Thread {
     /// The user LTN register (x86_64 GS base) while the thread is off its CPU.
     pub(crate) ltn: AtomicU64,
     /// The vCPU of its Kernel-Notification program this thread currently is (`NOT_A_VCPU`
-    /// otherwise).
+    /// otherwise). Written only by the thread itself, or before it first runs (published by
+    /// its first queueing); it guards no other data, and other threads read it only for
+    /// reports: every access is `Relaxed` (an Acquire/Release pair would cost a fence on
+    /// riscv64 on every stop path).
     pub vcpu: AtomicUsize,
     /// FP/SIMD state (lazy switching, `fpu.rs`).
     pub fp: crate::fpu::ThreadFp,

@@ -64,6 +64,7 @@ pub fn enable_tags_on_this_cpu() {}
 /// # Safety
 /// `root` must be a valid level-0 table of user mappings, or the kernel root; entries cached
 /// under `tag` must belong to `root` unless `flush_all` (the tag allocator's guarantee).
+#[inline]
 pub unsafe fn load_root_tagged(root: Frame, tag: u16, flush_all: bool) {
     let pa = root.start().as_u64();
     let is_kernel = pa == KERNEL_ROOT.load(Ordering::Relaxed);

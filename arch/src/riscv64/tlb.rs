@@ -144,8 +144,15 @@ pub fn enable_tags_on_this_cpu() {
 }
 
 /// Whether this hart uses the tags the kernel hands out.
+/// Inlined into every root load: with no hart short of ASID bits (the usual case) it needs
+/// no hart index.
+#[inline(always)]
 fn tagged_here() -> bool {
-    TAG_COUNT.load(Ordering::Relaxed) != 0 && UNTAGGED_CPUS.load(Ordering::Relaxed) & (1 << (super::cpu::cpu_index() % 64)) == 0
+    if TAG_COUNT.load(Ordering::Relaxed) == 0 {
+        return false;
+    }
+    let untagged = UNTAGGED_CPUS.load(Ordering::Relaxed);
+    untagged == 0 || untagged & (1 << (super::cpu::cpu_index() % 64)) == 0
 }
 
 /// Loads `root` with TLB tag `tag` (its ASID when tags are on). With `flush_all`, every
@@ -157,6 +164,7 @@ fn tagged_here() -> bool {
 /// `root` must be a valid Sv48 root that maps the kernel half exactly as the current one does;
 /// entries cached under `tag` must belong to `root` unless `flush_all` (the tag allocator's
 /// guarantee).
+#[inline]
 pub unsafe fn load_root_tagged(root: Frame, tag: u16, flush_all: bool) {
     if !tagged_here() {
         // SAFETY: guaranteed by the caller.

@@ -9,6 +9,7 @@ use x86_64::structures::paging::PhysFrame;
 /// # Safety
 /// `root` must be a valid PML4 that maps the kernel half exactly as the current one does
 /// (the code running now, its stack and the per-CPU data stay mapped).
+#[inline]
 pub unsafe fn load_root(root: Frame) {
     let frame = PhysFrame::containing_address(x86_64::PhysAddr::new(root.start().as_u64()));
     // SAFETY: guaranteed by the caller.
@@ -54,6 +55,7 @@ pub fn enable_tags_on_this_cpu() {
 ///
 /// # Safety
 /// As for [`load_root`].
+#[inline]
 pub unsafe fn load_root_tagged(root: Frame, tag: u16, flush_all: bool) {
     if TAG_COUNT.load(core::sync::atomic::Ordering::Relaxed) == 0 {
         // SAFETY: guaranteed by the caller; an untagged load flushes all non-global entries.

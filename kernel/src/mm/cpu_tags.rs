@@ -62,6 +62,7 @@ pub fn init(count: u16) {
 }
 
 /// Whether views get tags.
+#[inline(always)]
 pub fn enabled() -> bool {
     ENABLED.load(Ordering::Acquire)
 }
@@ -69,6 +70,10 @@ pub fn enabled() -> bool {
 /// The tag to load view root `root` with on a CPU whose generation is `cpu_generation`, and
 /// whether that CPU must flush its whole TLB first. The kernel's own root (`kernel`) always
 /// uses the untagged value: its user half is empty, so it shares nothing with any view.
+///
+/// Inlined into the switch: an untagged machine, the kernel's root and a view this CPU loaded
+/// lately in this epoch are answered here; the rest is [`choose_locked`]'s.
+#[inline(always)]
 pub fn choose(root: u64, kernel: u64, cpu_generation: &mut u64) -> (u16, bool) {
     if !enabled() {
         return (UNTAGGED, true);
@@ -77,8 +82,10 @@ pub fn choose(root: u64, kernel: u64, cpu_generation: &mut u64) -> (u16, bool) {
         return (UNTAGGED, false);
     }
     let cpu = arch::cpu::cpu_index();
-    // SAFETY: this CPU's own entry, with interrupts off (see `PerCpu`).
-    let mine = unsafe { &mut *PER_CPU[cpu].0.get() };
+    debug_assert!(cpu < MAX_CPUS);
+    // SAFETY: this CPU's own entry, with interrupts off (see `PerCpu`); a CPU's index is below
+    // the port's `MAX_CPUS`, which is at most ours (asserted in `sched::scheduler`).
+    let mine = unsafe { &*PER_CPU.get_unchecked(cpu).0.get() };
     let epoch = EPOCH.load(Ordering::Acquire);
     // The view is live (a thread runs on it), so no release of its root can be under way; if
     // this CPU learnt its tag in this epoch, the tag is still the view's and still valid. A
@@ -88,6 +95,16 @@ pub fn choose(root: u64, kernel: u64, cpu_generation: &mut u64) -> (u16, bool) {
             return (e.tag.value, false);
         }
     }
+    choose_locked(root, cpu, cpu_generation)
+}
+
+/// [`choose`] for a view this CPU has no current answer for: asks the allocator under the
+/// `TAGS` lock and remembers the answer.
+#[inline(never)]
+fn choose_locked(root: u64, cpu: usize, cpu_generation: &mut u64) -> (u16, bool) {
+    // SAFETY: this CPU's own entry, with interrupts off (see `PerCpu`); `choose`'s shared
+    // borrow of it has ended.
+    let mine = unsafe { &mut *PER_CPU[cpu].0.get() };
     let mut guard = TAGS.lock();
     let Some(tags) = guard.as_mut() else { return (UNTAGGED, true) };
     let current = tags.held.get(&root).copied();

@@ -39,6 +39,17 @@ pub fn note_full_flush(cpu: usize) {
     FLUSH_EPOCHS[cpu].fetch_add(1, Ordering::Relaxed);
 }
 
+/// [`note_full_flush`] for the CPU running this code (a root load's flush, on every view
+/// switch of an untagged machine): no bounds check.
+#[inline(always)]
+pub fn note_full_flush_here() {
+    let cpu = arch::cpu::cpu_index();
+    debug_assert!(cpu < MAX_CPUS);
+    // SAFETY: a CPU's own index is below the port's `MAX_CPUS`, which is at most ours
+    // (asserted in `sched::scheduler`).
+    unsafe { FLUSH_EPOCHS.get_unchecked(cpu) }.fetch_add(1, Ordering::Relaxed);
+}
+
 /// The timer tick on this CPU: if a stack was freed since this CPU last flushed, flush now.
 /// With TLB tags (PCIDs, ASIDs) a root load flushes nothing, so without this a CPU could go
 /// on forever without a full flush and freed slots would never leave quarantine (a leak of

@@ -216,7 +216,7 @@ mod machine {
 
     /// The running thread's vCPU index if it is a vCPU of a registered program.
     pub(super) fn current_vcpu(me: &Thread) -> Option<usize> {
-        let v = me.vcpu.load(Ordering::Acquire);
+        let v = me.vcpu.load(Ordering::Relaxed);
         (v != NOT_A_VCPU && me.domain.as_ref().is_some_and(|d| d.kn.registered())).then_some(v)
     }
 
@@ -392,7 +392,7 @@ mod machine {
         let domain = me.domain.clone().expect("a vCPU has a domain");
         post_own(&domain, Event { kind: EventKind::Blocked as u64, thread: thmb, arg0: vcpu as u64, arg1: 0 });
         let cfg = domain.kn.config().expect("checked registered");
-        me.vcpu.store(NOT_A_VCPU, Ordering::Release);
+        me.vcpu.store(NOT_A_VCPU, Ordering::Relaxed);
         let args = [EventKind::Blocked as u64, thmb, vcpu as u64, 0];
         if !super::vcpu::hand_to_spare(&me, &domain, me.view(), vcpu, args) {
             if let Err(e) = super::vcpu::start_activation(&domain, &me, vcpu, cfg.handler, cfg.upcall_stacks[vcpu], args) {

@@ -36,7 +36,7 @@ pub struct Saved {
 /// Saves the stopped context of `me` (a vCPU) in its program's kernel-owned area for its vCPU,
 /// replacing what an earlier stop left there.
 pub fn save(me: &Thread, full: &FullFrame, uses_fp: bool) {
-    let vcpu = me.vcpu.load(Ordering::Acquire);
+    let vcpu = me.vcpu.load(Ordering::Relaxed);
     let Some(domain) = &me.domain else { return };
     if vcpu == NOT_A_VCPU {
         return;

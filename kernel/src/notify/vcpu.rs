@@ -77,7 +77,7 @@ pub fn register(me: &Arc<Thread>, reg_addr: u64) -> Result<usize, Errno> {
         let _ = space::with(|s, m| s.detach(m, ring_view));
         return Err(Errno::Inval);
     }
-    me.vcpu.store(0, Ordering::Release);
+    me.vcpu.store(0, Ordering::Relaxed);
     // The caller becomes vCPU 0. If it used FP before (its first FP trap then found no vCPU to
     // report), its FP state is live now: say so, or the library's WINDOW switches on vCPU 0
     // would leave the ABI's callee-saved FP registers unsaved.
@@ -118,7 +118,7 @@ fn waiting_main() -> ! {
     let entry = {
         let me = scheduler::current().expect("an activation");
         let domain = me.domain.clone().expect("an activation has a program");
-        let v = me.vcpu.load(Ordering::Acquire);
+        let v = me.vcpu.load(Ordering::Relaxed);
         super::processors::wait_for_grant(&me, &domain, v).and_then(|args| {
             let cfg = domain.kn.config()?;
             super::count_upcall(&me, &domain, args[0]);
@@ -301,7 +301,7 @@ pub fn serve_as_spare() -> ! {
             drop(st);
             job.and_then(|(vcpu, args)| {
                 let cfg = domain.kn.config()?;
-                me.vcpu.store(vcpu, Ordering::Release);
+                me.vcpu.store(vcpu, Ordering::Relaxed);
                 if tell {
                     tell_fp_live(&me, vcpu);
                 }
@@ -320,7 +320,7 @@ pub fn serve_as_spare() -> ! {
 /// The running thread used FP for the first time (its FP-disabled trap): if it is a vCPU of a
 /// program that asked (`Registration::fp_live`), tell the library that FP is live on it.
 pub fn note_fp_use(me: &Thread) {
-    let v = me.vcpu.load(Ordering::Acquire);
+    let v = me.vcpu.load(Ordering::Relaxed);
     if v == NOT_A_VCPU {
         return;
     }
@@ -354,7 +354,7 @@ fn tell_fp_live(me: &Thread, v: usize) {
 pub fn park(me: &Arc<Thread>, frame: &mut arch::trap::TrapFrame, flags: usize) -> Result<usize, Errno> {
     let domain = me.domain.clone().ok_or(Errno::Inval)?;
     let cfg = domain.kn.config().ok_or(Errno::Inval)?;
-    let vcpu = me.vcpu.load(Ordering::Acquire);
+    let vcpu = me.vcpu.load(Ordering::Relaxed);
     let idle = flags & PARK_IDLE != 0;
     if let Some(r) = give_up_parked(me, &domain, frame, vcpu, idle) {
         return Ok(r);

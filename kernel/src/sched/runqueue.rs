@@ -201,6 +201,12 @@ pub struct RunQueue<T> {
     order_len: usize,
     dormant: u32,
     shared: SharedGroups,
+    /// The shared group the last two-view swap in [`requeue_and_pop`](Self::requeue_and_pop)
+    /// left dormant (`NIL`: none known): two threads of two views taking turns find their
+    /// view's group here at the next swap, without searching `shared`. Only a hint, checked
+    /// before use: a slot marked `shared` is always its view's one shared group (freed groups
+    /// are unmarked).
+    swapped: u32,
     head_turns: u32,
     stats: GroupStats,
 }
@@ -222,6 +228,7 @@ impl<T: Copy + Eq + Debug> RunQueue<T> {
             order_len: 0,
             dormant: 0,
             shared: SharedGroups::new(),
+            swapped: NIL,
             head_turns: 0,
             stats: GroupStats {
                 rotations: 0,
@@ -339,7 +346,11 @@ impl<T: Copy + Eq + Debug> RunQueue<T> {
             // leave the head dormant (or free); done in place, the next thread's node takes the
             // thread and becomes the woken group's only node.
             if self.order_len == 1 && group.len == 1 && self.head_turns < self.policy.effective_group_bound() {
-                if let Some(mine) = self.shared.get(view).filter(|&m| m as usize != g) {
+                let hint = self.swapped;
+                // (An empty group is never the head, which holds one thread here.)
+                let hinted = hint != NIL && self.groups.get(hint as usize).is_some_and(|h| h.shared && h.view == view && h.len == 0);
+                let mine = if hinted { Some(hint) } else { self.shared.get(view).filter(|&m| m as usize != g) };
+                if let Some(mine) = mine {
                     debug_assert_eq!(self.groups[mine as usize].len, 0, "a second group in a one-group order");
                     let at = group.first;
                     let out = self.nodes[at as usize].thread;
@@ -352,7 +363,9 @@ impl<T: Copy + Eq + Debug> RunQueue<T> {
                     if head.shared {
                         // Dormant in turn: the count of dormant groups is unchanged.
                         head.next = NIL;
+                        self.swapped = g as u32;
                     } else {
+                        self.swapped = NIL;
                         head.next = self.free_groups;
                         self.free_groups = g as u32;
                         self.dormant -= 1;
@@ -584,6 +597,7 @@ impl<T: Copy + Eq + Debug> RunQueue<T> {
         self.order_len = 0;
         self.dormant = 0;
         self.shared.0.clear();
+        self.swapped = NIL;
         self.head_turns = 0;
         queued
     }
@@ -652,12 +666,15 @@ impl<T: Copy + Eq + Debug> RunQueue<T> {
         shared.retain(|&(_, g)| {
             let keep = self.groups[g as usize].len > 0;
             if !keep {
+                // Unmarked: no longer its view's shared group (see `swapped`).
+                self.groups[g as usize].shared = false;
                 self.groups[g as usize].next = self.free_groups;
                 self.free_groups = g;
             }
             keep
         });
         self.shared.0 = shared;
+        self.swapped = NIL;
         self.dormant = 0;
     }
 

@@ -208,9 +208,28 @@ impl Cpu {
     }
 }
 
-/// The record of the CPU running this code.
+// Every port numbers its CPUs below its own bound, which is at most this kernel's.
+#[cfg(target_arch = "x86_64")]
+const _: () = assert!(arch::cpu::MAX_CPUS <= MAX_CPUS);
+#[cfg(target_arch = "riscv64")]
+const _: () = assert!(arch::cpu::MAX_CPUS <= MAX_CPUS);
+#[cfg(target_arch = "aarch64")]
+const _: () = assert!(arch::smp::MAX_CPUS <= MAX_CPUS);
+
+/// The record of the CPU running this code. Inlined, without a bounds check: it is on every
+/// switch, syscall return and tick.
+#[inline(always)]
 pub fn this_cpu() -> &'static Cpu {
-    &CPUS[arch::cpu::cpu_index()]
+    own_record(arch::cpu::cpu_index())
+}
+
+/// The record of this CPU, whose index (`arch::cpu::cpu_index`) the caller has at hand.
+#[inline(always)]
+fn own_record(index: usize) -> &'static Cpu {
+    debug_assert!(index < MAX_CPUS);
+    // SAFETY: `index` is this CPU's: a port numbers its CPUs below its `MAX_CPUS` (its
+    // per-CPU blocks are an array of that many), which is at most ours (asserted above).
+    unsafe { CPUS.get_unchecked(index) }
 }
 
 /// Number of CPUs online.
@@ -295,7 +314,7 @@ pub fn make_ready(t: Arc<Thread>) {
 /// already.
 pub fn hand_next(t: Arc<Thread>) {
     let index = arch::cpu::cpu_index();
-    let cpu = &CPUS[index];
+    let cpu = own_record(index);
     let pin = t.pin.load(Ordering::Relaxed);
     if (pin != crate::thread::NO_PIN && pin != index) || cpu.current.load(Ordering::Relaxed).is_null() || !cpu.handed.load(Ordering::Relaxed).is_null() {
         make_ready(t);
@@ -331,12 +350,12 @@ fn send_reschedule(cpu: usize) {
 /// always taken.
 #[inline(always)]
 fn pick_next(cpu_index: usize, self_ptr: *const Thread) -> Option<Arc<Thread>> {
-    if let Some(t) = take_handed(&CPUS[cpu_index]) {
+    if let Some(t) = take_handed(own_record(cpu_index)) {
         return Some(t);
     }
     // Nothing queued here and no other CPU to steal from (a preemption or yield of the only
     // runnable thread): answer before setting up the loop below.
-    if CPUS[cpu_index].len.load(Ordering::Relaxed) == 0 && ONLINE.load(Ordering::Relaxed) <= 1 {
+    if own_record(cpu_index).len.load(Ordering::Relaxed) == 0 && ONLINE.load(Ordering::Relaxed) <= 1 {
         return None;
     }
     pick_queued(cpu_index, self_ptr)
@@ -346,7 +365,7 @@ fn pick_next(cpu_index: usize, self_ptr: *const Thread) -> Option<Arc<Thread>> {
 #[inline(never)]
 fn pick_queued(cpu_index: usize, self_ptr: *const Thread) -> Option<Arc<Thread>> {
     for _ in 0..MAX_REQUEUES {
-        let cpu = &CPUS[cpu_index];
+        let cpu = own_record(cpu_index);
         let local = if cpu.len.load(Ordering::Relaxed) > 0 { cpu.pop() } else { None };
         let candidate = match local {
             Some(c) => c,
@@ -410,7 +429,7 @@ fn steal(thief: usize) -> Option<Arc<Thread>> {
 pub fn schedule(then: Then) -> bool {
     debug_assert!(!arch::cpu::interrupts_enabled());
     let index = arch::cpu::cpu_index();
-    let cpu = &CPUS[index];
+    let cpu = own_record(index);
     let prev_ptr = cpu.current.load(Ordering::Relaxed);
     if let Some(next) = take_handed(cpu) {
         // The running thread handed the CPU to `next` (never itself: it was running then).
@@ -472,7 +491,7 @@ fn requeue_and_switch(cpu: &'static Cpu, prev_ptr: *mut Thread) -> bool {
         unsafe { switch_to_idle(cpu, Prev::Queued(prev_ptr)) };
         return true;
     }
-    switch_to(cpu, prev_ptr, next, Prev::Queued(prev_ptr));
+    switch_to_inline(cpu, prev_ptr, next, Prev::Queued(prev_ptr));
     true
 }
 
@@ -496,8 +515,17 @@ unsafe fn switch_to_idle(cpu: &Cpu, leftover: Prev) {
 }
 
 /// Switches from the current context (thread `prev_ptr`, or the idle loop if null) to `next`;
-/// `leftover` is what the next context does with `prev_ptr`.
+/// `leftover` is what the next context does with `prev_ptr`. Out of line: the idle loop, the
+/// hand-over and blocking switches share it; the yield and preemption switch inlines
+/// [`switch_to_inline`] instead (one frame less on the kernel's hottest switch).
+#[inline(never)]
 fn switch_to(cpu: &Cpu, prev_ptr: *mut Thread, next: Arc<Thread>, leftover: Prev) {
+    switch_to_inline(cpu, prev_ptr, next, leftover)
+}
+
+/// [`switch_to`], inlined into its caller.
+#[inline(always)]
+fn switch_to_inline(cpu: &Cpu, prev_ptr: *mut Thread, next: Arc<Thread>, leftover: Prev) {
     if next.on_cpu.load(Ordering::Acquire) {
         wait_off_cpu(&next);
     }
@@ -589,15 +617,21 @@ fn load_root(cpu: &Cpu, root: u64) -> Option<bool> {
         return None;
     }
     cpu.loaded_root.store(root, Ordering::Release);
-    let mut generation = cpu.tag_generation.load(Ordering::Relaxed);
-    let (tag, flush_all) = crate::mm::cpu_tags::choose(root, KERNEL_ROOT.load(Ordering::Relaxed), &mut generation);
-    cpu.tag_generation.store(generation, Ordering::Relaxed);
+    let (tag, flush_all) = if crate::mm::cpu_tags::enabled() {
+        let mut generation = cpu.tag_generation.load(Ordering::Relaxed);
+        let choice = crate::mm::cpu_tags::choose(root, KERNEL_ROOT.load(Ordering::Relaxed), &mut generation);
+        cpu.tag_generation.store(generation, Ordering::Relaxed);
+        choice
+    } else {
+        // Untagged: every load flushes (what `choose` answers), and no generation moves.
+        (crate::mm::tag_alloc::UNTAGGED, true)
+    };
     // SAFETY: every root is a view table or the kernel table, all sharing the kernel half.
     unsafe { arch::tlb::load_root_tagged(Frame::from_number(root), tag, flush_all) };
     cpu.counters.bump(Counter::ViewSwitches);
     crate::trace::view_switch(root, flush_all);
     if flush_all {
-        crate::mm::kernel_stack::note_full_flush(arch::cpu::cpu_index());
+        crate::mm::kernel_stack::note_full_flush_here();
         cpu.counters.bump(Counter::TlbFlushes);
     }
     Some(flush_all)
@@ -697,7 +731,7 @@ fn finish_owned(cpu: &Cpu, prev: Arc<Thread>, then: Then) {
 /// The idle loop of a CPU: runs threads as they become runnable and halts in between.
 pub fn idle_loop() -> ! {
     let index = arch::cpu::cpu_index();
-    let cpu = &CPUS[index];
+    let cpu = own_record(index);
     loop {
         arch::cpu::disable_interrupts();
         match pick_next(index, core::ptr::null()) {
@@ -727,7 +761,7 @@ pub fn idle_loop() -> ! {
 pub fn tick(from_user: bool) -> bool {
     // The index once: each `cpu_index` is a per-CPU load and a bounds check.
     let index = arch::cpu::cpu_index();
-    let cpu = &CPUS[index];
+    let cpu = own_record(index);
     cpu.counters.bump(Counter::Ticks);
     crate::mm::kernel_stack::tick(index);
     if index == 0 {
