@@ -125,12 +125,11 @@ const RX: usize = offset_of!(FullFrame, x);
 const _: () = assert!(MASK_OFFSET == 0);
 const _: () = assert!(W < 4096 && R < 4096, "the assembly forms these addresses with one `add`");
 
-/// The window save both voluntary switches share (`libuthread_switch_out`,
-/// `libuthread_switch_window`), up to the mask store: x0 = the ThMB, `$vcpu` = the register
-/// holding the vCPU whose `FP_LIVE` word decides the FP part (d8–d15 and FPCR, saved only
-/// where FP is live). x30 is where the thread resumes. Clobbers x9, x10, x11.
-macro_rules! save_window {
-    ($vcpu:literal) => {
+/// The start both window saves share ([`save_window`], [`switch_window_body`]): x0 = the ThMB;
+/// x9 = its window, the callee-saved registers (x30 as the resume point) and sp stored; then
+/// x11 = the address of `FP_LIVE`. Clobbers x9, x10, x11.
+macro_rules! save_gprs {
+    () => {
         concat!(
             "    add x9, x0, #{w}\n",
             "    stp x19, x20, [x9, #{wx19}]\n",
@@ -143,6 +142,18 @@ macro_rules! save_window {
             "    str x10, [x9, #{w_sp}]\n",
             "    adrp x11, {fp_live}\n",
             "    add x11, x11, :lo12:{fp_live}\n",
+        )
+    };
+}
+
+/// The window save both voluntary switches share (`libuthread_switch_out`,
+/// `libuthread_switch_window`), up to the mask store: x0 = the ThMB, `$vcpu` = the register
+/// holding the vCPU whose `FP_LIVE` word decides the FP part (d8–d15 and FPCR, saved only
+/// where FP is live). x30 is where the thread resumes. Clobbers x9, x10, x11.
+macro_rules! save_window {
+    ($vcpu:literal) => {
+        concat!(
+            save_gprs!(),
             "    ldr x10, [x11, ", $vcpu, ", lsl #3]\n",
             "    cmp x10, #0\n",
             "    cset x10, ne\n",
@@ -167,17 +178,7 @@ macro_rules! save_window {
 macro_rules! switch_window_body {
     ($ltn:literal) => {
         concat!(
-            "    add x9, x0, #{w}\n",
-            "    stp x19, x20, [x9, #{wx19}]\n",
-            "    stp x21, x22, [x9, #{wx21}]\n",
-            "    stp x23, x24, [x9, #{wx23}]\n",
-            "    stp x25, x26, [x9, #{wx25}]\n",
-            "    stp x27, x28, [x9, #{wx27}]\n",
-            "    stp x29, x30, [x9, #{w_fp}]\n",
-            "    mov x10, sp\n",
-            "    str x10, [x9, #{w_sp}]\n",
-            "    adrp x11, {fp_live}\n",
-            "    add x11, x11, :lo12:{fp_live}\n",
+            save_gprs!(),
             "    ldr x10, [x11, x2, lsl #3]\n",
             "    cbnz x10, 5f\n",
             "    str xzr, [x9, #{w_fp_saved}]\n",

@@ -125,13 +125,10 @@ const R: usize = RESUME_OFFSET;
 const _: () = assert!(MASK_OFFSET == 0);
 const _: () = assert!(R + core::mem::size_of::<FullFrame>() < 2048 && W + core::mem::size_of::<Window>() < 2048);
 
-/// The window save both voluntary switches share (`libuthread_switch_out`,
-/// `libuthread_switch_window`), up to the mask store: a0 = the ThMB, `$vcpu` = the register
-/// holding the vCPU whose `FP_LIVE` word decides the FP part (`fs0`–`fs11` and `fcsr`, saved
-/// only where FP is live: elsewhere FS may be Off and no FP instruction runs). `ra` is where
-/// the thread resumes. Clobbers t0, t1, t2.
-macro_rules! save_window {
-    ($vcpu:literal) => {
+/// The start both window saves share ([`save_window`], [`switch_window_body`]): a0 = the ThMB;
+/// `ra` (the resume point), `sp` and `s0`–`s11` stored.
+macro_rules! save_gprs {
+    () => {
         concat!(
             "    sd ra, {w_ra}(a0)\n",
             "    sd sp, {w_sp}(a0)\n",
@@ -147,6 +144,19 @@ macro_rules! save_window {
             "    sd s9, {w_s}+9*8(a0)\n",
             "    sd s10, {w_s}+10*8(a0)\n",
             "    sd s11, {w_s}+11*8(a0)\n",
+        )
+    };
+}
+
+/// The window save both voluntary switches share (`libuthread_switch_out`,
+/// `libuthread_switch_window`), up to the mask store: a0 = the ThMB, `$vcpu` = the register
+/// holding the vCPU whose `FP_LIVE` word decides the FP part (`fs0`–`fs11` and `fcsr`, saved
+/// only where FP is live: elsewhere FS may be Off and no FP instruction runs). `ra` is where
+/// the thread resumes. Clobbers t0, t1, t2.
+macro_rules! save_window {
+    ($vcpu:literal) => {
+        concat!(
+            save_gprs!(),
             "    slli t0, ", $vcpu, ", 3\n",
             "    lla t1, {fp_live}\n",
             "    add t1, t1, t0\n",
@@ -182,20 +192,7 @@ macro_rules! save_window {
 macro_rules! switch_window_body {
     ($ltn:literal) => {
         concat!(
-            "    sd ra, {w_ra}(a0)\n",
-            "    sd sp, {w_sp}(a0)\n",
-            "    sd s0, {w_s}+0*8(a0)\n",
-            "    sd s1, {w_s}+1*8(a0)\n",
-            "    sd s2, {w_s}+2*8(a0)\n",
-            "    sd s3, {w_s}+3*8(a0)\n",
-            "    sd s4, {w_s}+4*8(a0)\n",
-            "    sd s5, {w_s}+5*8(a0)\n",
-            "    sd s6, {w_s}+6*8(a0)\n",
-            "    sd s7, {w_s}+7*8(a0)\n",
-            "    sd s8, {w_s}+8*8(a0)\n",
-            "    sd s9, {w_s}+9*8(a0)\n",
-            "    sd s10, {w_s}+10*8(a0)\n",
-            "    sd s11, {w_s}+11*8(a0)\n",
+            save_gprs!(),
             "    slli t0, a2, 3\n",
             "    lla t1, {fp_live}\n",
             "    add t1, t1, t0\n",

@@ -162,14 +162,11 @@ const W: usize = WINDOW_OFFSET;
 const R: usize = RESUME_OFFSET;
 const _: () = assert!(MASK_OFFSET == 0);
 
-/// The window save both voluntary switches share (`libuthread_switch_out`,
-/// `libuthread_switch_window`), up to the mask store: rdi = the ThMB, `$vcpu` = the register
-/// holding the vCPU whose `FP_LIVE` word decides the FP part. The return address is where the
-/// thread resumes, and rsp as it is after that return its stack pointer. Where FP is not live
-/// no FP instruction runs at all (CR0.TS may be set); where it is, the callee-saved control
-/// state of SSE and of the x87 unit is saved too. Clobbers r9, r10, r11.
-macro_rules! save_window {
-    ($vcpu:literal) => {
+/// The start both window saves share ([`save_window`], [`switch_window_body`]): rdi = the
+/// ThMB; the callee-saved registers, the return address as the resume point, rsp as after the
+/// return; then r9 = the address of `FP_LIVE`. Clobbers r9, r11.
+macro_rules! save_gprs {
+    () => {
         concat!(
             "    mov [rdi + {w_rbx}], rbx\n",
             "    mov [rdi + {w_rbp}], rbp\n",
@@ -182,6 +179,20 @@ macro_rules! save_window {
             "    lea r11, [rsp + 8]\n",
             "    mov [rdi + {w_rsp}], r11\n",
             "    lea r9, [rip + {fp_live}]\n",
+        )
+    };
+}
+
+/// The window save both voluntary switches share (`libuthread_switch_out`,
+/// `libuthread_switch_window`), up to the mask store: rdi = the ThMB, `$vcpu` = the register
+/// holding the vCPU whose `FP_LIVE` word decides the FP part. The return address is where the
+/// thread resumes, and rsp as it is after that return its stack pointer. Where FP is not live
+/// no FP instruction runs at all (CR0.TS may be set); where it is, the callee-saved control
+/// state of SSE and of the x87 unit is saved too. Clobbers r9, r10, r11.
+macro_rules! save_window {
+    ($vcpu:literal) => {
+        concat!(
+            save_gprs!(),
             "    xor r10d, r10d\n",
             "    cmp qword ptr [r9 + ", $vcpu, " * 8], 0\n",
             "    je 1f\n",
@@ -202,17 +213,7 @@ macro_rules! save_window {
 macro_rules! switch_window_body {
     ($ltn:literal) => {
         concat!(
-            "    mov [rdi + {w_rbx}], rbx\n",
-            "    mov [rdi + {w_rbp}], rbp\n",
-            "    mov [rdi + {w_r12}], r12\n",
-            "    mov [rdi + {w_r13}], r13\n",
-            "    mov [rdi + {w_r14}], r14\n",
-            "    mov [rdi + {w_r15}], r15\n",
-            "    mov r11, [rsp]\n",
-            "    mov [rdi + {w_rip}], r11\n",
-            "    lea r11, [rsp + 8]\n",
-            "    mov [rdi + {w_rsp}], r11\n",
-            "    lea r9, [rip + {fp_live}]\n",
+            save_gprs!(),
             "    cmp qword ptr [r9 + rdx * 8], 0\n",
             "    jne 5f\n",
             // fp_saved = 0, and fpucw with it (read only when fp_saved is 1): one dword store,
