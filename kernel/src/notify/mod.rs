@@ -459,7 +459,11 @@ mod machine {
             let queued = {
                 let mut q = SLEEPERS.lock();
                 let r = q.push(deadline, Sleeper { domain: domain.clone(), thmb });
-                EARLIEST.store(q.earliest(), Ordering::Release);
+                // EARLIEST mirrors `q.earliest()` under the lock; a push can only lower it, to
+                // this deadline (cheaper than reading the heap's top again).
+                if r.is_ok() && deadline < EARLIEST.load(Ordering::Relaxed) {
+                    EARLIEST.store(deadline, Ordering::Release);
+                }
                 r.is_ok()
             };
             if !queued {
