@@ -40,10 +40,11 @@ pub fn scale_for(hz: u64) -> (u64, u32) {
     }
 }
 
-/// `ticks` converted with `(mult, shift)`.
+/// `ticks` converted with `(mult, shift)` (`shift` < 64, as [`scale_for`] gives: saying so lets
+/// the compiler shift the 128-bit product with one double shift, no test for shifts ≥ 64).
 #[inline(always)]
 pub fn convert(ticks: u64, mult: u64, shift: u32) -> u64 {
-    ((u128::from(ticks) * u128::from(mult)) >> shift) as u64
+    ((u128::from(ticks) * u128::from(mult)) >> (shift & 63)) as u64
 }
 
 impl Scale {
