@@ -12,13 +12,17 @@ use core::sync::atomic::{AtomicU64, Ordering};
 const NANOS_PER_SEC: u128 = 1_000_000_000;
 
 /// A published tick-to-nanosecond scale and the counter value that is time zero.
+///
+/// Calibrated once, at boot, before another CPU reads it: `mult` is published last (Release)
+/// and read first (Acquire), so a reader sees either 0 (uncalibrated: every reading 0) or the
+/// whole scale. Kept in separate words so a reading needs no unpacking (the `sleep` hot path).
 pub struct Scale {
-    /// `mult` in the low 58 bits, `shift` in the top 6 (one load reads both consistently).
-    packed: AtomicU64,
+    mult: AtomicU64,
+    shift: AtomicU64,
     base: AtomicU64,
 }
 
-/// Bits of `packed` holding `mult`.
+/// Bits `mult` may use (so `ticks × mult` keeps headroom in 128 bits for any counter).
 const MULT_BITS: u32 = 58;
 
 /// The `(mult, shift)` pair for a counter of `hz` ticks per second: the largest shift ≤ 40
@@ -36,31 +40,32 @@ pub fn scale_for(hz: u64) -> (u64, u32) {
     }
 }
 
-/// `ticks` converted with `(mult, shift)`.
+/// `ticks` converted with `(mult, shift)` (`shift` < 64, as [`scale_for`] gives: saying so lets
+/// the compiler shift the 128-bit product with one double shift, no test for shifts ≥ 64).
 #[inline(always)]
 pub fn convert(ticks: u64, mult: u64, shift: u32) -> u64 {
-    ((u128::from(ticks) * u128::from(mult)) >> shift) as u64
+    ((u128::from(ticks) * u128::from(mult)) >> (shift & 63)) as u64
 }
 
 impl Scale {
     /// Uncalibrated: every reading is 0.
     pub const fn new() -> Self {
-        Scale { packed: AtomicU64::new(0), base: AtomicU64::new(0) }
+        Scale { mult: AtomicU64::new(0), shift: AtomicU64::new(0), base: AtomicU64::new(0) }
     }
 
-    /// Publishes the counter's frequency and the value that counts as zero.
+    /// Publishes the counter's frequency and the value that counts as zero (once, at boot).
     pub fn calibrate(&self, hz: u64, base: u64) {
         let (mult, shift) = scale_for(hz);
         self.base.store(base, Ordering::Relaxed);
-        self.packed.store(mult | (u64::from(shift) << MULT_BITS), Ordering::Release);
+        self.shift.store(u64::from(shift), Ordering::Relaxed);
+        self.mult.store(mult, Ordering::Release);
     }
 
     /// Nanoseconds since the base for a counter reading `now` (0 before calibration).
     #[inline(always)]
     pub fn nanos(&self, now: u64) -> u64 {
-        let packed = self.packed.load(Ordering::Acquire);
-        let mult = packed & ((1 << MULT_BITS) - 1);
-        let shift = (packed >> MULT_BITS) as u32;
+        let mult = self.mult.load(Ordering::Acquire);
+        let shift = self.shift.load(Ordering::Relaxed) as u32;
         convert(now.wrapping_sub(self.base.load(Ordering::Relaxed)), mult, shift)
     }
 }

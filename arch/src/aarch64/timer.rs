@@ -40,7 +40,8 @@ pub fn cycles() -> u64 {
     CNTVCT_EL0.get()
 }
 
-/// Nanoseconds since [`init`] ran (0 before).
+/// Nanoseconds since [`init`] ran (0 before). Inlined: the kernel's `sleep` path reads it.
+#[inline]
 pub fn nanos() -> u64 {
     CLOCK.nanos(cycles())
 }

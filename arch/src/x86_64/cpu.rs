@@ -141,7 +141,8 @@ static mut PERCPUS: [PerCpu; MAX_CPUS] = [PERCPU_INIT; MAX_CPUS];
 pub fn init_boot_cpu() -> Features {
     let features = detect_features();
     init_cpu(percpu_slot(0), 0, features);
-    super::usercopy::set_smap(features.smap);
+    // SAFETY: the boot CPU, alone, interrupts off, no user access yet.
+    unsafe { super::usercopy::patch_smap_sites(features.smap) };
     features
 }
 

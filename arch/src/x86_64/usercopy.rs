@@ -2,18 +2,64 @@
 //! and the assembly whose faults the trap path fixes up.
 
 use core::arch::{asm, global_asm};
-use core::sync::atomic::{AtomicBool, Ordering};
 
 use super::trap::TrapFrame;
 
-static SMAP: AtomicBool = AtomicBool::new(false);
-
-/// Records whether SMAP is on (set by boot code after enabling CR4.SMAP).
-pub fn set_smap(enabled: bool) {
-    SMAP.store(enabled, Ordering::Relaxed);
+// Each `stac`/`clac` of a window is recorded (its address, in `.rodata.smap_sites`, bounded by
+// `__smap_sites_start`/`__smap_sites_end` in linker.ld) and executes unconditionally: on a CPU
+// without SMAP (where both raise #UD) the boot CPU overwrites every site with a 3-byte NOP
+// before any window opens ([`patch_smap_sites`]). The choice is then one instruction per
+// site, where a flag test cost four (load of the flag's address, load, test, branch).
+extern "C" {
+    static __smap_sites_start: u64;
+    static __smap_sites_end: u64;
 }
 
-/// Supervisor access to user pages, from `open` until dropped (`stac`/`clac` under SMAP).
+/// `stac` (`0f 01 cb`) and `clac` (`0f 01 ca`), the instructions at the recorded sites.
+const STAC: [u8; 3] = [0x0f, 0x01, 0xcb];
+const CLAC: [u8; 3] = [0x0f, 0x01, 0xca];
+/// `nopl (%rax)`, the same length.
+const NOP3: [u8; 3] = [0x0f, 0x1f, 0x00];
+
+/// Turns every window's `stac`/`clac` into a NOP when SMAP is absent (`enabled` false); with
+/// SMAP the sites stay as linked. Boot CPU only, before other CPUs start and before any
+/// window opens.
+///
+/// # Safety
+/// Only the boot CPU runs, with interrupts off, and no window is open.
+pub unsafe fn patch_smap_sites(enabled: bool) {
+    if enabled {
+        return;
+    }
+    // The linker defines both symbols around the array of site addresses.
+    let (start, end) = (core::ptr::addr_of!(__smap_sites_start), core::ptr::addr_of!(__smap_sites_end));
+    // SAFETY: `start..end` is the linker's array of u64 site addresses (8-aligned quads).
+    let sites = unsafe { core::slice::from_raw_parts(start, end.offset_from(start) as usize) };
+    // Text is mapped read-only: CR0.WP off lets ring 0 write it for the patch (the caller's
+    // guarantee: one CPU, no interrupt, so nothing else runs while WP is off).
+    let cr0: u64;
+    // SAFETY: reading and writing back CR0 with only WP changed; restored below.
+    unsafe {
+        asm!("mov {}, cr0", out(reg) cr0, options(nomem, nostack, preserves_flags));
+        asm!("mov cr0, {}", in(reg) cr0 & !(1 << 16), options(nostack, preserves_flags));
+    }
+    for &site in sites {
+        let at = site as *mut [u8; 3];
+        // SAFETY: each recorded address is a `stac`/`clac` in kernel text (checked before
+        // writing); WP is off so the read-only mapping takes the store.
+        unsafe {
+            let bytes = at.read_volatile();
+            assert!(bytes == STAC || bytes == CLAC, "SMAP patch site {site:#x} holds {bytes:x?}");
+            at.write_volatile(NOP3);
+        }
+    }
+    // SAFETY: restores CR0 (WP back on); a CR0 write serialises, so the patched bytes are what
+    // this CPU fetches next (the other CPUs have not started).
+    unsafe { asm!("mov cr0, {}", in(reg) cr0, options(nostack, preserves_flags)) };
+}
+
+/// Supervisor access to user pages, from `open` until dropped (`stac`/`clac` under SMAP,
+/// NOPs without it: [`patch_smap_sites`]).
 pub(crate) struct Window;
 
 /// An atomic read-modify-write of a user word needs no more than the plain window.
@@ -22,10 +68,18 @@ pub(crate) type AtomicWindow = Window;
 impl Window {
     #[inline(always)]
     pub(crate) fn open() -> Self {
-        if SMAP.load(Ordering::Relaxed) {
-            // SAFETY: stac only allows supervisor accesses to user pages until clac.
-            unsafe { asm!("stac", options(nomem, nostack)) };
-        }
+        // SAFETY: stac only allows supervisor accesses to user pages until clac (a NOP when
+        // the CPU has no SMAP).
+        unsafe {
+            asm!(
+                "2: stac",
+                ".pushsection .rodata.smap_sites, \"a\"",
+                ".balign 8",
+                ".quad 2b",
+                ".popsection",
+                options(nomem, nostack)
+            )
+        };
         Window
     }
 }
@@ -33,10 +87,17 @@ impl Window {
 impl Drop for Window {
     #[inline(always)]
     fn drop(&mut self) {
-        if SMAP.load(Ordering::Relaxed) {
-            // SAFETY: closes the window opened in `open`.
-            unsafe { asm!("clac", options(nomem, nostack)) };
-        }
+        // SAFETY: closes the window opened in `open`.
+        unsafe {
+            asm!(
+                "2: clac",
+                ".pushsection .rodata.smap_sites, \"a\"",
+                ".balign 8",
+                ".quad 2b",
+                ".popsection",
+                options(nomem, nostack)
+            )
+        };
     }
 }
 

@@ -72,6 +72,7 @@ mod machine {
     use super::save::{self, Refused};
     use super::sleepers;
     pub use super::state::DomainKn;
+    use super::state::Config;
     pub use super::vcpu::{dump, note_fp_use, park, register, release, unpark};
     use crate::domain::{Domain, Outcome};
     use crate::mm::space;
@@ -105,14 +106,23 @@ mod machine {
     /// rest is [`post_as`]'s.
     #[inline(always)]
     pub(super) fn post_own(domain: &Domain, event: Event) {
-        stopped(event.thread);
-        if let Some(cfg) = domain.kn.config() {
-            let mut st = domain.kn.state();
-            if !st.released && st.held.is_empty() && super::ring::append_fast(cfg, &mut st, &event).is_ok() {
-                super::vcpu::wake_one(&mut st);
-                return;
-            }
+        match domain.kn.config() {
+            Some(cfg) => post_own_with(domain, cfg, event),
+            None => post_as(domain, event, true),
         }
+    }
+
+    /// [`post_own`] for a stop path that has `domain`'s configuration already (it never changes
+    /// after registration), so it is not looked up again.
+    #[inline(always)]
+    pub(super) fn post_own_with(domain: &Domain, cfg: &Config, event: Event) {
+        stopped(event.thread);
+        let mut st = domain.kn.state();
+        if !st.released && st.held.is_empty() && super::ring::append_fast(cfg, &mut st, &event).is_ok() {
+            super::vcpu::wake_one(&mut st);
+            return;
+        }
+        drop(st);
         post_as(domain, event, true)
     }
 
@@ -220,6 +230,18 @@ mod machine {
         (v != NOT_A_VCPU && me.domain.as_ref().is_some_and(|d| d.kn.registered())).then_some(v)
     }
 
+    /// [`current_vcpu`] with the program and its KN configuration (immutable once registered),
+    /// so a stop path looks them up once rather than at each step.
+    #[inline(always)]
+    pub(super) fn current_vcpu_with(me: &Thread) -> Option<(usize, &Arc<Domain>, &Config)> {
+        let v = me.vcpu.load(Ordering::Relaxed);
+        if v == NOT_A_VCPU {
+            return None;
+        }
+        let domain = me.domain.as_ref()?;
+        Some((v, domain, domain.kn.config()?))
+    }
+
     pub(super) fn kill(me: &Thread, reason: String) -> ! {
         if let Some(d) = &me.domain {
             d.end(Outcome::Killed(reason));
@@ -233,6 +255,12 @@ mod machine {
     pub(super) fn upcall(me: &Thread, frame: &mut TrapFrame, vcpu: usize, args: [u64; 4]) {
         let Some(domain) = &me.domain else { return };
         let Some(cfg) = domain.kn.config() else { return };
+        upcall_with(me, domain, cfg, frame, vcpu, args)
+    }
+
+    /// [`upcall`] for a stop path that has the running thread's program and configuration.
+    #[inline(always)]
+    pub(super) fn upcall_with(me: &Thread, domain: &Domain, cfg: &Config, frame: &mut TrapFrame, vcpu: usize, args: [u64; 4]) {
         count_upcall(me, domain, args[0]);
         frame.set_upcall(cfg.handler, cfg.upcall_stacks[vcpu], args);
         arch::cpu::set_user_ltn(0);
@@ -248,7 +276,7 @@ mod machine {
         // `kill` never returns).
         scheduler::with_current(|me| {
             let me = me.expect("preempting a thread");
-            let Some(vcpu) = current_vcpu(me) else {
+            let Some((vcpu, domain, cfg)) = current_vcpu_with(me) else {
                 scheduler::preempt();
                 return;
             };
@@ -267,10 +295,9 @@ mod machine {
                     scheduler::preempt();
                 }
                 Ok(thmb) => {
-                    let domain = me.domain.as_ref().expect("a vCPU has a domain");
-                    post_own(domain, Event { kind: EventKind::Preempted as u64, thread: thmb, arg0: vcpu as u64, arg1: 0 });
+                    post_own_with(domain, cfg, Event { kind: EventKind::Preempted as u64, thread: thmb, arg0: vcpu as u64, arg1: 0 });
                     scheduler::preempt();
-                    upcall(me, frame, vcpu, [EventKind::Preempted as u64, thmb, vcpu as u64, 0]);
+                    upcall_with(me, domain, cfg, frame, vcpu, [EventKind::Preempted as u64, thmb, vcpu as u64, 0]);
                 }
                 Err(Refused::Bad(report)) => kill(me, report),
             }
@@ -438,8 +465,7 @@ mod machine {
         // match on afterwards.
         scheduler::with_current(|me| {
             let me = me?;
-            let vcpu = current_vcpu(me)?;
-            let domain = me.domain.as_ref().expect("a vCPU has a domain");
+            let (vcpu, domain, cfg) = current_vcpu_with(me)?;
             // Charged before anything is saved or posted: a refusal leaves the thread as it was.
             if domain.kn.sleeping.fetch_add(1, Ordering::Relaxed) >= sleepers::MAX_PER_PROGRAM {
                 domain.kn.sleeping.fetch_sub(1, Ordering::Relaxed);
@@ -454,12 +480,16 @@ mod machine {
                 Err(Refused::Bad(bad)) => kill(me, bad),
             };
             // BLOCKED first: once the entry is queued, a tick on another CPU may post UNBLOCKED.
-            post_own(domain, Event { kind: EventKind::Blocked as u64, thread: thmb, arg0: vcpu as u64, arg1: 0 });
+            post_own_with(domain, cfg, Event { kind: EventKind::Blocked as u64, thread: thmb, arg0: vcpu as u64, arg1: 0 });
             let deadline = arch::timer::nanos().saturating_add(nanos.max(1));
             let queued = {
                 let mut q = SLEEPERS.lock();
                 let r = q.push(deadline, Sleeper { domain: domain.clone(), thmb });
-                EARLIEST.store(q.earliest(), Ordering::Release);
+                // EARLIEST mirrors `q.earliest()` under the lock; a push can only lower it, to
+                // this deadline (cheaper than reading the heap's top again).
+                if r.is_ok() && deadline < EARLIEST.load(Ordering::Relaxed) {
+                    EARLIEST.store(deadline, Ordering::Release);
+                }
                 r.is_ok()
             };
             if !queued {
@@ -471,7 +501,7 @@ mod machine {
                 post(domain, Event { kind: EventKind::Unblocked as u64, thread: thmb, arg0: err, arg1: 0 });
             }
             let args = [EventKind::Blocked as u64, thmb, vcpu as u64, 0];
-            upcall(me, frame, vcpu, args);
+            upcall_with(me, domain, cfg, frame, vcpu, args);
             Some(Ok(args[0] as usize))
         })
     }

@@ -48,8 +48,15 @@ impl<T> Queue<T> {
         }
         let key = (deadline, self.arrivals);
         self.arrivals += 1;
-        self.heap.push(Entry { key, item });
-        self.sift_up(self.heap.len() - 1);
+        let len = self.heap.len();
+        // SAFETY: the check above left room for one more entry (`len < capacity`): the write
+        // goes to the spare slot just past the initialised ones, which `set_len` then counts.
+        // (`Vec::push` would test the capacity a second time on this hot path.)
+        unsafe {
+            self.heap.as_mut_ptr().add(len).write(Entry { key, item });
+            self.heap.set_len(len + 1);
+        }
+        self.sift_up(len);
         Ok(())
     }
 
