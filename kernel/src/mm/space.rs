@@ -187,9 +187,11 @@ fn free_one_pending(m: &mut impl Machine) -> bool {
 /// was freed. Returns whether anything was waiting.
 ///
 /// Called where the CPU holds no lock: an allocating syscall (`region_create`,
-/// `thread_create`) before it allocates, the idle loop before it halts, and the boot thread
-/// before it counts a program group's frames. An allocation that finds memory exhausted
-/// frees what waits without windows ([`free_pending_locked`]).
+/// `thread_create`) before it allocates, and the boot thread before it counts a program
+/// group's frames. An allocation that finds memory exhausted frees what waits without
+/// windows ([`free_pending_locked`]). (Not the idle loop: with it there, aarch64's
+/// `share_time` benchmark hung deterministically with a CPU deaf to IPIs in `wfi` while
+/// another waited in `fpu::pull` for it; the cause is not found yet.)
 #[inline]
 pub fn free_pending() -> bool {
     if PENDING_COUNT.load(Ordering::Acquire) == 0 {

@@ -737,11 +737,6 @@ pub fn idle_loop() -> ! {
         match pick_next(index, core::ptr::null()) {
             Some(next) => switch_to(cpu, core::ptr::null_mut(), next, Prev::Nothing),
             None => {
-                // Frees left for later, given back while nothing else would run (then look
-                // again: a window let interrupts in).
-                if crate::mm::space::free_pending() {
-                    continue;
-                }
                 cpu.idle_now.store(true, Ordering::SeqCst);
                 core::sync::atomic::fence(Ordering::SeqCst);
                 // A wake-up between the check above and the halt sends an IPI, which ends
