@@ -6,7 +6,8 @@ use std::time::Duration;
 use crate::arch::Arch;
 
 use super::{
-    cubix, fp_switch, grant_cost, host_comparison, host_switch, kernel_switch, kn_cost, multith, s3, space_sharing, stackthreads,
+    cubix, fp_switch, grant_cost, host_comparison, host_switch, kernel_switch, kn_cost, multith,
+    s3, space_sharing, stackthreads,
 };
 
 /// Row label of the host benchmarks' tables (in place of an architecture).
@@ -134,6 +135,10 @@ pub struct Bench {
     pub suffix: &'static str,
     /// Time limit of one boot (`--timeout` overrides it).
     pub timeout: Duration,
+    /// QEMU boots whose per-cell median is recorded: 1 for the figures `-icount` makes
+    /// identical run to run; more for rows whose figures follow how QEMU interleaves several
+    /// CPUs ([`TableInfo::varies`]), where one boot is a sample, not a figure.
+    pub boots: u8,
     /// Notes and axis labels of the tables it fills.
     pub tables: &'static [TableInfo],
 }
@@ -177,6 +182,16 @@ mod tests {
             names.push(bench.name);
             assert!(bench.suffix.is_empty() || is_name(bench.suffix));
             assert!(!bench.tables.is_empty());
+            assert!(bench.boots >= 1, "{}", bench.name);
+            if bench.boots > 1 {
+                // The table says its figures are medians, of the right count.
+                let said = format!("median of {} boots", bench.boots);
+                assert!(
+                    bench.tables.iter().all(|t| t.note.contains(&said)),
+                    "{}",
+                    bench.name
+                );
+            }
             if let Runner::Qemu { smp, boot_words } = bench.runner {
                 assert!((1..=crate::run::MAX_CPUS).contains(&smp));
                 assert!(!programs_of(boot_words).is_empty());

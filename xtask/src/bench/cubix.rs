@@ -28,6 +28,7 @@ pub const TLB: Bench = Bench {
     },
     suffix: "",
     timeout: BOOT_TIMEOUT,
+    boots: 1,
     tables: &[CUBIX],
 };
 
@@ -42,5 +43,6 @@ pub const TLB_TAGOFF: Bench = Bench {
     },
     suffix: "_tagoff",
     timeout: BOOT_TIMEOUT,
+    boots: 1,
     tables: &[CUBIX],
 };

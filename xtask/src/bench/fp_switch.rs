@@ -30,6 +30,7 @@ pub const FPU_LAZY: Bench = Bench {
     },
     suffix: "",
     timeout: BOOT_TIMEOUT,
+    boots: 1,
     tables: &[FP_SWITCH],
 };
 
@@ -44,6 +45,7 @@ pub const FPU_ADAPTIVE: Bench = Bench {
     },
     suffix: "_adaptive",
     timeout: BOOT_TIMEOUT,
+    boots: 1,
     tables: &[FP_SWITCH],
 };
 
@@ -58,5 +60,6 @@ pub const FPU_EAGER: Bench = Bench {
     },
     suffix: "_eager",
     timeout: BOOT_TIMEOUT,
+    boots: 1,
     tables: &[FP_SWITCH],
 };

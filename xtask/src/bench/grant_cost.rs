@@ -26,5 +26,6 @@ pub const GRANT: Bench = Bench {
     },
     suffix: "",
     timeout: BOOT_TIMEOUT,
+    boots: 1,
     tables: &[GRANT_COST],
 };

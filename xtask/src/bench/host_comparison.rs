@@ -57,6 +57,7 @@ pub const GO: Bench = Bench {
     },
     suffix: "",
     timeout: Duration::from_secs(600),
+    boots: 1,
     tables: &[HOST_GO, COMPARISON],
 };
 

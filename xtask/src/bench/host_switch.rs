@@ -31,5 +31,6 @@ pub const HOST_CRITERION: Bench = Bench {
     },
     suffix: "",
     timeout: Duration::from_secs(1800),
+    boots: 1,
     tables: &[HOST_SWITCH],
 };

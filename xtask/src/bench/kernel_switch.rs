@@ -25,5 +25,6 @@ pub const SWITCH: Bench = Bench {
     },
     suffix: "",
     timeout: BOOT_TIMEOUT,
+    boots: 1,
     tables: &[KERNEL_SWITCH],
 };

@@ -24,6 +24,7 @@ pub const KN: Bench = Bench {
     },
     suffix: "",
     timeout: BOOT_TIMEOUT,
+    boots: 1,
     tables: &[KN_COST],
 };
 
@@ -38,6 +39,7 @@ pub const KN_SA: Bench = Bench {
     },
     suffix: "",
     timeout: BOOT_TIMEOUT,
+    boots: 1,
     tables: &[KN_COST],
 };
 
@@ -52,6 +54,7 @@ pub const KN_SIGNAL: Bench = Bench {
     },
     suffix: "",
     timeout: BOOT_TIMEOUT,
+    boots: 1,
     tables: &[KN_COST],
 };
 

@@ -29,5 +29,6 @@ pub const UTHREAD: Bench = Bench {
     },
     suffix: "",
     timeout: BOOT_TIMEOUT,
+    boots: 1,
     tables: &[MULITH, FCS_SWEEP, LAZY_SAVE],
 };

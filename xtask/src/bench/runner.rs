@@ -149,11 +149,16 @@ pub fn run_boot(
         return Verdict::Skipped(format!("{missing} is not built for {arch}"));
     }
     let timeout = settings.timeout.unwrap_or(bench.timeout);
-    let log = log_path(&settings.out_dir, arch.name(), bench.name);
+    let boots = bench.boots.max(1);
     println!(
-        "bench {arch}/{}: {smp} CPU(s), boot words `{boot_words}`, time limit {} s",
+        "bench {arch}/{}: {smp} CPU(s), boot words `{boot_words}`, time limit {} s{}",
         bench.name,
-        timeout.as_secs()
+        timeout.as_secs(),
+        if boots > 1 {
+            format!(", median of {boots} boots")
+        } else {
+            String::new()
+        }
     );
     let machine = Machine {
         arch,
@@ -165,21 +170,62 @@ pub fn run_boot(
         initrd: &artifacts.initrd,
         cmdline: boot_words,
     };
-    let console = Console::Capture { log: log.clone() };
-    let finished = match qemu::run(&qemu::command(&machine), arch, timeout, &console) {
+    if boots == 1 {
+        let log = log_path(&settings.out_dir, arch.name(), bench.name);
+        return boot_once(&machine, arch, bench, &programs, timeout, &log, tables);
+    }
+    let mut samples = Vec::new();
+    let mut lines = 0;
+    for boot in 1..=boots {
+        let log = log_path(
+            &settings.out_dir,
+            arch.name(),
+            &format!("{}-{boot}", bench.name),
+        );
+        let mut sample = Tables::default();
+        match boot_once(&machine, arch, bench, &programs, timeout, &log, &mut sample) {
+            Verdict::Ok(count) => lines = count,
+            other => return other,
+        }
+        samples.push(sample);
+    }
+    let (spreads, warnings) = tables.add_median(&samples);
+    for warning in warnings {
+        println!("warning: {warning}");
+    }
+    for spread in spreads {
+        println!("bench {arch}/{}: {spread} over {boots} boots", bench.name);
+    }
+    Verdict::Ok(lines)
+}
+
+/// One boot of `machine`, logged to `log`, judged and merged into `tables`.
+fn boot_once(
+    machine: &Machine,
+    arch: Arch,
+    bench: &Bench,
+    programs: &[&str],
+    timeout: Duration,
+    log: &Path,
+    tables: &mut Tables,
+) -> Verdict {
+    let console = Console::Capture {
+        log: log.to_path_buf(),
+    };
+    let finished = match qemu::run(&qemu::command(machine), arch, timeout, &console) {
         Ok(finished) => finished,
         Err(error) => return Verdict::Failed(format!("{error:#}")),
     };
     let verdict = judge_boot(
         arch,
         bench,
-        &programs,
+        programs,
         &finished.outcome,
         &finished.log,
         tables,
     );
     if matches!(verdict, Verdict::Failed(_)) {
-        print_tail(&finished.log, &log);
+        print_tail(&finished.log, log);
     }
     verdict
 }

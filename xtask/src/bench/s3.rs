@@ -36,5 +36,6 @@ pub const S3: Bench = Bench {
     // Eight CPUs under -icount run round-robin in one host thread: the 2-, 4- and 8-vCPU phases
     // took 50 s to over 300 s on aarch64 from run to run (a spinning vCPU burns whole slices).
     timeout: Duration::from_secs(900),
+    boots: 1,
     tables: &[S3_TABLE],
 };

@@ -31,6 +31,7 @@ pub const STACKTHREADS_BENCH: Bench = Bench {
     },
     suffix: "",
     timeout: BOOT_TIMEOUT,
+    boots: 1,
     tables: &[STACKTHREADS],
 };
 
@@ -58,5 +59,6 @@ pub const HOST_STACKTHREADS_BENCH: Bench = Bench {
     },
     suffix: "",
     timeout: Duration::from_secs(1800),
+    boots: 1,
     tables: &[HOST_STACKTHREADS],
 };

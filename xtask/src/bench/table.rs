@@ -104,6 +104,65 @@ impl Tables {
         warnings
     }
 
+    /// Merges several boots of one benchmark (each gathered into its own [`Tables`]) into
+    /// `self`, one cell at a time: the median of the boots' numbers (for an even count the
+    /// lower middle, so the figure is always one a boot printed), or the first boot's value
+    /// where a cell is a word or some boot lacks it. Returns, per numeric cell that differed,
+    /// `table row column: low..high` for the report, and the warnings of [`Tables::add`].
+    pub fn add_median(&mut self, boots: &[Tables]) -> (Vec<String>, Vec<String>) {
+        let (mut spreads, mut warnings) = (Vec::new(), Vec::new());
+        let Some(first) = boots.first() else {
+            return (spreads, warnings);
+        };
+        for table in &first.tables {
+            for row in &table.rows {
+                let mut cells = Vec::new();
+                for column in &table.columns {
+                    let Some(value) = row.cells.get(column) else {
+                        continue;
+                    };
+                    let numbers: Option<Vec<(f64, &Value)>> = boots
+                        .iter()
+                        .map(|boot| {
+                            let value = boot
+                                .tables
+                                .iter()
+                                .find(|t| t.arch == table.arch && t.name == table.name)?
+                                .rows
+                                .iter()
+                                .find(|r| r.name == row.name)?
+                                .cells
+                                .get(column)?;
+                            Some((value.number()?, value))
+                        })
+                        .collect();
+                    let chosen = match numbers {
+                        Some(mut numbers) => {
+                            numbers.sort_by(|a, b| a.0.total_cmp(&b.0));
+                            let (low, high) = (numbers[0].0, numbers[numbers.len() - 1].0);
+                            if low != high {
+                                spreads.push(format!(
+                                    "{} row {} {column}: {low}..{high}",
+                                    table.name, row.name
+                                ));
+                            }
+                            numbers[(numbers.len() - 1) / 2].1.clone()
+                        }
+                        None => value.clone(),
+                    };
+                    cells.push((column.clone(), chosen));
+                }
+                let line = BenchLine {
+                    table: table.name.clone(),
+                    row: row.name.clone(),
+                    cells,
+                };
+                warnings.extend(self.add(&table.arch, &line, ""));
+            }
+        }
+        (spreads, warnings)
+    }
+
     /// Gives each table the notes and axis labels the benchmarks say for it.
     pub fn annotate(&mut self, infos: &[TableInfo]) {
         for table in &mut self.tables {
@@ -218,7 +277,7 @@ mod tests {
     use crate::bench::catalog::{TableInfo, HOST};
     use crate::bench::cubix::CUBIX;
     use crate::bench::kernel_switch::KERNEL_SWITCH;
-    use crate::bench::line::BenchLine;
+    use crate::bench::line::{parse_bench_line, BenchLine};
     use crate::bench::test_support::{cubix_tables, int, line};
 
     #[test]
@@ -246,6 +305,39 @@ mod tests {
             warnings[0]
         );
         assert_eq!(tables.tables[0].rows[1].cells["dtlb"], int("1"));
+    }
+
+    #[test]
+    fn merges_boots_by_median() {
+        let boot = |elapsed: &str, word: &str| {
+            let mut tables = Tables::default();
+            let line = parse_bench_line(&format!(
+                "BENCH table=share row=program_a elapsed_us={elapsed} mode={word}"
+            ))
+            .unwrap()
+            .unwrap();
+            assert!(tables.add("x86_64", &line, "_time").is_empty());
+            tables
+        };
+        let boots = [
+            boot("82", "b"),
+            boot("36", "a"),
+            boot("50.5", "c"),
+            boot("40", "d"),
+        ];
+        let mut tables = Tables::default();
+        let (spreads, warnings) = tables.add_median(&boots);
+        assert!(warnings.is_empty());
+        assert_eq!(spreads, ["share row program_a elapsed_us_time: 36..82"]);
+        let row = &tables.tables[0].rows[0];
+        // Lower middle of 36, 40, 50.5, 82; words come from the first boot.
+        assert_eq!(row.cells["elapsed_us_time"].text(), "40");
+        assert_eq!(row.cells["mode_time"].text(), "b");
+        assert_eq!(tables.tables[0].columns, ["elapsed_us_time", "mode_time"]);
+        // One boot: its figures as they are, no spread.
+        let mut one = Tables::default();
+        assert_eq!(one.add_median(&boots[..1]), (vec![], vec![]));
+        assert_eq!(one.tables, boots[0].tables);
     }
 
     #[test]
