@@ -128,7 +128,7 @@ pub fn wait_reloaded(tickets: &[Ticket]) {
                 serve_reloads();
             }
             crate::fpu::serve_request();
-            core::hint::spin_loop();
+            arch::cpu::spin_hint();
         }
     }
 }

@@ -287,9 +287,25 @@ pub fn wait_for_interrupt() {
     unsafe { asm!("wfi", "msr daifclr, #2", options(nomem, nostack, preserves_flags)) };
 }
 
-/// Spins politely.
+/// Spins politely, while waiting for another CPU: `yield`, the hint Arm defines for a
+/// busy-wait (Linux's arm64 `cpu_relax` is the same instruction), not `isb`, which
+/// `core::hint::spin_loop` emits.
+///
+/// On hardware both only slow the loop down. Under QEMU's single-threaded TCG (`-icount`
+/// runs every vCPU in turn on one host thread) `yield` also ends the vCPU's turn, and that
+/// is what keeps a waiting CPU from starving the one it waits for: QEMU before 8.1 gives
+/// each vCPU in turn all the instructions left until the next timer deadline (fixed upstream
+/// by 83ecdb18eb65, "accel/tcg/tcg-accel-ops-rr: ensure fairness with icount"), so a CPU
+/// spinning with interrupts masked used them all on every round and a CPU after it in QEMU's
+/// order got none — not even the few it needs to leave `wfi` and take the interrupt it was
+/// sent (its GIC had the SGI pending and the IRQ line raised). QEMU 7.2 hung aarch64's
+/// `share=time` benchmark that way (CPU 2 in `fpu::pull`, CPU 3 in the idle `wfi`). x86_64's
+/// `pause` already ends the turn in QEMU.
+#[inline]
 pub fn spin_hint() {
-    core::hint::spin_loop();
+    // SAFETY: a hint without architectural effect; not `nomem`, so it also keeps the
+    // compiler from hoisting the awaited load out of the caller's loop.
+    unsafe { asm!("yield", options(nostack, preserves_flags)) };
 }
 
 /// What the manuals call the register holding the faulting address (for reports).

@@ -189,9 +189,11 @@ fn free_one_pending(m: &mut impl Machine) -> bool {
 /// Called where the CPU holds no lock: an allocating syscall (`region_create`,
 /// `thread_create`) before it allocates, and the boot thread before it counts a program
 /// group's frames. An allocation that finds memory exhausted frees what waits without
-/// windows ([`free_pending_locked`]). (Not the idle loop: with it there, aarch64's
-/// `share_time` benchmark hung deterministically with a CPU deaf to IPIs in `wfi` while
-/// another waited in `fpu::pull` for it; the cause is not found yet.)
+/// windows ([`free_pending_locked`]). (Not the idle loop since a8628a5: with it there,
+/// aarch64's `share_time` benchmark hung under `-icount` with a CPU in `wfi` never taking
+/// the IPI another waited for in `fpu::pull`. The cause was QEMU 7.2's round-robin vCPU
+/// scheduling, which let the spinning CPU starve the other; the aarch64 `cpu::spin_hint`
+/// now yields the vCPU's turn. The drain's removal only changed the timing.)
 #[inline]
 pub fn free_pending() -> bool {
     if PENDING_COUNT.load(Ordering::Acquire) == 0 {
