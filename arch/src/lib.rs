@@ -15,6 +15,7 @@ pub mod bootinfo;
 pub mod clock;
 pub mod event;
 pub mod mapping;
+pub mod sync;
 
 #[cfg(all(target_arch = "x86_64", target_os = "none"))]
 #[path = "x86_64/mod.rs"]

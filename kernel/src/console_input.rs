@@ -6,7 +6,7 @@
 
 use alloc::sync::Arc;
 use alloc::vec::Vec;
-use spin::Mutex;
+use arch::sync::Mutex;
 
 use crate::sched::scheduler::{self, Then};
 use crate::thread::{self, Thread};

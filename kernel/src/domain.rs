@@ -9,7 +9,7 @@ use arch::addr::{VirtAddr, PAGE_SIZE};
 use arch::mapping::MapFlags;
 use core::fmt;
 use core::sync::atomic::{AtomicU64, Ordering};
-use spin::Mutex;
+use arch::sync::Mutex;
 
 use tsumugi_abi::log::{DOMAIN, EXITED, KILLED};
 

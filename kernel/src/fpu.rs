@@ -19,7 +19,7 @@
 use alloc::alloc::{alloc_zeroed, dealloc, Layout};
 use alloc::sync::Arc;
 use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU8, AtomicUsize, Ordering};
-use spin::Mutex;
+use arch::sync::Mutex;
 use tsumugi_abi::stats::Counter;
 
 use crate::sched::scheduler::{self, MAX_CPUS};

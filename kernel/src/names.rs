@@ -13,7 +13,7 @@
 use alloc::collections::BTreeMap;
 
 /// The machine's name board.
-pub static BOARD: spin::Mutex<NameBoard> = spin::Mutex::new(NameBoard::new());
+pub static BOARD: arch::sync::Mutex<NameBoard> = arch::sync::Mutex::new(NameBoard::new());
 
 /// Most names one program may hold at once.
 pub const NAMES_PER_PROGRAM: usize = 64;

@@ -17,7 +17,7 @@ use alloc::sync::{Arc, Weak};
 use alloc::vec::Vec;
 use arch::pmu::HwEvent;
 use core::sync::atomic::{AtomicU64, AtomicU8, Ordering};
-use spin::Mutex;
+use arch::sync::Mutex;
 use tsumugi_abi::perf::{Event, MAX_OPEN};
 use tsumugi_abi::syscall::Errno;
 

@@ -193,7 +193,7 @@ mod machine {
         me: &Arc<Thread>,
         tid: u64,
         allow: usize,
-        list: fn(&Domain) -> &spin::Mutex<super::Accepted>,
+        list: fn(&Domain) -> &arch::sync::Mutex<super::Accepted>,
     ) -> SysResult {
         if allow > 1 {
             return Err(Errno::Inval);

@@ -11,7 +11,7 @@ use arch::trap::TrapFrame;
 use core::cell::UnsafeCell;
 use core::mem::size_of;
 use core::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
-use spin::Mutex;
+use arch::sync::Mutex;
 
 use crate::domain::Domain;
 use crate::mm::kernel_stack::{KernelStack, NoStack};

@@ -5,7 +5,7 @@
 
 use core::fmt;
 use core::sync::atomic::{AtomicU64, Ordering};
-use spin::Mutex;
+use crate::sync::Mutex;
 
 /// PL011 register offsets (PL011 TRM, table 3-1).
 mod reg {

@@ -4,7 +4,7 @@
 
 use core::fmt;
 use core::sync::atomic::{AtomicUsize, Ordering};
-use spin::Mutex;
+use crate::sync::Mutex;
 use uart_16550::MmioSerialPort;
 
 use super::layout::PHYS_MAP;

@@ -1,7 +1,7 @@
 //! The console: the 16550 UART at COM1 (I/O port 0x3f8), through the `uart_16550` crate.
 
 use core::fmt;
-use spin::Mutex;
+use crate::sync::Mutex;
 use uart_16550::SerialPort;
 
 /// I/O base of COM1.

@@ -4,7 +4,7 @@
 use alloc::collections::BTreeMap;
 use core::cell::UnsafeCell;
 use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use spin::Mutex;
+use arch::sync::Mutex;
 
 use crate::sched::scheduler::MAX_CPUS;
 

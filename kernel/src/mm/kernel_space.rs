@@ -14,7 +14,7 @@ use arch::layout;
 use arch::mapping::{MapFlags, PageTableFormat};
 use arch::PageFormat;
 use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use spin::Mutex;
+use arch::sync::Mutex;
 
 use super::frame_alloc::FrameAllocator;
 use super::page_table::{MapError, PageTable, PhysMemory, RawTable, TableFrames};

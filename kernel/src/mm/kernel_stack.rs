@@ -7,7 +7,7 @@ use arch::addr::{Frame, VirtAddr, PAGE_SIZE};
 use arch::layout;
 use arch::mapping::MapFlags;
 use core::sync::atomic::{AtomicU64, Ordering};
-use spin::Mutex;
+use arch::sync::Mutex;
 
 use crate::sched::scheduler::MAX_CPUS;
 

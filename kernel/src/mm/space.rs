@@ -12,7 +12,7 @@ use alloc::collections::BTreeMap;
 use arch::addr::{Frame, VirtAddr};
 use arch::PageFormat;
 use core::sync::atomic::{AtomicUsize, Ordering};
-use spin::Mutex;
+use arch::sync::Mutex;
 
 use super::kernel_space::{allocate_zeroed_frame, kernel_root, with_frames, DirectMap, SHARED_KERNEL_ROOT_ENTRIES};
 use super::machine::Machine;

@@ -65,7 +65,7 @@ mod machine {
     use alloc::sync::Arc;
     use arch::trap::TrapFrame;
     use core::sync::atomic::{AtomicU64, Ordering};
-    use spin::Mutex;
+    use arch::sync::Mutex;
     use tsumugi_abi::kn::{Event, EventKind, RESULT_OFFSET};
     use tsumugi_abi::syscall::{encode_result, Errno};
 

@@ -27,7 +27,7 @@
 use alloc::sync::Arc;
 use alloc::vec::Vec;
 use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use spin::Mutex;
+use arch::sync::Mutex;
 use tsumugi_abi::kn::{Event, EventKind};
 use tsumugi_abi::stats::shares;
 

@@ -6,7 +6,8 @@ use alloc::collections::VecDeque;
 use alloc::sync::Arc;
 use alloc::vec::Vec;
 use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use spin::{Mutex, MutexGuard, Once};
+use arch::sync::{Mutex, MutexGuard};
+use spin::Once;
 use tsumugi_abi::kn::Event;
 
 use crate::mm::view_space::ViewId;

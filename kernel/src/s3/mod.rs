@@ -29,7 +29,7 @@ mod machine {
     use arch::mapping::MapFlags;
     use arch::trap::TrapFrame;
     use core::sync::atomic::{AtomicU64, AtomicU8, Ordering};
-    use spin::Mutex;
+    use arch::sync::Mutex;
     use tsumugi_abi::s3::{barrier, MAX_BARRIER_COUNT, OWNER_DIED, WAITERS};
     use tsumugi_abi::syscall::{decode_result, encode_result, Errno};
 

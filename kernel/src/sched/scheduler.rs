@@ -19,7 +19,7 @@ use arch::addr::Frame;
 use arch::context::{self, KernelContext};
 use core::cell::UnsafeCell;
 use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
-use spin::Mutex;
+use arch::sync::Mutex;
 use tsumugi_abi::stats::Counter;
 
 use super::runqueue::{Policy, RunQueue};
