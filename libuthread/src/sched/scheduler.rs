@@ -822,26 +822,26 @@ pub(crate) unsafe fn run_inline<T>(t: *mut Thmb) -> Option<crate::task::Outcome<
         critical.leave();
         return None;
     }
-    // SAFETY: `t` never ran and is in no list: it is ours. `me` is the calling thread.
+    // SAFETY: `t` never ran and is in no list: it is ours, and its `vcpu` says `v` (spawned
+    // here, or set by `claim_queued`). `me` is the calling thread.
     unsafe {
-        (*t).vcpu.store(v, Ordering::Relaxed);
         (*t).header.fp_area = (*me).header.fp_area;
         (*t).state.set(RUNNING);
         platform::set_ltn(t);
         // From here this code runs as `t`. (Its task holds the closure: a thread off every
-        // list that never ran.)
-        (*t).task.run_claimed();
+        // list that never ran.) The outcome is taken at once: nobody else looks at the task.
+        let outcome = (*t).task.run_claimed_and_take::<T>();
         crate::local::destroy_all(t);
-        // Nobody else joins or waits: the handle is the caller's, consumed by `join`.
-        (*t).join.store(JOIN_EXITED, Ordering::Release);
+        // No JOIN_EXITED store: only a `JoinHandle` reads the join word, and the one handle is
+        // the caller's, consumed by this join; the ThMB is retired below (a pooled ThMB gets
+        // the word reset when it is reused).
         // Back to the joiner, on the vCPU the child is on now.
         platform::set_ltn(ptr::null_mut());
         let v = (*t).vcpu.load(Ordering::Relaxed) % MAX_VCPUS;
         (*me).vcpu.store(v, Ordering::Relaxed);
         // The join: both references are ours (the handle's and the finished run's), so no
         // count to decrement; the ThMB goes straight to this vCPU's pool (LTN = 0 here).
-        let outcome = (*t).task.take_ran::<T>();
-        Thmb::retire(t);
+        Thmb::retire_ran(t);
         free_thmb(t, Some(v));
         platform::set_ltn(me);
         Some(outcome)
@@ -874,6 +874,8 @@ unsafe fn claim_queued(v: usize, t: *mut Thmb) -> bool {
             && queue.remove_near_front(t, INLINE_LOOKUP);
         if ours {
             vcpu.len.store(queue.len(), Ordering::Release);
+            // It runs on `v` now (`run_inline` reads it back after the run).
+            (*t).vcpu.store(v, Ordering::Relaxed);
         }
         ours
     }
