@@ -42,9 +42,9 @@ impl<N: Linked> Fifo<N> {
         self.len
     }
 
-    /// Whether the list is empty.
+    /// Whether the list is empty (the head, which a `pop_front` just wrote: no second load).
     pub(crate) fn is_empty(&self) -> bool {
-        self.len == 0
+        self.head.is_null()
     }
 
     /// The first node, without removing it.
