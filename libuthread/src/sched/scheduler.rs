@@ -1269,11 +1269,13 @@ pub(crate) fn yield_current() {
 /// (and an adopter of a revoked vCPU read its queue).
 ///
 /// # Safety
-/// `t` is the calling thread, on vCPU `v`, with LTN = 0; `to` is the head of `v`'s own queue.
+/// `t` is the calling thread, on vCPU `v` (`v < MAX_VCPUS`), with LTN = 0; `to` is the head of
+/// `v`'s own queue.
 #[inline(never)]
 unsafe fn yield_to_next(t: *mut Thmb, to: *mut Thmb, v: usize) {
     // (The arguments in the order `libuthread_switch_window` takes them: no register moves.)
-    let v = v % MAX_VCPUS;
+    // SAFETY: the caller passes `v < MAX_VCPUS` (it reduced it already: no second `and`).
+    unsafe { core::hint::assert_unchecked(v < MAX_VCPUS) };
     let vcpu = &VCPUS[v];
     if context::switch_flags() == 0
         && !vcpu.has_fresh()
