@@ -14,7 +14,7 @@ use core::fmt;
 use core::time::Duration;
 
 use crate::sched::blocking::{self, WaitList, WaitNode, Waiter};
-use crate::spin::{SpinGuard, SpinLock};
+use crate::spin::{Critical, SpinGuard, SpinLock};
 #[cfg(not(loom))]
 use crate::sync::timed;
 
@@ -35,6 +35,9 @@ struct State<T> {
 
 struct Chan<T> {
     state: SpinLock<State<T>>,
+    /// `state.bound` is `None` (set once at creation): a send never waits, so it needs no
+    /// `blocking::block` (see [`Chan::send_unbounded`]).
+    unbounded: bool,
 }
 
 impl<T> Chan<T> {
@@ -48,16 +51,55 @@ impl<T> Chan<T> {
                 receiving: WaitList::new(),
                 sending: WaitList::new(),
             }),
+            unbounded: bound.is_none(),
         })
     }
 
     /// Sends `value`, waiting for room when `block`; gives it back when it cannot be sent.
     fn send(&self, value: T, block: bool) -> Result<(), TrySendError<T>> {
+        if self.unbounded {
+            return self.send_unbounded(value);
+        }
         let mut node = WaitNode::new(Slot(Some(value)));
         let mut outcome = Ok(());
         let mut waited = false;
         blocking::block(|me| self.publish_send(&mut node, me, block, &mut outcome, &mut waited));
         Self::sent(&mut node, outcome, waited)
+    }
+
+    /// `send` on an unbounded channel, which never waits: hands the value to a waiting receiver
+    /// or buffers it, inside a plain critical section — no `blocking::block` (no park-state
+    /// stores, no wait node to fill and empty). A receiver found waiting is woken with
+    /// `blocking::wake_from`, as in [`Chan::hand_off`]: it goes on this vCPU's own queue.
+    #[inline(always)]
+    fn send_unbounded(&self, value: T) -> Result<(), TrySendError<T>> {
+        let mut critical = Critical::enter();
+        // SAFETY: inside `critical` (LTN = 0), left below after the guard is dropped.
+        let mut state = unsafe { self.state.lock_in_critical() };
+        if state.receivers == 0 {
+            drop(state);
+            critical.leave();
+            return Err(TrySendError::Disconnected(value));
+        }
+        let receiver = state.receiving.pop_front();
+        if receiver.is_null() {
+            state.buffer.push_back(value);
+            drop(state);
+            critical.leave();
+            return Ok(());
+        }
+        // Straight into the waiting receiver's slot.
+        // SAFETY: the receiver's node is live until we wake it; we own the wake-up.
+        let waiter = unsafe {
+            (*receiver).data.0 = Some(value);
+            (*receiver).waiter
+        };
+        drop(state);
+        // SAFETY: we took the node off the list, so the wake-up is ours; `critical` was entered
+        // by the calling thread (null: none, then a plain wake).
+        unsafe { blocking::wake_from(critical.waiter(), waiter) };
+        critical.leave();
+        Ok(())
     }
 
     /// Wakes the thread a publish step handed a value to (or took one from), from inside that

@@ -162,32 +162,26 @@ impl Task {
         self.holds.set(OUTCOME);
     }
 
-    /// [`Task::run`] for a task known to hold its closure (the caller just claimed a thread
-    /// that never ran): the check is a debug assertion.
+    /// Runs the held closure and takes its outcome, for a joiner that runs the task inline
+    /// (`sched::run_inline`): the task is marked empty before the run, as in [`Task::run`],
+    /// and stays so — nobody looks at it between the run and the take, so the two stores of
+    /// "outcome held, then empty" are left out.
     ///
     /// # Safety
-    /// Only the caller touches the task, which holds a closure.
+    /// The task holds a closure (claimed: nobody else runs or drops it) and `T` is its result
+    /// type.
     #[inline(always)]
-    pub(crate) unsafe fn run_claimed(&self) {
+    pub(crate) unsafe fn run_claimed_and_take<T>(&self) -> Outcome<T> {
         debug_assert_eq!(self.holds.get(), CLOSURE);
         // SAFETY: per the contract a closure is held, so its operations were set with it.
         let ops = unsafe { self.ops.get().unwrap_unchecked() };
         self.holds.set(EMPTY);
-        // SAFETY: the closure is held, with the layout `ops` reads.
-        unsafe { (ops.run)(self.at()) };
-        self.holds.set(OUTCOME);
-    }
-
-    /// [`Task::take`] right after [`Task::run_claimed`] returned (the outcome is held).
-    ///
-    /// # Safety
-    /// As for `take`, and the task holds its outcome.
-    #[inline(always)]
-    pub(crate) unsafe fn take_ran<T>(&self) -> Outcome<T> {
-        debug_assert_eq!(self.holds.get(), OUTCOME);
-        self.holds.set(EMPTY);
-        // SAFETY: per the contract, as in `take`.
-        unsafe { OpsFor::<fn() -> T, T>::take_outcome(self.at()) }
+        // SAFETY: the closure is held, with the layout `ops` reads; the run leaves the outcome
+        // of a `T` closure in the bytes, which only we read.
+        unsafe {
+            (ops.run)(self.at());
+            OpsFor::<fn() -> T, T>::take_outcome(self.at())
+        }
     }
 
     /// Takes the outcome of a task that ran a closure returning `T`.

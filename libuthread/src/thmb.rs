@@ -191,6 +191,23 @@ impl Thmb {
         }
     }
 
+    /// [`Thmb::retire`] of a ThMB whose task is known to be empty (its outcome was just taken by
+    /// `Task::run_claimed_and_take`): two loads.
+    ///
+    /// # Safety
+    /// As for `retire`; the task holds nothing.
+    #[inline(always)]
+    pub(crate) unsafe fn retire_ran(this: *mut Thmb) {
+        // SAFETY: per the contract.
+        unsafe {
+            debug_assert!((*this).task.is_empty());
+            if (*this).name.is_none() && (*(*this).locals.get()).capacity() == 0 {
+                return;
+            }
+            Thmb::retire_slow(this)
+        }
+    }
+
     /// [`Thmb::retire`] when something is held.
     ///
     /// # Safety

@@ -20,10 +20,13 @@ pub(crate) unsafe trait Linked {
 }
 
 /// A FIFO list of nodes linked through [`Linked::next_link`].
+///
+/// It keeps no count: every user only asks whether it is empty (a wait list's hand-off, a run
+/// queue's published "has work" word), and a count would cost an add on every push and a
+/// subtract on every pop of every mutex and channel hand-off.
 pub(crate) struct Fifo<N: Linked> {
     head: *mut N,
     tail: *mut N,
-    len: usize,
 }
 
 // SAFETY: the list only holds pointers; whoever owns it (behind a lock) decides who may follow
@@ -33,18 +36,25 @@ unsafe impl<N: Linked> Send for Fifo<N> {}
 impl<N: Linked> Fifo<N> {
     /// An empty list.
     pub(crate) const fn new() -> Self {
-        Fifo { head: ptr::null_mut(), tail: ptr::null_mut(), len: 0 }
+        Fifo { head: ptr::null_mut(), tail: ptr::null_mut() }
     }
 
-    /// Number of nodes.
-    #[cfg_attr(loom, allow(dead_code))]
+    /// Number of nodes (a walk: for tests).
+    #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
-        self.len
+        let mut n = 0;
+        let mut cur = self.head;
+        while !cur.is_null() {
+            n += 1;
+            // SAFETY: nodes in the list are live (push_back's contract).
+            cur = unsafe { *N::next_link(cur) };
+        }
+        n
     }
 
-    /// Whether the list is empty.
+    /// Whether the list is empty (the head, which a `pop_front` just wrote: no second load).
     pub(crate) fn is_empty(&self) -> bool {
-        self.len == 0
+        self.head.is_null()
     }
 
     /// The first node, without removing it.
@@ -67,7 +77,6 @@ impl<N: Linked> Fifo<N> {
             }
         }
         self.tail = node;
-        self.len += 1;
     }
 
     /// Removes and returns the first node, or null.
@@ -79,7 +88,6 @@ impl<N: Linked> Fifo<N> {
             if self.head.is_null() {
                 self.tail = ptr::null_mut();
             }
-            self.len -= 1;
         }
         node
     }
@@ -107,7 +115,6 @@ impl<N: Linked> Fifo<N> {
                     }
                     *N::next_link(cur) = ptr::null_mut();
                 }
-                self.len -= 1;
                 return true;
             }
             prev = cur;

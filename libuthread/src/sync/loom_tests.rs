@@ -40,6 +40,31 @@ fn loom_mutex_hands_off() {
     });
 }
 
+/// Three lockers: the wait list guarded by the state word's `LIST` bit — two waiters queued
+/// at once, lockers and an unlocker racing for the bit — keeps mutual exclusion and hands the
+/// lock to every waiter (no lost wake-up, no deadlock).
+#[test]
+fn loom_mutex_list_bit_with_two_waiters() {
+    // Three threads spinning on the bit take more branches than loom's default allows.
+    let mut builder = loom::model::Builder::new();
+    builder.preemption_bound = Some(2);
+    builder.max_branches = 20_000;
+    builder.check(|| {
+        let mutex = Arc::new(Mutex::new(0usize));
+        let others: std::vec::Vec<_> = (0..2)
+            .map(|_| {
+                let mutex = mutex.clone();
+                loom::thread::spawn(move || *mutex.lock() += 1)
+            })
+            .collect();
+        *mutex.lock() += 1;
+        for other in others {
+            other.join().unwrap();
+        }
+        assert_eq!(*mutex.lock(), 3);
+    });
+}
+
 /// A notification sent between the waiter's check and its wait is not lost.
 #[test]
 fn loom_condvar_does_not_lose_a_notification() {

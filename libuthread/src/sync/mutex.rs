@@ -9,12 +9,19 @@ use core::ptr::NonNull;
 
 use crate::sched::blocking::{self, WaitList, WaitNode};
 use crate::prim::{AtomicU32, Ordering};
-use crate::spin::{Critical, SpinLock};
+use crate::prim::spin_hint;
+use crate::spin::Critical;
 
 /// Held.
 const LOCKED: u32 = 1;
-/// Held, and somebody waits (set and cleared only under `waiters`' lock).
+/// Held, and somebody waits (set and cleared only while holding `LIST`).
 const WAITERS: u32 = 2;
+/// The wait list is being edited: the bit is the list's lock. Taken by the same CAS that
+/// records the reason (a locker adding `WAITERS`, an unlocker handing off), released by a
+/// plain release store of the new state — while it is set no other CAS on the word can
+/// succeed (each expects it clear), so the holder knows the whole word. Held only inside a
+/// library critical section (LTN = 0), for a few instructions.
+const LIST: u32 = 4;
 
 /// A mutual-exclusion lock for user threads.
 ///
@@ -42,7 +49,8 @@ pub struct Mutex<T: ?Sized> {
 /// The lock itself, apart from the value (what a [`MappedMutexGuard`] releases).
 pub(crate) struct RawMutex {
     state: AtomicU32,
-    waiters: SpinLock<WaitList<()>>,
+    /// Guarded by the `LIST` bit of `state`.
+    waiters: UnsafeCell<WaitList<()>>,
 }
 
 /// Why [`Mutex::try_lock`] (and `RwLock::try_read`/`try_write`) failed: std's `TryLockError`
@@ -83,13 +91,13 @@ impl<T> Mutex<T> {
     /// ```
     #[cfg(not(loom))]
     pub const fn new(value: T) -> Self {
-        Mutex { raw: RawMutex { state: AtomicU32::new(0), waiters: SpinLock::new(WaitList::new()) }, value: UnsafeCell::new(value) }
+        Mutex { raw: RawMutex { state: AtomicU32::new(0), waiters: UnsafeCell::new(WaitList::new()) }, value: UnsafeCell::new(value) }
     }
 
     /// An unlocked mutex holding `value`.
     #[cfg(loom)]
     pub fn new(value: T) -> Self {
-        Mutex { raw: RawMutex { state: AtomicU32::new(0), waiters: SpinLock::new(WaitList::new()) }, value: UnsafeCell::new(value) }
+        Mutex { raw: RawMutex { state: AtomicU32::new(0), waiters: UnsafeCell::new(WaitList::new()) }, value: UnsafeCell::new(value) }
     }
 
     /// The value, consuming the mutex.
@@ -229,29 +237,60 @@ impl RawMutex {
         let mut node = WaitNode::new(());
         blocking::block(|me| {
             node.waiter = me;
-            // SAFETY: `block`'s publish step runs inside its critical section.
-            let mut waiters = unsafe { self.waiters.lock_in_critical() };
-            let mut state = self.state.load(Ordering::Relaxed);
-            loop {
-                if state & LOCKED == 0 {
-                    // Released meanwhile: take it, no need to wait.
-                    match self.state.compare_exchange(state, state | LOCKED, Ordering::Acquire, Ordering::Relaxed) {
-                        Ok(_) => return false,
-                        Err(now) => state = now,
-                    }
-                } else {
-                    match self.state.compare_exchange(state, state | WAITERS, Ordering::Relaxed, Ordering::Relaxed) {
-                        Ok(_) => break,
-                        Err(now) => state = now,
-                    }
-                }
+            // `block`'s publish step runs inside its critical section (LTN = 0), where `LIST`
+            // may be held. The common case first, with no call (so no callee-saved register
+            // is saved on it): held, nobody waiting, list free — announce a waiter and take
+            // the list in one CAS.
+            if self.state.compare_exchange(LOCKED, LOCKED | WAITERS | LIST, Ordering::Acquire, Ordering::Relaxed).is_ok() {
+                // SAFETY: `LIST` is ours, so is the list.
+                unsafe { self.enqueue(&mut node) };
+                true
+            } else {
+                self.publish_contended(&mut node)
             }
-            // SAFETY: the node lives on this stack until `block` returns, i.e. until the
-            // releaser took it off the list and woke us.
-            unsafe { waiters.push_back(&mut node) };
-            true
         });
         // Here we own the lock: taken in `publish`, or handed over by `unlock`.
+    }
+
+    /// Appends `node` to the wait list and lets go of the list (state `LOCKED | WAITERS`).
+    ///
+    /// # Safety
+    /// The caller holds `LIST` (so the word is `LOCKED | WAITERS | LIST`: no other CAS on it
+    /// can succeed meanwhile) with LTN = 0; `node` lives on the waiting thread's stack until
+    /// the releaser takes it off the list and wakes it.
+    #[inline(always)]
+    unsafe fn enqueue(&self, node: &mut WaitNode<()>) {
+        // SAFETY: per the contract.
+        unsafe { (*self.waiters.get()).push_back(node) };
+        self.state.store(LOCKED | WAITERS, Ordering::Release);
+    }
+
+    /// `lock_slow`'s publish step when its first CAS failed (the list busy, waiters already,
+    /// or the lock released meanwhile): waits while `LIST` is held, then takes the lock if it is
+    /// free (false: no need to wait), else sets `WAITERS | LIST` and queues `node` (true).
+    /// Called with LTN = 0.
+    #[inline(never)]
+    fn publish_contended(&self, node: &mut WaitNode<()>) -> bool {
+        let mut state = self.state.load(Ordering::Relaxed);
+        loop {
+            if state & LIST != 0 {
+                spin_hint();
+                state = self.state.load(Ordering::Relaxed);
+            } else if state & LOCKED == 0 {
+                match self.state.compare_exchange(state, state | LOCKED, Ordering::Acquire, Ordering::Relaxed) {
+                    Ok(_) => return false,
+                    Err(now) => state = now,
+                }
+            } else {
+                match self.state.compare_exchange_weak(state, state | WAITERS | LIST, Ordering::Acquire, Ordering::Relaxed) {
+                    Ok(_) => break,
+                    Err(now) => state = now,
+                }
+            }
+        }
+        // SAFETY: `LIST` is ours; the node's life is `lock_slow`'s.
+        unsafe { self.enqueue(node) };
+        true
     }
 
     /// Releases the lock held by the caller.
@@ -266,26 +305,66 @@ impl RawMutex {
     }
 
     /// `unlock` with waiters: hands the lock to the first and wakes it inside the same critical
-    /// section as the wait list's lock (`blocking::wake_from`: it goes on this vCPU's own
-    /// queue, no second critical section).
+    /// section as the list edit (`blocking::wake_from`: it goes on this vCPU's own queue, no
+    /// second critical section). The common case — waiters, the list free — takes the list with
+    /// one CAS and makes no call before the wake.
     #[cold]
     fn unlock_slow(&self) {
-        let mut critical = Critical::enter();
-        // SAFETY: inside `critical`, left below after the guard is dropped.
-        let mut waiters = unsafe { self.waiters.lock_in_critical() };
-        let next = waiters.pop_front();
-        if next.is_null() {
-            self.state.store(0, Ordering::Release);
-            drop(waiters);
-            critical.leave();
-            return;
+        let critical = Critical::enter();
+        if self.state.compare_exchange(LOCKED | WAITERS, LOCKED | WAITERS | LIST, Ordering::Acquire, Ordering::Relaxed).is_ok() {
+            // SAFETY: `LIST` is ours, with LTN = 0 (`critical`).
+            unsafe { self.hand_off(critical) }
+        } else {
+            self.unlock_contended(critical)
         }
-        // Hand-off: the lock stays LOCKED and now belongs to `next`.
-        let state = if waiters.is_empty() { LOCKED } else { LOCKED | WAITERS };
-        self.state.store(state, Ordering::Release);
-        // SAFETY: the node is live until woken (its thread waits in `block`).
+    }
+
+    /// `unlock_slow` when its first CAS failed: waits while `LIST` is held, then releases the
+    /// lock if nobody waits, else takes the list and hands off.
+    #[inline(never)]
+    fn unlock_contended(&self, mut critical: Critical) {
+        let mut state = self.state.load(Ordering::Relaxed);
+        loop {
+            if state & LIST != 0 {
+                spin_hint();
+                state = self.state.load(Ordering::Relaxed);
+            } else if state & WAITERS == 0 {
+                // Nobody waits (not reached today: a locker takes `LIST` only together with
+                // `WAITERS`, and only an unlock clears it): release.
+                match self.state.compare_exchange(state, 0, Ordering::Release, Ordering::Relaxed) {
+                    Ok(_) => {
+                        critical.leave();
+                        return;
+                    }
+                    Err(now) => state = now,
+                }
+            } else {
+                match self.state.compare_exchange_weak(state, state | LIST, Ordering::Acquire, Ordering::Relaxed) {
+                    Ok(_) => break,
+                    Err(now) => state = now,
+                }
+            }
+        }
+        // SAFETY: `LIST` is ours, with LTN = 0 (`critical`).
+        unsafe { self.hand_off(critical) }
+    }
+
+    /// Takes the first waiter off the list, lets go of the list with the lock still `LOCKED`
+    /// (now the waiter's), and wakes the waiter.
+    ///
+    /// # Safety
+    /// The caller holds `LIST` with `WAITERS` set (the list is not empty), inside `critical`.
+    #[inline(always)]
+    unsafe fn hand_off(&self, mut critical: Critical) {
+        // SAFETY: per the contract the list is ours.
+        let list = unsafe { &mut *self.waiters.get() };
+        let next = list.pop_front();
+        debug_assert!(!next.is_null());
+        let state = if list.is_empty() { LOCKED } else { LOCKED | WAITERS };
+        // SAFETY: the node is live until woken (its thread waits in `block`); read before the
+        // store that lets others at the list.
         let waiter = unsafe { (*next).waiter };
-        drop(waiters);
+        self.state.store(state, Ordering::Release);
         // SAFETY: we took the node off the list, so the wake-up is ours; we are inside the
         // critical section `critical` entered for its thread.
         unsafe { blocking::wake_from(critical.waiter(), waiter) };
