@@ -125,6 +125,21 @@ const RX: usize = offset_of!(FullFrame, x);
 const _: () = assert!(MASK_OFFSET == 0);
 const _: () = assert!(W < 4096 && R < 4096, "the assembly forms these addresses with one `add`");
 
+/// The FP part of a window save (both window saves, where FP is live): d8–d15 and FPCR into
+/// the window at x9. Clobbers x10.
+macro_rules! save_fp {
+    () => {
+        concat!(
+            "    stp d8, d9, [x9, #{wd8}]\n",
+            "    stp d10, d11, [x9, #{wd10}]\n",
+            "    stp d12, d13, [x9, #{wd12}]\n",
+            "    stp d14, d15, [x9, #{wd14}]\n",
+            "    mrs x10, fpcr\n",
+            "    str x10, [x9, #{w_fpcr}]\n",
+        )
+    };
+}
+
 /// The start both window saves share ([`save_window`], [`switch_window_body`]): x0 = the ThMB;
 /// x9 = its window, the callee-saved registers (x30 as the resume point) and sp stored; then
 /// x11 = the address of `FP_LIVE`. Clobbers x9, x10, x11.
@@ -159,12 +174,7 @@ macro_rules! save_window {
             "    cset x10, ne\n",
             "    str x10, [x9, #{w_fp_saved}]\n",
             "    cbz x10, 1f\n",
-            "    stp d8, d9, [x9, #{wd8}]\n",
-            "    stp d10, d11, [x9, #{wd10}]\n",
-            "    stp d12, d13, [x9, #{wd12}]\n",
-            "    stp d14, d15, [x9, #{wd14}]\n",
-            "    mrs x10, fpcr\n",
-            "    str x10, [x9, #{w_fpcr}]\n",
+            save_fp!(),
             "1:",
         )
     };
@@ -199,12 +209,7 @@ macro_rules! switch_window_body {
             "    mov sp, x10\n",                            // `to`'s stack, exactly as it left it
             "    ret\n",                                    // = the return of its switch
             "5:\n",                                      // FP live on this vCPU: the FP part too
-            "    stp d8, d9, [x9, #{wd8}]\n",
-            "    stp d10, d11, [x9, #{wd10}]\n",
-            "    stp d12, d13, [x9, #{wd12}]\n",
-            "    stp d14, d15, [x9, #{wd14}]\n",
-            "    mrs x10, fpcr\n",
-            "    str x10, [x9, #{w_fpcr}]\n",
+            save_fp!(),
             "    mov x10, #1\n",
             "    str x10, [x9, #{w_fp_saved}]\n",
             "    mov x10, #{mask_window}\n",

@@ -125,6 +125,29 @@ const R: usize = RESUME_OFFSET;
 const _: () = assert!(MASK_OFFSET == 0);
 const _: () = assert!(R + core::mem::size_of::<FullFrame>() < 2048 && W + core::mem::size_of::<Window>() < 2048);
 
+/// The FP part of a window save (both window saves, where FP is live): `fs0`–`fs11` and
+/// `fcsr` into the ThMB at a0. Clobbers t2.
+macro_rules! save_fp {
+    () => {
+        concat!(
+            "    fsd fs0, {w_fs}+0*8(a0)\n",
+            "    fsd fs1, {w_fs}+1*8(a0)\n",
+            "    fsd fs2, {w_fs}+2*8(a0)\n",
+            "    fsd fs3, {w_fs}+3*8(a0)\n",
+            "    fsd fs4, {w_fs}+4*8(a0)\n",
+            "    fsd fs5, {w_fs}+5*8(a0)\n",
+            "    fsd fs6, {w_fs}+6*8(a0)\n",
+            "    fsd fs7, {w_fs}+7*8(a0)\n",
+            "    fsd fs8, {w_fs}+8*8(a0)\n",
+            "    fsd fs9, {w_fs}+9*8(a0)\n",
+            "    fsd fs10, {w_fs}+10*8(a0)\n",
+            "    fsd fs11, {w_fs}+11*8(a0)\n",
+            "    frcsr t2\n",
+            "    sd t2, {w_fcsr}(a0)\n",
+        )
+    };
+}
+
 /// The start both window saves share ([`save_window`], [`switch_window_body`]): a0 = the ThMB;
 /// `ra` (the resume point), `sp` and `s0`–`s11` stored.
 macro_rules! save_gprs {
@@ -164,20 +187,7 @@ macro_rules! save_window {
             "    snez t1, t1\n",
             "    sd t1, {w_fp_saved}(a0)\n",
             "    beqz t1, 1f\n",
-            "    fsd fs0, {w_fs}+0*8(a0)\n",
-            "    fsd fs1, {w_fs}+1*8(a0)\n",
-            "    fsd fs2, {w_fs}+2*8(a0)\n",
-            "    fsd fs3, {w_fs}+3*8(a0)\n",
-            "    fsd fs4, {w_fs}+4*8(a0)\n",
-            "    fsd fs5, {w_fs}+5*8(a0)\n",
-            "    fsd fs6, {w_fs}+6*8(a0)\n",
-            "    fsd fs7, {w_fs}+7*8(a0)\n",
-            "    fsd fs8, {w_fs}+8*8(a0)\n",
-            "    fsd fs9, {w_fs}+9*8(a0)\n",
-            "    fsd fs10, {w_fs}+10*8(a0)\n",
-            "    fsd fs11, {w_fs}+11*8(a0)\n",
-            "    frcsr t2\n",
-            "    sd t2, {w_fcsr}(a0)\n",
+            save_fp!(),
             "1:",
         )
     };
@@ -222,20 +232,7 @@ macro_rules! switch_window_body {
             "    ld sp, {w_sp}(a1)\n",                      // `to`'s stack, exactly as it left it
             "    jr ra\n",                                  // = the return of its switch
             "5:\n",                                      // FP live on this vCPU: the FP part too
-            "    fsd fs0, {w_fs}+0*8(a0)\n",
-            "    fsd fs1, {w_fs}+1*8(a0)\n",
-            "    fsd fs2, {w_fs}+2*8(a0)\n",
-            "    fsd fs3, {w_fs}+3*8(a0)\n",
-            "    fsd fs4, {w_fs}+4*8(a0)\n",
-            "    fsd fs5, {w_fs}+5*8(a0)\n",
-            "    fsd fs6, {w_fs}+6*8(a0)\n",
-            "    fsd fs7, {w_fs}+7*8(a0)\n",
-            "    fsd fs8, {w_fs}+8*8(a0)\n",
-            "    fsd fs9, {w_fs}+9*8(a0)\n",
-            "    fsd fs10, {w_fs}+10*8(a0)\n",
-            "    fsd fs11, {w_fs}+11*8(a0)\n",
-            "    frcsr t2\n",
-            "    sd t2, {w_fcsr}(a0)\n",
+            save_fp!(),
             "    li t1, 1\n",
             "    sd t1, {w_fp_saved}(a0)\n",
             "    fence rw, w\n",
