@@ -91,7 +91,21 @@ pub fn mapped_for(addr: u64, len: u64, need: arch::mapping::MapFlags) -> bool {
 ///
 /// A yes can be stale only as [`mapped_for`]'s can (the copy checks again); a probe racing the
 /// program's own stores to the word loses none of them (it is atomic and stores what it read).
+#[inline]
 pub fn writable_now(addr: u64, len: u64) -> bool {
+    const PAGE: u64 = arch::addr::PAGE_SIZE;
+    let end = addr.wrapping_add(len);
+    // The common case, inline: a buffer inside one page of the user half, one probe.
+    if len != 0 && end > addr && end <= arch::layout::USER_END && (addr ^ (end - 1)) < PAGE {
+        // SAFETY: as in `writable_pages`.
+        return unsafe { arch::usercopy::cmpxchg_u64(addr & !7, 0, 0) }.is_ok();
+    }
+    writable_pages(addr, len)
+}
+
+/// [`writable_now`] of any range: a probe per page.
+#[inline(never)]
+fn writable_pages(addr: u64, len: u64) -> bool {
     const PAGE: u64 = arch::addr::PAGE_SIZE;
     if len == 0 {
         return true;
