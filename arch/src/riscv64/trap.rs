@@ -565,16 +565,21 @@ fn no_handler() -> ! {
 
 /// Called by `trap_entry` with the frame it built.
 extern "C" fn trap_dispatch(frame: &mut TrapFrame) {
-    // A fault in a kernel access to user memory becomes that access's error (usercopy.rs).
-    if crate::usercopy::fix_up(frame) {
-        return;
-    }
-    if frame.scause == Exception::UserEnvCall as u64 {
+    // The hot traps first — a syscall, an interrupt (the tick) — so that they skip the fix-up
+    // test, which only a kernel-mode data fault can need.
+    let cause = frame.scause;
+    if cause == Exception::UserEnvCall as u64 {
         // The syscall resumes after the `ecall`, not on it.
         frame.sepc += ECALL_SIZE;
-    } else if frame.scause == SCAUSE_INTERRUPT | Interrupt::SupervisorSoft as u64 {
-        // Software interrupts carry no value of their own; hand the IPI message over in stval.
-        frame.stval = super::interrupts::take_ipi();
+    } else if cause & SCAUSE_INTERRUPT != 0 {
+        if cause == SCAUSE_INTERRUPT | Interrupt::SupervisorSoft as u64 {
+            // Software interrupts carry no value of their own; hand the IPI message over in
+            // stval.
+            frame.stval = super::interrupts::take_ipi();
+        }
+    } else if crate::usercopy::fix_up(frame) {
+        // A fault in a kernel access to user memory became that access's error (usercopy.rs).
+        return;
     }
     let handler = HANDLER.load(Ordering::Acquire);
     if handler == 0 {
