@@ -10,7 +10,9 @@
 //!
 //! The kernel's own copy of `tail` (`State::tail`) is the truth; the library only ever moves
 //! `head`, which the kernel reads (a garbage `head` makes the ring look full: events are held,
-//! nothing is overwritten).
+//! nothing is overwritten). The fast append reads `head` only when the value it read last
+//! (`State::head_seen`) leaves no room — an old `head` under-states the room, never more — so
+//! a garbage `head` is seen once the room the last sane one left is used up.
 
 use core::mem::size_of;
 use core::sync::atomic::{fence, Ordering};
