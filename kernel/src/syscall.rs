@@ -165,8 +165,8 @@ fn console_read(frame: &mut TrapFrame, buf: u64, len: u64) -> SysResult {
     }
     // Refuse a buffer the caller may not write before blocking; its pages are filled only
     // when the input is copied out (`copy_out` checks again then: the view may change while
-    // the call waits).
-    if !crate::user_access::mapped_for(buf, len, MapFlags::WRITE) {
+    // the call waits). Asked of the loaded table by a probing store (cheaper than its walk).
+    if !crate::user_access::writable_now(buf, len) {
         let view = my_view()?;
         space::with(|s, _| s.check(view, buf, len, MapFlags::WRITE)).map_err(|_| Errno::Fault)?;
     }

@@ -403,7 +403,7 @@ pub fn enter_user(frame: impl FnOnce(&mut TrapFrame)) -> ! {
     // slot (a default user frame `frame` then fills in), not built elsewhere and copied.
     unsafe {
         let slot = frame_addr as *mut TrapFrame;
-        core::ptr::write(slot, TrapFrame::new_user(0, 0, 0));
+        TrapFrame::new_user_in_place(slot);
         frame(&mut *slot);
         arch::trap::enter(frame_addr as *const TrapFrame)
     }

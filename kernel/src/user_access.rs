@@ -80,3 +80,57 @@ pub fn mapped_for(addr: u64, len: u64, need: arch::mapping::MapFlags) -> bool {
         page += PAGE;
     }
 }
+
+/// Whether the running thread may write every page of `[addr, addr + len)` now, asked of the
+/// page table loaded on this CPU by writing to it: one atomic compare-and-swap per page that
+/// stores back what the word held (`arch::usercopy::cmpxchg_u64` of 0 with 0: memory is
+/// unchanged, but the store is checked as any store is), so the hardware answers rather than
+/// a walk of the table ([`mapped_for`]'s four levels). `false` means only "not known here", as
+/// for [`mapped_for`] (a page not yet backed, a long range, outside the user half): then the
+/// caller asks the view space. For the check a blocking call makes before it blocks.
+///
+/// A yes can be stale only as [`mapped_for`]'s can (the copy checks again); a probe racing the
+/// program's own stores to the word loses none of them (it is atomic and stores what it read).
+#[inline]
+pub fn writable_now(addr: u64, len: u64) -> bool {
+    const PAGE: u64 = arch::addr::PAGE_SIZE;
+    let end = addr.wrapping_add(len);
+    // The common case, inline: a buffer inside one page of the user half, one probe.
+    if len != 0 && end > addr && end <= arch::layout::USER_END && (addr ^ (end - 1)) < PAGE {
+        // SAFETY: as in `writable_pages`.
+        return unsafe { arch::usercopy::cmpxchg_u64(addr & !7, 0, 0) }.is_ok();
+    }
+    writable_pages(addr, len)
+}
+
+/// [`writable_now`] of any range: a probe per page.
+#[inline(never)]
+fn writable_pages(addr: u64, len: u64) -> bool {
+    const PAGE: u64 = arch::addr::PAGE_SIZE;
+    if len == 0 {
+        return true;
+    }
+    let Some(end) = addr.checked_add(len) else { return false };
+    if end > arch::layout::USER_END {
+        return false;
+    }
+    let last = (end - 1) & !(PAGE - 1);
+    if (last - (addr & !(PAGE - 1))) / PAGE >= QUICK_PAGES {
+        return false;
+    }
+    // The aligned word holding `addr` (same page), then the first word of each later page.
+    let mut word = addr & !7;
+    loop {
+        // SAFETY: called from a user thread's kernel side (a syscall), so its view's table —
+        // whose user half holds only that view's user mappings — is the one loaded; the word
+        // is aligned and in the user half (checked above); a fault is an error, not a panic.
+        if unsafe { arch::usercopy::cmpxchg_u64(word, 0, 0) }.is_err() {
+            return false;
+        }
+        let next = (word & !(PAGE - 1)) + PAGE;
+        if next > last {
+            return true;
+        }
+        word = next;
+    }
+}

@@ -100,14 +100,17 @@ pub fn start_periodic(hz: u64) {
 
 /// Programs the tick after the one being handled; ticks missed meanwhile (a long stretch with
 /// interrupts off) are dropped rather than delivered in a burst.
+#[inline]
 pub fn next_tick() {
     let period = PERIOD.load(Ordering::Relaxed);
-    let mut deadline = next_deadline().load(Ordering::Relaxed) + period;
+    // The slot once (each lookup is a per-CPU load and an index).
+    let slot = next_deadline();
+    let mut deadline = slot.load(Ordering::Relaxed) + period;
     let t = now();
     if deadline <= t {
         deadline = t + period;
     }
-    next_deadline().store(deadline, Ordering::Relaxed);
+    slot.store(deadline, Ordering::Relaxed);
     program(deadline);
 }
 

@@ -154,6 +154,32 @@ impl TrapFrame {
         self.rax = value as u64;
     }
 
+    /// Makes `*slot` [`new_user(0, 0, 0)`](Self::new_user) in place: zeroed a word at a time by
+    /// volatile stores (which the compiler unrolls into straight-line stores, where a call to
+    /// `memset` costs a loop of several instructions a word on some ports), then the user-mode
+    /// fields set. For the frame
+    /// a new user entry builds at the top of its kernel stack (`thread::enter_user`).
+    ///
+    /// # Safety
+    /// `slot` is valid for writes of a `TrapFrame` and aligned for it.
+    #[inline(always)]
+    pub unsafe fn new_user_in_place(slot: *mut TrapFrame) {
+        const WORDS: usize = core::mem::size_of::<TrapFrame>() / 8;
+        const _: () = assert!(core::mem::size_of::<TrapFrame>() % 8 == 0);
+        // SAFETY: the caller's contract; the frame is plain u64 fields, all-zero valid, and
+        // as aligned as a u64 array.
+        unsafe {
+            let words = slot as *mut u64;
+            for i in 0..WORDS {
+                words.add(i).write_volatile(0);
+            }
+            let f = &mut *slot;
+            f.cs = u64::from(USER_CS);
+            f.ss = u64::from(USER_DS);
+            f.rflags = RFlags::INTERRUPT_FLAG.bits() | 0x2;
+        }
+    }
+
     /// A frame that starts user code at `ip` with stack `sp` and first argument `arg`,
     /// interrupts enabled.
     pub fn new_user(ip: u64, sp: u64, arg: u64) -> Self {

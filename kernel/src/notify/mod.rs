@@ -126,6 +126,36 @@ mod machine {
         post_as(domain, event, true)
     }
 
+    /// A blocking call's stop: posts `BLOCKED` (`args`) for the running thread `me`, vCPU
+    /// `vcpu` of `domain`, and hands the vCPU to a spare activation, under one take of the
+    /// state lock (the ring append and the pick of the spare); `false`: no spare (the event is
+    /// posted all the same), a new activation must take the vCPU. The event is in the ring (or
+    /// held) before the spare can run.
+    #[inline(always)]
+    fn post_blocked_and_hand(me: &Thread, domain: &Domain, cfg: &Config, vcpu: usize, args: [u64; 4]) -> bool {
+        let event = Event { kind: args[0], thread: args[1], arg0: vcpu as u64, arg1: 0 };
+        stopped(event.thread);
+        let view = me.view();
+        let (posted, spare) = {
+            let mut st = domain.kn.state();
+            let posted = !st.released && st.held.is_empty() && super::ring::append_fast(cfg, &mut st, &event).is_ok();
+            if posted {
+                super::vcpu::wake_one(&mut st);
+            }
+            (posted, super::vcpu::take_spare(&mut st, view, vcpu, args))
+        };
+        if !posted {
+            post_as(domain, event, true);
+        }
+        match spare {
+            Some(spare) => {
+                super::vcpu::run_spare(me, spare);
+                true
+            }
+            None => false,
+        }
+    }
+
     /// A stop path of the running thread saved a user thread into the ThMB at `thmb` and is
     /// about to post its event: a place for a debugger's breakpoint with the program's table
     /// still loaded (`xtask/gdb/selftest.gdb` stops here). A call in debug builds only; in
@@ -403,36 +433,29 @@ mod machine {
     /// `UNBLOCKED` posted, and this activation ends. Otherwise `wait` simply blocks the calling
     /// thread and its result is returned.
     pub fn blocking(frame: &mut TrapFrame, wait: impl FnOnce() -> usize) -> usize {
-        let me = scheduler::current().expect("a syscall thread");
-        let Some(vcpu) = current_vcpu(&me) else {
-            drop(me);
-            return wait();
-        };
-        let thmb = match save::save(&me, frame) {
-            Err(Refused::NoThmb) => {
-                drop(me);
-                return wait();
+        // Borrowed, not counted, as in `preempt` (`kill` never returns; nothing here switches).
+        let stopped = scheduler::with_current(|me| {
+            let me = me.expect("a syscall thread");
+            let (vcpu, domain, cfg) = current_vcpu_with(me)?;
+            let thmb = match save::save(me, frame) {
+                Err(Refused::NoThmb) => return None,
+                Ok(t) => t,
+                Err(Refused::Bad(bad)) => kill(me, bad),
+            };
+            me.vcpu.store(NOT_A_VCPU, Ordering::Relaxed);
+            let args = [EventKind::Blocked as u64, thmb, vcpu as u64, 0];
+            if !post_blocked_and_hand(me, domain, cfg, vcpu, args) {
+                if let Err(e) = super::vcpu::start_activation(domain, me, vcpu, cfg.handler, cfg.upcall_stacks[vcpu], args) {
+                    kill(me, format!("no memory for a new activation of vCPU {vcpu} ({e:?})"));
+                }
             }
-            Ok(t) => t,
-            Err(Refused::Bad(bad)) => kill(&me, bad),
-        };
-        let domain = me.domain.clone().expect("a vCPU has a domain");
-        post_own(&domain, Event { kind: EventKind::Blocked as u64, thread: thmb, arg0: vcpu as u64, arg1: 0 });
-        let cfg = domain.kn.config().expect("checked registered");
-        me.vcpu.store(NOT_A_VCPU, Ordering::Relaxed);
-        let args = [EventKind::Blocked as u64, thmb, vcpu as u64, 0];
-        if !super::vcpu::hand_to_spare(&me, &domain, me.view(), vcpu, args) {
-            if let Err(e) = super::vcpu::start_activation(&domain, &me, vcpu, cfg.handler, cfg.upcall_stacks[vcpu], args) {
-                kill(&me, format!("no memory for a new activation of vCPU {vcpu} ({e:?})"));
-            }
-        }
-        drop(me);
+            Some((domain.clone(), thmb))
+        });
+        let Some((domain, thmb)) = stopped else { return wait() };
         let result = wait();
-        let me = scheduler::current().expect("the waiting activation");
         write_result(&domain, thmb, result as u64);
         post(&domain, Event { kind: EventKind::Unblocked as u64, thread: thmb, arg0: result as u64, arg1: 0 });
         drop(domain);
-        drop(me);
         thread::exit_if_killed();
         // This activation's work is done; the vCPU lives on in the one that took over. It
         // waits as a spare for the next blocking call of its program.

@@ -10,7 +10,9 @@
 //!
 //! The kernel's own copy of `tail` (`State::tail`) is the truth; the library only ever moves
 //! `head`, which the kernel reads (a garbage `head` makes the ring look full: events are held,
-//! nothing is overwritten).
+//! nothing is overwritten). The fast append reads `head` only when the value it read last
+//! (`State::head_seen`) leaves no room — an old `head` under-states the room, never more — so
+//! a garbage `head` is seen once the room the last sane one left is used up.
 
 use core::mem::size_of;
 use core::sync::atomic::{fence, Ordering};
@@ -52,13 +54,19 @@ pub fn append_fast(cfg: &Config, st: &mut State, event: &Event) -> Result<(), ()
     // SAFETY (the three accesses): `kn_register` checked the whole ring — 8-byte aligned, every
     // slot inside a region of the registering view, so in the user half — and the
     // configuration never changes after; head, tail and slots are aligned words inside it.
-    let head = unsafe { user.get_u64_prechecked(cfg.ring + HEAD) }.map_err(|_| ())?;
-    if st.tail.wrapping_sub(head) >= cfg.capacity {
-        return Err(());
+    // `head` is read only when the last one read leaves no room: the library only moves it
+    // forward, so an old value is a safe bound (it can only under-state the room).
+    if st.tail.wrapping_sub(st.head_seen) >= cfg.capacity {
+        let head = unsafe { user.get_u64_prechecked(cfg.ring + HEAD) }.map_err(|_| ())?;
+        if st.tail.wrapping_sub(head) >= cfg.capacity {
+            return Err(());
+        }
+        st.head_seen = head;
+        // The library read the slots below `head` before it advanced `head`: reuse them only
+        // after that read (weakly ordered CPUs). A slot below an older `head` was ordered so
+        // when that one was read.
+        fence(Ordering::Acquire);
     }
-    // The library read the slots below `head` before it advanced `head`: reuse them only after
-    // that read (weakly ordered CPUs).
-    fence(Ordering::Acquire);
     // SAFETY: as above (a slot is four aligned words: the ring is 8-byte aligned, and so are
     // its slots' offsets).
     unsafe { user.put_4u64_prechecked(slot_addr(cfg, st.tail), event_words(event)) }.map_err(|_| ())?;

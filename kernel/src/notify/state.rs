@@ -57,6 +57,10 @@ pub struct State {
     /// The kernel's copy of the ring's `tail` (the kernel is its only writer; the copy in user
     /// memory is what the library reads, never what the kernel trusts).
     pub tail: u64,
+    /// The ring's `head` as the fast append last read it (0 before): the library only moves
+    /// `head` forward, so while `tail - head_seen` leaves room the append need not read it.
+    /// A library that moves it back only overwrites its own unread events.
+    pub head_seen: u64,
     /// Events waiting for room in the ring, in order.
     pub held: VecDeque<Event>,
     /// The program's vCPUs.
@@ -94,7 +98,7 @@ impl DomainKn {
     pub const fn new() -> Self {
         DomainKn {
             config: Once::new(),
-            state: Mutex::new(State { tail: 0, held: VecDeque::new(), vcpus: Vec::new(), parked: 0, spares: Vec::new(), spares_wanted: 0, c_area: Vec::new(), released: false }),
+            state: Mutex::new(State { tail: 0, head_seen: 0, held: VecDeque::new(), vcpus: Vec::new(), parked: 0, spares: Vec::new(), spares_wanted: 0, c_area: Vec::new(), released: false }),
             upcalls: [const { AtomicU64::new(0) }; 8],
             sleeping: AtomicUsize::new(0),
             nudge: AtomicBool::new(false),

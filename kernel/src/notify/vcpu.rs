@@ -238,25 +238,29 @@ fn spare_main() -> ! {
     serve_as_spare()
 }
 
-/// Hands vCPU `vcpu` to a spare activation with the view `view` (the blocking thread's), to
-/// enter the handler with `args`; returns `false` if there is none (then a new activation must
-/// be started). The spare runs on this CPU, next: the caller must give the CPU up soon
-/// (`scheduler::hand_next`). The upcall counts for `source`'s counters, not the spare's.
-pub fn hand_to_spare(source: &Thread, domain: &Domain, view: Option<crate::mm::view_space::ViewId>, vcpu: usize, args: [u64; 4]) -> bool {
-    let spare = {
-        let mut st = domain.kn.state();
-        if st.vcpus.get(vcpu).is_none_or(|v| v.handoff.is_some()) {
-            return false;
-        }
-        let Some(i) = st.spares.iter().position(|t| t.view() == view) else {
-            // A new activation will be made: keep one more spare from now on.
-            st.spares_wanted = (st.spares_wanted.max(spares_kept(&st)) + 1).min(MAX_SPARES);
-            return false;
-        };
-        let t = st.spares.swap_remove(i);
-        st.vcpus[vcpu].handoff = Some((t.id, args));
-        t
+/// Takes a spare activation of the program with the view `view` (the blocking thread's) for
+/// vCPU `vcpu`, to enter the handler with `args`, and records the hand-over; `None` if there
+/// is none (then a new activation must be started, and one more spare is kept from now on).
+/// Under the state lock; [`run_spare`] then runs it.
+#[inline(always)]
+pub(super) fn take_spare(st: &mut super::state::State, view: Option<crate::mm::view_space::ViewId>, vcpu: usize, args: [u64; 4]) -> Option<Arc<Thread>> {
+    if st.vcpus.get(vcpu).is_none_or(|v| v.handoff.is_some()) {
+        return None;
+    }
+    let Some(i) = st.spares.iter().position(|t| t.view() == view) else {
+        // A new activation will be made: keep one more spare from now on.
+        st.spares_wanted = (st.spares_wanted.max(spares_kept(st)) + 1).min(MAX_SPARES);
+        return None;
     };
+    let t = st.spares.swap_remove(i);
+    st.vcpus[vcpu].handoff = Some((t.id, args));
+    Some(t)
+}
+
+/// Runs `spare`, taken by [`take_spare`] for a blocking call of `source`, on this CPU next: the
+/// caller must give the CPU up soon (`scheduler::hand_next`). The upcall counts for `source`'s
+/// counters, not the spare's.
+pub(super) fn run_spare(source: &Thread, spare: Arc<Thread>) {
     // The upcall is the blocking thread's event (as `start_activation` counts it): its
     // counters — the user thread's it carries — count it, not the spare's.
     source.perf.tally(tsumugi_abi::perf::Event::Upcalls);
@@ -264,7 +268,6 @@ pub fn hand_to_spare(source: &Thread, domain: &Domain, view: Option<crate::mm::v
     // The caller gives this CPU up right after (it waits, or becomes a spare itself): the spare
     // runs next here without a run-queue round trip.
     thread::wake_next(spare);
-    true
 }
 
 /// Makes the running activation a spare of its program: parks until a blocking call hands it a
@@ -289,29 +292,37 @@ pub fn serve_as_spare() -> ! {
             thread::exit_current(Some(0));
         }
         scheduler::schedule(Then::Block);
-        thread::exit_if_killed();
-        let job = {
-            let me = scheduler::current().expect("an activation");
-            let domain = me.domain.clone().expect("an activation has a program");
-            let mut st = domain.kn.state();
-            let vcpu = st.vcpus.iter().position(|v| v.handoff.is_some_and(|(id, _)| id == me.id));
-            let job = vcpu.and_then(|v| Some((v, st.vcpus[v].handoff.take()?.1)));
-            // This activation's FP state comes with it (see `tell_fp_live`).
-            let tell = job.is_some_and(|(v, _)| crate::fpu::has_used_fp(&me) && !core::mem::replace(&mut st.vcpus[v].fp_live_told, true));
-            drop(st);
-            job.and_then(|(vcpu, args)| {
-                let cfg = domain.kn.config()?;
-                me.vcpu.store(vcpu, Ordering::Relaxed);
-                if tell {
-                    tell_fp_live(&me, vcpu);
-                }
-                super::count_delivered(&domain, args[0]);
-                Some((cfg.handler, cfg.upcall_stacks[vcpu], args))
-            })
-        };
-        if let Some((handler, stack, args)) = job {
-            arch::cpu::set_user_ltn(0);
-            thread::enter_user(|frame| frame.set_upcall(handler, stack, args));
+        // Borrowed, not counted: nothing here switches, and the activation leaves this frame
+        // for good below (into user mode, or ended).
+        let job = scheduler::with_current(|me| {
+            let me = me.expect("an activation");
+            if me.killed.load(Ordering::Acquire) {
+                return Err(());
+            }
+            let domain = me.domain.as_ref().expect("an activation has a program");
+            let (vcpu, args, tell) = {
+                let mut st = domain.kn.state();
+                let Some(vcpu) = st.vcpus.iter().position(|v| v.handoff.is_some_and(|(id, _)| id == me.id)) else { return Ok(None) };
+                let Some((_, args)) = st.vcpus[vcpu].handoff.take() else { return Ok(None) };
+                // This activation's FP state comes with it (see `tell_fp_live`).
+                let tell = crate::fpu::has_used_fp(me) && !core::mem::replace(&mut st.vcpus[vcpu].fp_live_told, true);
+                (vcpu, args, tell)
+            };
+            let Some(cfg) = domain.kn.config() else { return Ok(None) };
+            me.vcpu.store(vcpu, Ordering::Relaxed);
+            if tell {
+                tell_fp_live(me, vcpu);
+            }
+            super::count_delivered(domain, args[0]);
+            Ok(Some((cfg.handler, cfg.upcall_stacks[vcpu], args)))
+        });
+        match job {
+            Err(()) => thread::exit_current(None),
+            Ok(Some((handler, stack, args))) => {
+                arch::cpu::set_user_ltn(0);
+                thread::enter_user(|frame| frame.set_upcall(handler, stack, args));
+            }
+            Ok(None) => {}
         }
         // Woken without work (a wake-up meant for another reason): park again.
     }
