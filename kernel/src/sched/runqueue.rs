@@ -146,10 +146,12 @@ impl SharedGroups {
         SharedGroups(Vec::new())
     }
 
+    #[inline(always)]
     fn find(&self, view: ViewKey) -> Result<usize, usize> {
         self.0.binary_search_by_key(&view, |&(v, _)| v)
     }
 
+    #[inline(always)]
     fn get(&self, view: ViewKey) -> Option<u32> {
         self.find(view).ok().map(|at| self.0[at].1)
     }
