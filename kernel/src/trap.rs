@@ -73,8 +73,9 @@ fn handle_not_syscall(frame: &mut TrapFrame) {
 }
 
 /// The timer tick: the end of the running thread's quantum preempts it (Kernel Notification
-/// turns that into a `PREEMPTED` upcall for a vCPU).
-#[inline(never)]
+/// turns that into a `PREEMPTED` upcall for a vCPU). Inline into `handle_not_syscall`: the tick
+/// then runs in that function's frame, not a second one behind a call.
+#[inline(always)]
 fn timer(frame: &mut TrapFrame) {
     arch::interrupts::end_of_interrupt();
     let from_user = frame.from_user();

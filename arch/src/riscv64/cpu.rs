@@ -275,24 +275,43 @@ fn percpu() -> *mut PerCpu {
     p
 }
 
+/// Loads a `u64` field of this hart's [`PerCpu`] with one `ld` off `tp` (through
+/// [`percpu`], `tp` is first copied to another register: one instruction more at every use,
+/// several of which lie on the tick's path).
+macro_rules! percpu_u64 {
+    ($field:ident) => {{
+        let value: u64;
+        // SAFETY: `tp` holds this hart's PerCpu pointer in the kernel (set by boot.rs before
+        // any Rust code, then by init_cpu); an aligned load of one of its u64 fields, at an
+        // offset that fits `ld`'s immediate (asserted below).
+        unsafe {
+            asm!("ld {}, {off}(tp)", out(reg) value, off = const offset_of!(PerCpu, $field), options(pure, readonly, nostack, preserves_flags))
+        };
+        value
+    }};
+}
+const _: () = assert!(offset_of!(PerCpu, cpu_index) < 2048 && offset_of!(PerCpu, hart_id) < 2048 && offset_of!(PerCpu, user_tp) < 2048);
+
 /// Index of the CPU this runs on (0 = boot CPU).
+#[inline]
 pub fn cpu_index() -> usize {
-    // SAFETY: percpu() is valid from the first Rust code on; cpu_index never changes after init.
-    unsafe { (*percpu()).cpu_index as usize }
+    // Never changes after init.
+    percpu_u64!(cpu_index) as usize
 }
 
 /// This CPU's hardware id (its hart id), used to address inter-processor interrupts.
+#[inline]
 pub fn hw_id() -> u32 {
-    // SAFETY: percpu() is valid from the first Rust code on; hart_id is set once by init_cpu.
-    unsafe { (*percpu()).hart_id as u32 }
+    // Set once by init_cpu.
+    percpu_u64!(hart_id) as u32
 }
 
 /// The user's LTN register (`tp`), as the next return to user mode will load it.
 #[inline]
 pub fn user_ltn() -> u64 {
-    // SAFETY: this hart's block; user_tp is only touched by this hart (the entry, the return
-    // path, and the kernel with interrupts off).
-    unsafe { (*percpu()).user_tp }
+    // This hart's block; user_tp is only touched by this hart (the entry, the return path, and
+    // the kernel with interrupts off).
+    percpu_u64!(user_tp)
 }
 
 /// Sets the user's LTN register (`tp`) for the next return to user mode.

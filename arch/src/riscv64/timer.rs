@@ -141,11 +141,22 @@ pub(super) fn use_sstc(on: bool) {
 /// Requests a timer interrupt at `deadline` (in `time` ticks); this also clears the pending
 /// one. With Sstc one CSR write; otherwise an SBI call, whose firmware path runs a few hundred
 /// instructions in M-mode at every tick.
+///
+/// Inline: on the tick's path (`next_tick`) the Sstc case is a load, a branch and the CSR
+/// write, where a call cost a frame besides; the SBI call stays out of line.
+#[inline]
 fn program(deadline: u64) {
     if SSTC.load(Ordering::Relaxed) {
         // SAFETY: `stimecmp` (CSR 0x14d) only sets this hart's next timer interrupt.
         unsafe { core::arch::asm!("csrw 0x14d, {}", in(reg) deadline, options(nomem, nostack)) };
         return;
     }
+    program_sbi(deadline);
+}
+
+/// [`program`] without Sstc: the firmware's timer call.
+#[cold]
+#[inline(never)]
+fn program_sbi(deadline: u64) {
     let _ = sbi_rt::set_timer(deadline);
 }

@@ -491,11 +491,10 @@ trap_return:
     csrw sepc, t0
     ld t0, {sstatus}(sp)
     li t1, {fs}                         # sstatus.FS is per-hart state the kernel manages
-    not t2, t1                          # (fpu.rs): keep the live value, not the frame's
-    and t0, t0, t2
-    csrr t2, sstatus
+    csrr t2, sstatus                    # (fpu.rs): keep the live value, not the frame's:
+    xor t2, t2, t0                      # frame ^ ((live ^ frame) & FS)
     and t2, t2, t1
-    or t0, t0, t2
+    xor t0, t0, t2
     csrw sstatus, t0
     andi t0, t0, {spp}
     bnez t0, 2f
@@ -572,7 +571,9 @@ extern "C" fn trap_dispatch(frame: &mut TrapFrame) {
         // The syscall resumes after the `ecall`, not on it.
         frame.sepc += ECALL_SIZE;
     } else if cause & SCAUSE_INTERRUPT != 0 {
-        if cause == SCAUSE_INTERRUPT | Interrupt::SupervisorSoft as u64 {
+        // Bit 63 is known set here: compare the rest (shifted out of the way, which is
+        // cheaper than building the 64-bit constant).
+        if cause << 1 == (Interrupt::SupervisorSoft as u64) << 1 {
             // Software interrupts carry no value of their own; hand the IPI message over in
             // stval.
             frame.stval = super::interrupts::take_ipi();
