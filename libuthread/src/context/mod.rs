@@ -68,8 +68,9 @@ pub enum SaveMode {
 /// What every voluntary switch tests, folded into one word so that the scheduler's direct
 /// switch decides with one load whether anything is unusual ([`switch_flags`] == 0 is the
 /// common case): [`FLAG_FULL_SAVE`] (this module's) and [`FLAG_SHUTDOWN`] (the scheduler's).
-/// A full word, not a byte: the scheduler ORs it with its own words (`Vcpu::unusual`), which
-/// a byte would first have to widen (x86_64: two `movzx`).
+/// The scheduler's fast path reads a copy of it in each vCPU (`sched::mirror_switch_flag`,
+/// updated by [`set_switch_flag`]), ORed with that vCPU's own words (`Vcpu::unusual`): a word,
+/// as they are.
 static SWITCH_FLAGS: AtomicUsize = AtomicUsize::new(0);
 
 /// [`SWITCH_FLAGS`]: voluntary switches use the full-save baseline.
@@ -91,6 +92,8 @@ pub(crate) fn set_switch_flag(flag: usize, on: bool) {
     } else {
         SWITCH_FLAGS.fetch_and(!flag, Ordering::Relaxed);
     }
+    // The scheduler's fast path reads per-vCPU copies.
+    crate::sched::mirror_switch_flag(flag, on);
 }
 
 /// Whether voluntary switches use the full-save baseline.

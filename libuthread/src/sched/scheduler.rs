@@ -105,9 +105,9 @@ const ACTION_MASK: usize = 63;
 /// writes a ThMB's mask only while LTN names it, and LTN is 0 for the whole switch.
 const MASK_IN_FLIGHT: u64 = 1 << 63;
 
-/// One vCPU's scheduler state. Aligned to 16 bytes so that its size (264 bytes of fields) is
-/// 272, which x86_64 indexes with one `imul`; at 264 LLVM indexes with `shl` + `lea` + a move
-/// (x86_64 -icount: +12 instructions per yield round trip).
+/// One vCPU's scheduler state. Aligned to 16 bytes so that its size (272 bytes of fields) is
+/// a multiple of 16, which x86_64 indexes with one `imul`; at 264 LLVM indexes with `shl` +
+/// `lea` + a move (x86_64 -icount: +12 instructions per yield round trip).
 #[repr(align(16))]
 struct Vcpu {
     /// This vCPU's own ready threads (owner-only: no lock, see [`Local`]).
@@ -140,7 +140,13 @@ struct Vcpu {
     /// look, which may read a stale vCPU's word, is not a data race; every access is Relaxed
     /// and compiles to a plain load or store). See "Lazy creation" in the module docs.
     fresh: AtomicUsize,
+    /// A copy of `context::switch_flags` (written by [`mirror_switch_flag`] after every change
+    /// there), so that [`Vcpu::unusual_here`] reads it beside the other words instead of
+    /// through a global's address (x86_64: one load fewer, riscv64 and aarch64: two).
+    flags: AtomicUsize,
 }
+
+const _: () = assert!(core::mem::size_of::<Vcpu>() % 16 == 0);
 
 impl Vcpu {
     const fn new() -> Vcpu {
@@ -156,6 +162,7 @@ impl Vcpu {
             handoff: AtomicUsize::new(0),
             pool: Pool::new(),
             fresh: AtomicUsize::new(0),
+            flags: AtomicUsize::new(0),
         }
     }
 
@@ -167,12 +174,13 @@ impl Vcpu {
 
     /// Non-zero if a voluntary switch on this vCPU has more to do than switch to the head of
     /// its own queue: a switch flag ([`context::switch_flags`]: full-save baseline, shutdown),
-    /// unpublished children, or threads on the shared queue. One value ORed from the three
+    /// unpublished children, or threads on the shared queue. (The flags from this vCPU's copy,
+    /// `flags`.) One value ORed from the three
     /// words, tested with one branch (x86_64: an `or` per word instead of a `test` and a branch
     /// each). Relaxed looks, hints as in [`take_direct`].
     #[inline(always)]
     fn unusual_here(&self) -> usize {
-        context::switch_flags() | self.fresh.load(Ordering::Relaxed) | self.len.load(Ordering::Relaxed)
+        self.flags.load(Ordering::Relaxed) | self.fresh.load(Ordering::Relaxed) | self.len.load(Ordering::Relaxed)
     }
 
     /// [`Vcpu::unusual_here`], or some vCPU idle (then work is to be offered).
@@ -606,6 +614,21 @@ struct RootCell(core::cell::UnsafeCell<Thmb>);
 unsafe impl Sync for RootCell {}
 
 static VCPUS: [Vcpu; MAX_VCPUS] = [const { Vcpu::new() }; MAX_VCPUS];
+
+/// Sets or clears `flag` in every vCPU's copy of the switch flags (`Vcpu::flags`), after
+/// `context::set_switch_flag` has done so in the original. A read-modify-write per copy, as
+/// there, so that changes of different flags at once cannot leave a stale copy; Relaxed, as
+/// the fast path's look, which was a hint before (a switch that misses a change sees it at the
+/// next one).
+pub(crate) fn mirror_switch_flag(flag: usize, on: bool) {
+    for vcpu in &VCPUS {
+        if on {
+            vcpu.flags.fetch_or(flag, Ordering::Relaxed);
+        } else {
+            vcpu.flags.fetch_and(!flag, Ordering::Relaxed);
+        }
+    }
+}
 /// vCPUs of the running runtime (0 when none runs).
 static VCPU_COUNT: AtomicUsize = AtomicUsize::new(0);
 /// vCPUs in the runtime now, one bit each: started and neither retired nor revoked (space
@@ -1263,7 +1286,7 @@ pub(crate) fn yield_current() {
     let to = vcpu.local.head.load(Ordering::Relaxed) as *mut Thmb;
     if !to.is_null() {
         // SAFETY: `t` is the caller on `v` with LTN = 0; `to` is the head of `v`'s own queue.
-        unsafe { yield_to_next(t, to, v) }
+        unsafe { yield_to_next(t, to, v, vcpu) }
     } else if vcpu.unusual_here() != 0 {
         // SAFETY: as above.
         unsafe { yield_slow(t, v) }
@@ -1274,7 +1297,8 @@ pub(crate) fn yield_current() {
 }
 
 /// [`yield_current`] when there is a thread to yield to, `to` being the head of vCPU `v`'s
-/// own queue (not null).
+/// own queue (not null) and `vcpu` that vCPU (`&VCPUS[v]`, which the caller has computed
+/// already: not indexed again here).
 ///
 /// The common case is decided here with no call, so this function saves no callee-saved
 /// register (a call on any path makes the compiler save them on every path): [`take_direct`]'s
@@ -1289,14 +1313,12 @@ pub(crate) fn yield_current() {
 ///
 /// # Safety
 /// `t` is the calling thread, on vCPU `v` (`v < MAX_VCPUS`), with LTN = 0; `to` is the head of
-/// `v`'s own queue, not null.
+/// `v`'s own queue, not null; `vcpu` is `&VCPUS[v]`.
 #[inline(never)]
-unsafe fn yield_to_next(t: *mut Thmb, to: *mut Thmb, v: usize) {
-    // (The arguments in the order `libuthread_switch_window` takes them: no register moves.)
-    // SAFETY: the caller passes `v < MAX_VCPUS` (it reduced it already: no second `and`).
-    unsafe { core::hint::assert_unchecked(v < MAX_VCPUS) };
-    debug_assert!(!to.is_null());
-    let vcpu = &VCPUS[v];
+unsafe fn yield_to_next(t: *mut Thmb, to: *mut Thmb, v: usize, vcpu: &'static Vcpu) {
+    // (The first three arguments in the order `libuthread_switch_window` takes them: no
+    // register moves.)
+    debug_assert!(!to.is_null() && ptr::eq(vcpu, &VCPUS[v]));
     if vcpu.unusual() == 0 && Thmb::mask(to) & !mask::FP == mask::WINDOW {
         // SAFETY: on `v` with LTN = 0: the own queue is ours, its head `to` READY and ours once
         // taken; `t` is the caller (see above for its mask).
@@ -1304,7 +1326,7 @@ unsafe fn yield_to_next(t: *mut Thmb, to: *mut Thmb, v: usize) {
             take_head(v, to);
             (*t).state.set(READY);
             vcpu.local.rotate(to, t);
-            resume_direct(v, t, to);
+            resume_direct_on(vcpu, v, t, to);
         }
         return;
     }
@@ -1371,8 +1393,18 @@ unsafe fn take_head(v: usize, to: *mut Thmb) {
 /// As for [`switch_direct`], with idle vCPUs already offered work (or none idle).
 #[inline(always)]
 unsafe fn resume_direct(v: usize, from: *mut Thmb, to: *mut Thmb) {
+    // SAFETY: forwarded contract.
+    unsafe { resume_direct_on(&VCPUS[v], v, from, to) }
+}
+
+/// [`resume_direct`] with `vcpu` = `&VCPUS[v]` already at hand.
+///
+/// # Safety
+/// As for `resume_direct`; `vcpu` is `&VCPUS[v]`.
+#[inline(always)]
+unsafe fn resume_direct_on(vcpu: &Vcpu, v: usize, from: *mut Thmb, to: *mut Thmb) {
     Thmb::set_mask(to, mask::NONE);
-    VCPUS[v].count_resume(false);
+    vcpu.count_resume(false);
     // SAFETY: forwarded contract.
     unsafe { context::switch_window(from, to, v) }
 }
