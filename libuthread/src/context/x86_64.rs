@@ -164,7 +164,11 @@ const _: () = assert!(MASK_OFFSET == 0);
 
 /// The start both window saves share ([`save_window`], [`switch_window_body`]): rdi = the
 /// ThMB; the callee-saved registers, the return address as the resume point, rsp as after the
-/// return; then r9 = the address of `FP_LIVE`. Clobbers r9, r11.
+/// return; then r9 = the address of `FP_LIVE`. Clobbers r9, r11. The return address is
+/// popped (`pop` + two stores, not a load, an `lea` and two stores): from here on the switch
+/// uses no stack of `from` (it runs with LTN = 0, so nothing is upcalled onto it; hosted, a
+/// signal frame may land there, on a slot already copied), and rsp is then exactly the value
+/// to save.
 macro_rules! save_gprs {
     () => {
         concat!(
@@ -174,10 +178,9 @@ macro_rules! save_gprs {
             "    mov [rdi + {w_r13}], r13\n",
             "    mov [rdi + {w_r14}], r14\n",
             "    mov [rdi + {w_r15}], r15\n",
-            "    mov r11, [rsp]\n",
+            "    pop r11\n",
             "    mov [rdi + {w_rip}], r11\n",
-            "    lea r11, [rsp + 8]\n",
-            "    mov [rdi + {w_rsp}], r11\n",
+            "    mov [rdi + {w_rsp}], rsp\n",
             "    lea r9, [rip + {fp_live}]\n",
         )
     };
