@@ -1582,7 +1582,8 @@ unsafe fn prepare_slow(v: usize, t: *mut Thmb) -> usize {
             (*t).header.fp_area = fp_area as u64;
             context::init_window(&mut (*t).window, fp_area, t, thread_main);
             Thmb::set_mask(t, mask::WINDOW);
-            return fp_area;
+            // (Below what the window keeps on the stack: on x86_64 the start address.)
+            return context::window_sp(&(*t).window);
         }
         if Thmb::mask(t) & !mask::FP == mask::WINDOW {
             context::window_sp(&(*t).window)
