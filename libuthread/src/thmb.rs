@@ -98,7 +98,7 @@ pub const RESUME_OFFSET: usize = offset_of!(Thmb, resume);
 const _: () = assert!(offset_of!(Thmb, header) == 0);
 const _: () = assert!(core::mem::align_of::<Thmb>() as u64 == THMB_ALIGN);
 #[cfg(target_arch = "x86_64")]
-const _: () = assert!(WINDOW_OFFSET == 0xa8 && STATE_OFFSET == 0xf0 && RESUME_OFFSET == 0x100);
+const _: () = assert!(WINDOW_OFFSET == 0xa8 && STATE_OFFSET == 0xe8 && RESUME_OFFSET == 0xf8);
 #[cfg(target_arch = "aarch64")]
 const _: () = assert!(WINDOW_OFFSET == 0x128 && STATE_OFFSET == 0x1e0 && RESUME_OFFSET == 0x1f0);
 #[cfg(target_arch = "riscv64")]

@@ -208,9 +208,10 @@ def kthreads():
 # in the kernel's debug information), then the register window, the state word (u32) and the
 # vCPU index (usize). Programs are built without debug information, so the window is read by
 # its layout (libuthread/src/context/<arch>.rs, sizes asserted there).
-WINDOW_SIZE = {"x86_64": 72, "riscv64": 28 * 8, "aarch64": 23 * 8}
-# (pc, frame pointer, sp) offsets inside the window.
-WINDOW_REGS = {"x86_64": (56, 8, 48), "riscv64": (0, 16, 8), "aarch64": (88, 80, 96)}
+WINDOW_SIZE = {"x86_64": 64, "riscv64": 28 * 8, "aarch64": 23 * 8}
+# (pc, frame pointer, sp) offsets inside the window; pc None: the window keeps no pc, the thread
+# resumes with a `ret` at sp (x86_64), so the pc is the word at sp.
+WINDOW_REGS = {"x86_64": (None, 8, 48), "riscv64": (0, 16, 8), "aarch64": (88, 80, 96)}
 # (pc, frame pointer, sp) in tsumugi-abi's FullFrame: a field name, or (array field, index)
 # (riscv64 keeps registers by number with the pc in slot 0; s0 is x8, sp x2).
 FULL_REGS = {
@@ -282,7 +283,9 @@ def _saved_registers(addr):
             regs.append(_read_u64(addr + 8 + offset))
         return regs[0], regs[1], regs[2], "full frame"
     window = addr + _header_size()
-    pc, fp, sp = (_read_u64(window + o) for o in WINDOW_REGS[arch])
+    pc_at, fp_at, sp_at = WINDOW_REGS[arch]
+    fp, sp = _read_u64(window + fp_at), _read_u64(window + sp_at)
+    pc = _read_u64(sp) if pc_at is None else _read_u64(window + pc_at)
     return pc, fp, sp, "window"
 
 

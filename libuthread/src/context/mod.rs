@@ -33,7 +33,7 @@ mod arch;
 pub use arch::Window;
 pub(crate) use arch::{detect_fp, init_window, window_sp};
 
-use core::sync::atomic::AtomicU8;
+use core::sync::atomic::AtomicUsize;
 
 use crate::prim::{AtomicBool, Ordering};
 use crate::thmb::Thmb;
@@ -65,30 +65,35 @@ pub enum SaveMode {
     Full,
 }
 
-/// What every voluntary switch tests, folded into one byte so that the scheduler's direct
+/// What every voluntary switch tests, folded into one word so that the scheduler's direct
 /// switch decides with one load whether anything is unusual ([`switch_flags`] == 0 is the
 /// common case): [`FLAG_FULL_SAVE`] (this module's) and [`FLAG_SHUTDOWN`] (the scheduler's).
-static SWITCH_FLAGS: AtomicU8 = AtomicU8::new(0);
+/// The scheduler's fast path reads a copy of it in each vCPU (`sched::mirror_switch_flag`,
+/// updated by [`set_switch_flag`]), ORed with that vCPU's own words (`Vcpu::unusual`): a word,
+/// as they are.
+static SWITCH_FLAGS: AtomicUsize = AtomicUsize::new(0);
 
 /// [`SWITCH_FLAGS`]: voluntary switches use the full-save baseline.
-pub(crate) const FLAG_FULL_SAVE: u8 = 1;
+pub(crate) const FLAG_FULL_SAVE: usize = 1;
 /// [`SWITCH_FLAGS`]: the runtime is shutting down (a mirror of the scheduler's `SHUTDOWN`, set
 /// and cleared right after it).
-pub(crate) const FLAG_SHUTDOWN: u8 = 2;
+pub(crate) const FLAG_SHUTDOWN: usize = 2;
 
 /// The [`SWITCH_FLAGS`] (a Relaxed look, as the scheduler's other fast-path looks).
 #[inline(always)]
-pub(crate) fn switch_flags() -> u8 {
+pub(crate) fn switch_flags() -> usize {
     SWITCH_FLAGS.load(Ordering::Relaxed)
 }
 
 /// Sets or clears `flag` in [`SWITCH_FLAGS`], leaving the others as they are.
-pub(crate) fn set_switch_flag(flag: u8, on: bool) {
+pub(crate) fn set_switch_flag(flag: usize, on: bool) {
     if on {
         SWITCH_FLAGS.fetch_or(flag, Ordering::Relaxed);
     } else {
         SWITCH_FLAGS.fetch_and(!flag, Ordering::Relaxed);
     }
+    // The scheduler's fast path reads per-vCPU copies.
+    crate::sched::mirror_switch_flag(flag, on);
 }
 
 /// Whether voluntary switches use the full-save baseline.

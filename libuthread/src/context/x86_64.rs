@@ -11,11 +11,11 @@
 //! | `libuthread_call_on_stack` | `(stack_top: usize, entry: Entry, a0: usize, a1: usize) -> !` | `entry(a0, a1)` on `stack_top`, nothing saved |
 //! | `libuthread_switch_window` | `(from: *mut Thmb, to: *mut Thmb, vcpu: usize)` | save window into `from` (FP part per `FP_LIVE[vcpu]`), mask = WINDOW, then as `libuthread_resume_window(to, to)`; returns when `from` is resumed |
 //! | `libuthread_switch_window_keep_ltn` | as `libuthread_switch_window` | the same without writing LTN (hosted without FSGSBASE: the caller set it) |
-//! | `libuthread_resume_window` | `(to: *mut Thmb, ltn: *mut Thmb) -> !` | LTN = `ltn`, restore window, jump |
-//! | `libuthread_resume_window_keep_ltn` | `(to: *mut Thmb) -> !` | restore window, jump (LTN as the caller set it) |
+//! | `libuthread_resume_window` | `(to: *mut Thmb, ltn: *mut Thmb) -> !` | LTN = `ltn`, restore window, `ret` |
+//! | `libuthread_resume_window_keep_ltn` | `(to: *mut Thmb) -> !` | restore window, `ret` (LTN as the caller set it) |
 //! | `libuthread_switch_out_full` | as `libuthread_switch_out` | the full-save baseline: every GPR, rflags and the FP/SIMD state (`xsave64`/`fxsave64` into the FP area), mask = FULL\|FP |
 //! | `libuthread_resume_full` | `(to: *mut Thmb, write_ltn: u64, fp_format: u64) -> !` | [FP from the FP area], [LTN = `to`], restore `to.resume` entirely, jump |
-//! | `libuthread_thread_start` | (jumped to by a window resume) | first instruction of every user thread |
+//! | `libuthread_thread_start` | (returned to by a window resume, from the stack slot `init_window` wrote) | first instruction of every user thread |
 //!
 //! `Entry` is `unsafe extern "C" fn(usize, usize) -> !`.
 //!
@@ -23,6 +23,11 @@
 //! `libuthread_resume_window_end` (`context::interrupted_resume`): the direct switch's own
 //! resume of `to` is inside, after its save (which runs with LTN = 0, where the kernel never
 //! upcalls, so a stop there is resumed in place and the range may include it).
+//!
+//! The resume point of a saved window is its switch call's return address, left where the call
+//! put it, on the thread's stack at the saved `rsp`: the save stores `rsp` only, and every
+//! window resume ends with `ret` (which also keeps the return-stack predictor in step with the
+//! calls). A thread that has never run has `libuthread_thread_start` there ([`init_window`]).
 
 use core::mem::offset_of;
 
@@ -55,10 +60,9 @@ pub struct Window {
     pub r14: u64,
     /// `r15`.
     pub r15: u64,
-    /// The stack pointer as it is after the switch call returns.
+    /// The stack pointer inside the switch call: it points to the call's return address, where
+    /// the thread resumes (a `ret` with this `rsp`).
     pub rsp: u64,
-    /// Where the thread resumes (the switch call's return address).
-    pub rip: u64,
     /// SSE control/status register.
     pub mxcsr: u32,
     /// x87 control word.
@@ -67,10 +71,10 @@ pub struct Window {
     pub fp_saved: u16,
 }
 
-const _: () = assert!(core::mem::size_of::<Window>() == 72);
-const _: () = assert!(offset_of!(Window, rsp) == 48 && offset_of!(Window, rip) == 56);
-const _: () = assert!(offset_of!(Window, mxcsr) == 64 && offset_of!(Window, fpucw) == 68);
-const _: () = assert!(offset_of!(Window, fp_saved) == 70);
+const _: () = assert!(core::mem::size_of::<Window>() == 64);
+const _: () = assert!(offset_of!(Window, rsp) == 48);
+const _: () = assert!(offset_of!(Window, mxcsr) == 56 && offset_of!(Window, fpucw) == 60);
+const _: () = assert!(offset_of!(Window, fp_saved) == 62);
 
 /// MXCSR at process start: all exceptions masked, round to nearest (what a window resume loads
 /// for a thread that never used FP, on a vCPU where another thread did).
@@ -78,21 +82,29 @@ static MXCSR_DEFAULT: u32 = 0x1F80;
 /// x87 control word at process start: all exceptions masked, 64-bit precision, round to nearest.
 static FPUCW_DEFAULT: u16 = 0x037F;
 
-/// The stack pointer a saved window resumes with: everything below it on that stack is dead
-/// while the thread is switched out (a voluntary switch is a call), so a direct switch may run
-/// code there before it resumes the thread.
+/// A 16-aligned stack top below everything a saved window still needs on its stack (its
+/// return address, at the saved `rsp`): everything below it on that stack is dead while the
+/// thread is switched out (a voluntary switch is a call), so a direct switch may run code there
+/// before it resumes the thread.
 #[inline]
 pub(crate) fn window_sp(window: &Window) -> usize {
-    window.rsp as usize
+    window.rsp as usize & !15
 }
 
 /// Builds the window of a thread that has never run: it "resumes" at `libuthread_thread_start`
-/// with `r12` = its ThMB and `r13` = `entry`, on an empty stack whose top is `stack_top`.
-pub(crate) fn init_window(window: &mut Window, stack_top: usize, thmb: *mut Thmb, entry: unsafe extern "C" fn(*mut Thmb) -> !) {
+/// with `r12` = its ThMB and `r13` = `entry`, on an empty stack whose top is `stack_top`: the
+/// resume's `ret` pops the start address, which this writes to the stack's top slot, and
+/// leaves `rsp` = `stack_top`.
+///
+/// # Safety
+/// `stack_top` is the 16-aligned top of a stack the thread owns and nothing else uses.
+pub(crate) unsafe fn init_window(window: &mut Window, stack_top: usize, thmb: *mut Thmb, entry: unsafe extern "C" fn(*mut Thmb) -> !) {
     debug_assert_eq!(stack_top % 16, 0);
+    let rsp = stack_top - 8;
+    // SAFETY: the stack's top slot is the thread's (contract), 8-aligned.
+    unsafe { (rsp as *mut u64).write(super::raw::libuthread_thread_start as *const () as u64) };
     *window = Window {
-        rsp: stack_top as u64,
-        rip: super::raw::libuthread_thread_start as *const () as u64,
+        rsp: rsp as u64,
         r12: thmb as u64,
         r13: entry as *const () as u64,
         // No FP part: the thread has not used FP yet (its resume gives it the initial FP
@@ -141,10 +153,11 @@ pub(crate) fn detect_fp() {
     FP_BYTES.store(bytes, core::sync::atomic::Ordering::Relaxed);
 }
 
-/// Bytes a switch stores in each mode: the window (8 registers, MXCSR, x87 control word), or
-/// every general-purpose register, rflags, rip, rsp and the FP/SIMD state.
+/// Bytes a switch stores in each mode: the window (7 registers, MXCSR, x87 control word; the
+/// return address stays on the stack, where the call put it), or every general-purpose
+/// register, rflags, rip, rsp and the FP/SIMD state.
 pub(crate) fn bytes_saved() -> (usize, usize) {
-    (8 * 8 + 4 + 2, core::mem::size_of::<FullFrame>() + FP_BYTES.load(core::sync::atomic::Ordering::Relaxed))
+    (7 * 8 + 4 + 2, core::mem::size_of::<FullFrame>() + FP_BYTES.load(core::sync::atomic::Ordering::Relaxed))
 }
 
 /// Where a full frame resumes (`rip`).
@@ -163,8 +176,9 @@ const R: usize = RESUME_OFFSET;
 const _: () = assert!(MASK_OFFSET == 0);
 
 /// The start both window saves share ([`save_window`], [`switch_window_body`]): rdi = the
-/// ThMB; the callee-saved registers, the return address as the resume point, rsp as after the
-/// return; then r9 = the address of `FP_LIVE`. Clobbers r9, r11.
+/// ThMB; the callee-saved registers and rsp, which points to the return address (the resume
+/// point, left on the stack: see the module docs); then r9 = the address of `FP_LIVE`.
+/// Clobbers r9.
 macro_rules! save_gprs {
     () => {
         concat!(
@@ -174,10 +188,7 @@ macro_rules! save_gprs {
             "    mov [rdi + {w_r13}], r13\n",
             "    mov [rdi + {w_r14}], r14\n",
             "    mov [rdi + {w_r15}], r15\n",
-            "    mov r11, [rsp]\n",
-            "    mov [rdi + {w_rip}], r11\n",
-            "    lea r11, [rsp + 8]\n",
-            "    mov [rdi + {w_rsp}], r11\n",
+            "    mov [rdi + {w_rsp}], rsp\n",
             "    lea r9, [rip + {fp_live}]\n",
         )
     };
@@ -185,10 +196,10 @@ macro_rules! save_gprs {
 
 /// The window save both voluntary switches share (`libuthread_switch_out`,
 /// `libuthread_switch_window`), up to the mask store: rdi = the ThMB, `$vcpu` = the register
-/// holding the vCPU whose `FP_LIVE` word decides the FP part. The return address is where the
-/// thread resumes, and rsp as it is after that return its stack pointer. Where FP is not live
+/// holding the vCPU whose `FP_LIVE` word decides the FP part. The return address at rsp is
+/// where the thread resumes. Where FP is not live
 /// no FP instruction runs at all (CR0.TS may be set); where it is, the callee-saved control
-/// state of SSE and of the x87 unit is saved too. Clobbers r9, r10, r11.
+/// state of SSE and of the x87 unit is saved too. Clobbers r9, r10.
 macro_rules! save_window {
     ($vcpu:literal) => {
         concat!(
@@ -231,7 +242,7 @@ macro_rules! switch_window_body {
             "    mov r14, [rsi + {w_r14}]\n",
             "    mov r15, [rsi + {w_r15}]\n",
             "    mov rsp, [rsi + {w_rsp}]\n",               // `to`'s stack, exactly as it left it
-            "    jmp qword ptr [rsi + {w_rip}]\n",         // = the `ret` of its switch
+            "    ret\n",                                   // = the `ret` of its switch
             "5:\n",                                      // FP live on this vCPU: save the FP part
             "    stmxcsr dword ptr [rdi + {w_mxcsr}]\n",
             "    fnstcw word ptr [rdi + {w_fpucw}]\n",
@@ -256,7 +267,7 @@ core::arch::global_asm!(
     // ---------------------------------------------------------------------------------------
     // libuthread_switch_out(from = rdi, stack_top = rsi, entry = rdx, a0 = rcx, a1 = r8)
     // A voluntary switch: the caller's caller-saved registers are dead (this is a call), so
-    // only the window is saved. Its rip/rsp are those the caller sees when this call returns.
+    // only the window is saved; its return address stays on the stack (the resume point).
     ".globl libuthread_switch_out",
     ".hidden libuthread_switch_out",
     ".type libuthread_switch_out, @function",
@@ -403,7 +414,7 @@ core::arch::global_asm!(
     "    mov r14, [rdi + {w_r14}]",
     "    mov r15, [rdi + {w_r15}]",
     "    mov rsp, [rdi + {w_rsp}]",               // the thread's stack, exactly as it left it
-    "    jmp qword ptr [rdi + {w_rip}]",          // = the `ret` of its switch_out
+    "    ret",                                    // = the `ret` of its switch_out
     ".size libuthread_resume_window, . - libuthread_resume_window",
     ".globl libuthread_resume_window_end",
     ".hidden libuthread_resume_window_end",
@@ -504,7 +515,6 @@ core::arch::global_asm!(
     w_r14 = const W + offset_of!(Window, r14),
     w_r15 = const W + offset_of!(Window, r15),
     w_rsp = const W + offset_of!(Window, rsp),
-    w_rip = const W + offset_of!(Window, rip),
     w_mxcsr = const W + offset_of!(Window, mxcsr),
     w_fpucw = const W + offset_of!(Window, fpucw),
     w_fp_saved = const W + offset_of!(Window, fp_saved),

@@ -44,6 +44,13 @@ impl IdleSet {
         self.0.load(Ordering::Relaxed) != 0
     }
 
+    /// The idle bits themselves, a Relaxed look (a hint as [`IdleSet::any`]: non-zero while some
+    /// vCPU is idle), for folding into one test with other words.
+    #[inline(always)]
+    pub(crate) fn bits(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+
     /// After publishing work: claims `preferred` if it is idle, else any idle vCPU; the caller
     /// must then unpark it (and may give it the work directly).
     pub(crate) fn claim(&self, preferred: usize) -> Option<usize> {

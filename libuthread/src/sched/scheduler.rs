@@ -105,9 +105,9 @@ const ACTION_MASK: usize = 63;
 /// writes a ThMB's mask only while LTN names it, and LTN is 0 for the whole switch.
 const MASK_IN_FLIGHT: u64 = 1 << 63;
 
-/// One vCPU's scheduler state. Aligned to 16 bytes so that its size (264 bytes of fields) is
-/// 272, which x86_64 indexes with one `imul`; at 264 LLVM indexes with `shl` + `lea` + a move
-/// (x86_64 -icount: +12 instructions per yield round trip).
+/// One vCPU's scheduler state. Aligned to 16 bytes so that its size (272 bytes of fields) is
+/// a multiple of 16, which x86_64 indexes with one `imul`; at 264 LLVM indexes with `shl` +
+/// `lea` + a move (x86_64 -icount: +12 instructions per yield round trip).
 #[repr(align(16))]
 struct Vcpu {
     /// This vCPU's own ready threads (owner-only: no lock, see [`Local`]).
@@ -140,7 +140,13 @@ struct Vcpu {
     /// look, which may read a stale vCPU's word, is not a data race; every access is Relaxed
     /// and compiles to a plain load or store). See "Lazy creation" in the module docs.
     fresh: AtomicUsize,
+    /// A copy of `context::switch_flags` (written by [`mirror_switch_flag`] after every change
+    /// there), so that [`Vcpu::unusual_here`] reads it beside the other words instead of
+    /// through a global's address (x86_64: one load fewer, riscv64 and aarch64: two).
+    flags: AtomicUsize,
 }
+
+const _: () = assert!(core::mem::size_of::<Vcpu>() % 16 == 0);
 
 impl Vcpu {
     const fn new() -> Vcpu {
@@ -156,6 +162,7 @@ impl Vcpu {
             handoff: AtomicUsize::new(0),
             pool: Pool::new(),
             fresh: AtomicUsize::new(0),
+            flags: AtomicUsize::new(0),
         }
     }
 
@@ -163,6 +170,23 @@ impl Vcpu {
     #[inline(always)]
     fn has_fresh(&self) -> bool {
         self.fresh.load(Ordering::Relaxed) != 0
+    }
+
+    /// Non-zero if a voluntary switch on this vCPU has more to do than switch to the head of
+    /// its own queue: a switch flag ([`context::switch_flags`]: full-save baseline, shutdown),
+    /// unpublished children, or threads on the shared queue. (The flags from this vCPU's copy,
+    /// `flags`.) One value ORed from the three
+    /// words, tested with one branch (x86_64: an `or` per word instead of a `test` and a branch
+    /// each). Relaxed looks, hints as in [`take_direct`].
+    #[inline(always)]
+    fn unusual_here(&self) -> usize {
+        self.flags.load(Ordering::Relaxed) | self.fresh.load(Ordering::Relaxed) | self.len.load(Ordering::Relaxed)
+    }
+
+    /// [`Vcpu::unusual_here`], or some vCPU idle (then work is to be offered).
+    #[inline(always)]
+    fn unusual(&self) -> u64 {
+        self.unusual_here() as u64 | IDLE.bits()
     }
 
     /// Puts the never-run thread `t`, spawned on this vCPU, on the unpublished list.
@@ -590,6 +614,21 @@ struct RootCell(core::cell::UnsafeCell<Thmb>);
 unsafe impl Sync for RootCell {}
 
 static VCPUS: [Vcpu; MAX_VCPUS] = [const { Vcpu::new() }; MAX_VCPUS];
+
+/// Sets or clears `flag` in every vCPU's copy of the switch flags (`Vcpu::flags`), after
+/// `context::set_switch_flag` has done so in the original. A read-modify-write per copy, as
+/// there, so that changes of different flags at once cannot leave a stale copy; Relaxed, as
+/// the fast path's look, which was a hint before (a switch that misses a change sees it at the
+/// next one).
+pub(crate) fn mirror_switch_flag(flag: usize, on: bool) {
+    for vcpu in &VCPUS {
+        if on {
+            vcpu.flags.fetch_or(flag, Ordering::Relaxed);
+        } else {
+            vcpu.flags.fetch_and(!flag, Ordering::Relaxed);
+        }
+    }
+}
 /// vCPUs of the running runtime (0 when none runs).
 static VCPU_COUNT: AtomicUsize = AtomicUsize::new(0);
 /// vCPUs in the runtime now, one bit each: started and neither retired nor revoked (space
@@ -1229,12 +1268,16 @@ unsafe fn park_slow(t: *mut Thmb, v: usize) {
 
 /// Lets other ready threads of this vCPU run (returns at once when there are none).
 ///
-/// Every look is taken once, with LTN = 0, where the vCPU read is exact. The case "nothing else
-/// is ready here" is decided inline, with no call: the caller's loop pays the two LTN writes
-/// and four loads. (An earlier version looked at the queues before entering, from the thread's
-/// possibly stale vCPU, and again inside: x86_64 -icount yield round trip 190 → 152 together
-/// with the one-pass switch of `context::switch_window`.)
-#[inline]
+/// Every look is taken once, with LTN = 0, where the vCPU read is exact. Always inlined, with
+/// [`yield_to_next`]: the common cases ("nothing else is ready here", "switch to the head of
+/// the own queue") are decided in the caller, whose frame the switch call uses, so they pay no
+/// call, frame and return of a function of their own, and the caller's loop keeps the
+/// addresses of the statics in registers (-icount yield round trip: x86_64 134 → 126,
+/// riscv64 188 → 168, aarch64 174 → 162; the inlined code replaces a call and a check of about
+/// the same size: `uthread_bench` did not grow). (An earlier version looked at the queues before
+/// entering, from the thread's possibly stale vCPU, and again inside: x86_64 -icount yield
+/// round trip 190 → 152 together with the one-pass switch of `context::switch_window`.)
+#[inline(always)]
 pub(crate) fn yield_current() {
     let t = platform::ltn();
     if t.is_null() {
@@ -1245,22 +1288,26 @@ pub(crate) fn yield_current() {
     let v = unsafe { (*t).vcpu.load(Ordering::Relaxed) } % MAX_VCPUS;
     let vcpu = &VCPUS[v];
     let to = vcpu.local.head.load(Ordering::Relaxed) as *mut Thmb;
-    if to.is_null() && vcpu.len.load(Ordering::Relaxed) == 0 && !vcpu.has_fresh() && context::switch_flags() == 0 {
+    if !to.is_null() {
+        // SAFETY: `t` is the caller on `v` with LTN = 0; `to` is the head of `v`'s own queue.
+        unsafe { yield_to_next(t, to, v, vcpu) }
+    } else if vcpu.unusual_here() != 0 {
+        // SAFETY: as above.
+        unsafe { yield_slow(t, v) }
+    } else {
         // Nothing else is ready here.
         platform::set_ltn(t);
-        return;
     }
-    // SAFETY: `t` is the caller on `v` with LTN = 0; `to` is the head of `v`'s own queue.
-    unsafe { yield_to_next(t, to, v) }
 }
 
-/// [`yield_current`] when there may be a thread to yield to, `to` being the head of vCPU `v`'s
-/// own queue (or null).
+/// [`yield_current`] when there is a thread to yield to, `to` being the head of vCPU `v`'s
+/// own queue (not null) and `vcpu` that vCPU (`&VCPUS[v]`, which the caller has computed
+/// already: not indexed again here).
 ///
-/// The common case is decided here with no call, so this function saves no callee-saved
-/// register (a call on any path makes the compiler save them on every path): [`take_direct`]'s
-/// case, shared with [`park_current`] — then `t` goes behind the others and the switch is
-/// direct. Everything else goes to [`yield_slow`].
+/// Inlined into [`yield_current`]'s caller (see there). The common case is
+/// [`take_direct`]'s, shared with [`park_current`] — then `t` goes behind the others and the
+/// switch is direct, a call to `libuthread_switch_window` from the caller's frame. Everything
+/// else goes to [`yield_slow`].
 ///
 /// `t` is queued with its running mask (NONE), not [`MASK_IN_FLIGHT`]: on this path nobody can
 /// take it before its window is saved — the own queue is this vCPU's alone (LTN = 0 until the
@@ -1270,27 +1317,20 @@ pub(crate) fn yield_current() {
 ///
 /// # Safety
 /// `t` is the calling thread, on vCPU `v` (`v < MAX_VCPUS`), with LTN = 0; `to` is the head of
-/// `v`'s own queue.
-#[inline(never)]
-unsafe fn yield_to_next(t: *mut Thmb, to: *mut Thmb, v: usize) {
-    // (The arguments in the order `libuthread_switch_window` takes them: no register moves.)
-    // SAFETY: the caller passes `v < MAX_VCPUS` (it reduced it already: no second `and`).
-    unsafe { core::hint::assert_unchecked(v < MAX_VCPUS) };
-    let vcpu = &VCPUS[v];
-    if context::switch_flags() == 0
-        && !vcpu.has_fresh()
-        && vcpu.len.load(Ordering::Relaxed) == 0
-        && !to.is_null()
-        && !IDLE.any()
-        && Thmb::mask(to) & !mask::FP == mask::WINDOW
-    {
+/// `v`'s own queue, not null; `vcpu` is `&VCPUS[v]`.
+#[inline(always)]
+unsafe fn yield_to_next(t: *mut Thmb, to: *mut Thmb, v: usize, vcpu: &'static Vcpu) {
+    // (The first three arguments in the order `libuthread_switch_window` takes them: no
+    // register moves.)
+    debug_assert!(!to.is_null() && ptr::eq(vcpu, &VCPUS[v]));
+    if vcpu.unusual() == 0 && Thmb::mask(to) & !mask::FP == mask::WINDOW {
         // SAFETY: on `v` with LTN = 0: the own queue is ours, its head `to` READY and ours once
         // taken; `t` is the caller (see above for its mask).
         unsafe {
             take_head(v, to);
             (*t).state.set(READY);
             vcpu.local.rotate(to, t);
-            resume_direct(v, t, to);
+            resume_direct_on(vcpu, v, t, to);
         }
         return;
     }
@@ -1316,13 +1356,8 @@ unsafe fn yield_to_next(t: *mut Thmb, to: *mut Thmb, v: usize) {
 #[inline(always)]
 unsafe fn take_direct(v: usize) -> *mut Thmb {
     let vcpu = &VCPUS[v];
-    // (The switch flags first — the full-save baseline, a shutdown —, one byte: either leaves
-    // at once for the slow path.)
-    if context::switch_flags() == 0
-        && !vcpu.has_fresh()
-        && vcpu.len.load(Ordering::Relaxed) == 0
-        && !IDLE.any()
-    {
+    // (Switch flags, unpublished children, shared queue and idle bits: one test.)
+    if vcpu.unusual() == 0 {
         let to = vcpu.local.head.load(Ordering::Relaxed) as *mut Thmb;
         if !to.is_null() && Thmb::mask(to) & !mask::FP == mask::WINDOW {
             // SAFETY: on `v` with LTN = 0: the own queue is ours, its head `to` READY and ours
@@ -1362,8 +1397,18 @@ unsafe fn take_head(v: usize, to: *mut Thmb) {
 /// As for [`switch_direct`], with idle vCPUs already offered work (or none idle).
 #[inline(always)]
 unsafe fn resume_direct(v: usize, from: *mut Thmb, to: *mut Thmb) {
+    // SAFETY: forwarded contract.
+    unsafe { resume_direct_on(&VCPUS[v], v, from, to) }
+}
+
+/// [`resume_direct`] with `vcpu` = `&VCPUS[v]` already at hand.
+///
+/// # Safety
+/// As for `resume_direct`; `vcpu` is `&VCPUS[v]`.
+#[inline(always)]
+unsafe fn resume_direct_on(vcpu: &Vcpu, v: usize, from: *mut Thmb, to: *mut Thmb) {
     Thmb::set_mask(to, mask::NONE);
-    VCPUS[v].count_resume(false);
+    vcpu.count_resume(false);
     // SAFETY: forwarded contract.
     unsafe { context::switch_window(from, to, v) }
 }
@@ -1537,7 +1582,8 @@ unsafe fn prepare_slow(v: usize, t: *mut Thmb) -> usize {
             (*t).header.fp_area = fp_area as u64;
             context::init_window(&mut (*t).window, fp_area, t, thread_main);
             Thmb::set_mask(t, mask::WINDOW);
-            return fp_area;
+            // (Below what the window keeps on the stack: on x86_64 the start address.)
+            return context::window_sp(&(*t).window);
         }
         if Thmb::mask(t) & !mask::FP == mask::WINDOW {
             context::window_sp(&(*t).window)
