@@ -858,9 +858,12 @@ pub(crate) unsafe fn run_inline<T>(t: *mut Thmb) -> Option<crate::task::Outcome<
     // SAFETY: `me` is the calling thread; its vCPU cannot change with LTN = 0.
     let v = unsafe { (*me).vcpu.load(Ordering::Relaxed) } % MAX_VCPUS;
     // The common case: `t` is still on this vCPU's unpublished list (it was spawned here and
-    // nobody else can see it), usually at its head. Taking it off is the claim.
-    // SAFETY: on `v` with LTN = 0.
-    let claimed = unsafe { VCPUS[v].take_fresh(t) } || unsafe { claim_queued(v, t) };
+    // nobody else can see it), usually at its head. Taking it off is the claim. Only then the
+    // join word: a child on the list never started, so it cannot have exited, and the common
+    // case skips the load; one that exited is left to the caller (whose wait returns at once).
+    // SAFETY: on `v` with LTN = 0; the caller's reference keeps `t` live.
+    let claimed = unsafe { VCPUS[v].take_fresh(t) }
+        || (unsafe { (*t).join.load(Ordering::Acquire) } != JOIN_EXITED && unsafe { claim_queued(v, t) });
     if !claimed {
         critical.leave();
         return None;
