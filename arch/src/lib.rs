@@ -17,6 +17,23 @@ pub mod event;
 pub mod mapping;
 pub mod sync;
 
+/// Zeroes `*slot` a word at a time with volatile stores, which the compiler unrolls into
+/// straight-line stores (a `memset` call costs a loop of several instructions a word on some
+/// ports). For the trap frames a new user entry builds (`TrapFrame::new_user_in_place`).
+///
+/// # Safety
+/// `slot` is valid for writes of a `T` and aligned for a `u64`; `T` is a size that is a
+/// multiple of 8 (checked at compile time) and valid when all zero.
+#[inline(always)]
+pub unsafe fn zero_words<T>(slot: *mut T) {
+    const { assert!(core::mem::size_of::<T>() % 8 == 0) };
+    let words = slot as *mut u64;
+    for i in 0..core::mem::size_of::<T>() / 8 {
+        // SAFETY: the caller's contract: in bounds of `*slot`, aligned.
+        unsafe { words.add(i).write_volatile(0) };
+    }
+}
+
 #[cfg(all(target_arch = "x86_64", target_os = "none"))]
 #[path = "x86_64/mod.rs"]
 mod imp;

@@ -37,6 +37,19 @@ pub fn copy_in(out: &mut [u8], src: u64) -> Result<(), UserFault> {
 /// Most pages [`mapped_for`] walks before it leaves the answer to the view space.
 const QUICK_PAGES: u64 = 4;
 
+/// The first and last page of `[addr, addr + len)` (`len` > 0) if the quick checks may answer
+/// for it: inside the user half and at most [`QUICK_PAGES`] pages; `None` otherwise.
+#[inline(always)]
+fn quick_range(addr: u64, len: u64) -> Option<(u64, u64)> {
+    const PAGE: u64 = arch::addr::PAGE_SIZE;
+    let end = addr.checked_add(len)?;
+    if end > arch::layout::USER_END {
+        return None;
+    }
+    let (first, last) = (addr & !(PAGE - 1), (end - 1) & !(PAGE - 1));
+    ((last - first) / PAGE < QUICK_PAGES).then_some((first, last))
+}
+
 /// Whether the page table loaded on this CPU — the running thread's view — maps every page of
 /// `[addr, addr + len)` as user memory with `need`: the quick answer for the checks syscalls
 /// make before they copy or block, without the view-space lock. `false` means only "not known
@@ -54,14 +67,7 @@ pub fn mapped_for(addr: u64, len: u64, need: arch::mapping::MapFlags) -> bool {
     if len == 0 {
         return true;
     }
-    let Some(end) = addr.checked_add(len) else { return false };
-    if end > arch::layout::USER_END {
-        return false;
-    }
-    let (first, last) = (addr & !(PAGE - 1), (end - 1) & !(PAGE - 1));
-    if (last - first) / PAGE >= QUICK_PAGES {
-        return false;
-    }
+    let Some((first, last)) = quick_range(addr, len) else { return false };
     let Some(mem) = LiveDirectMap::get() else { return false };
     // SAFETY: the root loaded on this CPU is a live table (a CPU's loaded view is never freed
     // while loaded: `drop_stale_views`); this only reads aligned entries, which a concurrent
@@ -110,14 +116,7 @@ fn writable_pages(addr: u64, len: u64) -> bool {
     if len == 0 {
         return true;
     }
-    let Some(end) = addr.checked_add(len) else { return false };
-    if end > arch::layout::USER_END {
-        return false;
-    }
-    let last = (end - 1) & !(PAGE - 1);
-    if (last - (addr & !(PAGE - 1))) / PAGE >= QUICK_PAGES {
-        return false;
-    }
+    let Some((_, last)) = quick_range(addr, len) else { return false };
     // The aligned word holding `addr` (same page), then the first word of each later page.
     let mut word = addr & !7;
     loop {

@@ -197,15 +197,10 @@ impl TrapFrame {
     /// `slot` is valid for writes of a `TrapFrame` and aligned for it.
     #[inline(always)]
     pub unsafe fn new_user_in_place(slot: *mut TrapFrame) {
-        const WORDS: usize = core::mem::size_of::<TrapFrame>() / 8;
-        const _: () = assert!(core::mem::size_of::<TrapFrame>() % 8 == 0);
         // SAFETY: the caller's contract; the frame is plain u64 fields, all-zero valid, and
         // as aligned as a u64 array.
         unsafe {
-            let words = slot as *mut u64;
-            for i in 0..WORDS {
-                words.add(i).write_volatile(0);
-            }
+            crate::zero_words(slot);
             let f = &mut *slot;
             f.spsr = SPSR_EL0T;
             f.intid = u64::from(super::interrupts::NO_INTERRUPT);

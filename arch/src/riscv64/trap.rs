@@ -168,15 +168,10 @@ impl TrapFrame {
     /// `slot` is valid for writes of a `TrapFrame` and aligned for it.
     #[inline(always)]
     pub unsafe fn new_user_in_place(slot: *mut TrapFrame) {
-        const WORDS: usize = core::mem::size_of::<TrapFrame>() / 8;
-        const _: () = assert!(core::mem::size_of::<TrapFrame>() % 8 == 0);
         // SAFETY: the caller's contract; the frame is plain u64 fields, all-zero valid, and
         // as aligned as a u64 array.
         unsafe {
-            let words = slot as *mut u64;
-            for i in 0..WORDS {
-                words.add(i).write_volatile(0);
-            }
+            crate::zero_words(slot);
             let f = &mut *slot;
             f.sstatus = SSTATUS_SPIE | SSTATUS_FS_INITIAL | SSTATUS_UXL_64;
         }
