@@ -1,6 +1,6 @@
 //! Emulated kernel preemption on the host: a signal plays the Tsumugi kernel's involuntary stop
-//! (DESIGN §6). The handler writes the interrupted registers into the ThMB that LTN (GS base)
-//! names — the kernel's zero-copy FULL save — sets LTN = 0, calls `sched::requeue_full` as the
+//! (DESIGN §6). The handler writes the interrupted registers into the ThMB that LTN (the hosted
+//! LTN word) names — the kernel's zero-copy FULL save — sets LTN = 0, calls `sched::requeue_full` as the
 //! upcall handler would for `PREEMPTED(t)`, and "returns" into `sched::enter_vcpu_loop` on an
 //! upcall stack. The scheduler later resumes the thread with the FULL restore, in user mode.
 //!
@@ -109,12 +109,6 @@ static RESTARTED: AtomicUsize = AtomicUsize::new(0);
 const UPCALL_STACK: usize = 64 * 1024;
 static UPCALL_STACKS: [AtomicUsize; 64] = [const { AtomicUsize::new(0) }; 64];
 
-fn gs_base() -> usize {
-    let value: usize;
-    // SAFETY: reads GS base (the test runs where the library uses rdgsbase, i.e. FSGSBASE on).
-    unsafe { core::arch::asm!("rdgsbase {}", out(reg) value, options(nomem, nostack, preserves_flags)) };
-    value
-}
 
 /// The upcall: what Tsumugi's KNH does for `PREEMPTED(t)`, on the vCPU's upcall stack with
 /// LTN = 0. (Requeueing `t` inside the signal handler would be wrong: the handler's frame sits
@@ -167,7 +161,7 @@ unsafe fn stop_thread(t: *mut Thmb, uc: &mut libc::ucontext_t, trace_next_resume
         }
         (*t).header.mask = tsumugi_abi::kn::mask::FULL;
         // Enter the "KNH" with LTN = 0.
-        core::arch::asm!("wrgsbase {}", in(reg) 0usize, options(nomem, nostack, preserves_flags));
+        libuthread::platform::set_ltn(core::ptr::null_mut());
     }
     PREEMPTED.fetch_add(1, Ordering::Relaxed);
     // Return into the upcall on this vCPU's upcall stack.
@@ -181,7 +175,7 @@ unsafe fn stop_thread(t: *mut Thmb, uc: &mut libc::ucontext_t, trace_next_resume
 
 /// SIGUSR1: a timer interrupt.
 extern "C" fn on_timer(_: libc::c_int, _: *mut libc::siginfo_t, context: *mut libc::c_void) {
-    let t = gs_base() as *mut Thmb;
+    let t = libuthread::platform::ltn();
     if t.is_null() {
         return; // LTN = 0: the library's critical section (or not a vCPU): resume in place
     }
@@ -207,7 +201,7 @@ extern "C" fn on_timer(_: libc::c_int, _: *mut libc::siginfo_t, context: *mut li
 extern "C" fn on_step(_: libc::c_int, _: *mut libc::siginfo_t, context: *mut libc::c_void) {
     // SAFETY: the kernel hands the handler the interrupted context.
     let uc = unsafe { &mut *(context as *mut libc::ucontext_t) };
-    let t = gs_base() as *mut Thmb;
+    let t = libuthread::platform::ltn();
     let rip = uc.uc_mcontext.gregs[libc::REG_RIP as usize] as u64;
     let vcpu = libuthread::current_vcpu().unwrap_or(0);
     if t.is_null() || interrupted_resume(rip).is_none() {

@@ -10,9 +10,7 @@
 //! | `libuthread_switch_out` | `(from: *mut Thmb, stack_top: usize, entry: Entry, a0: usize, a1: usize)` | save window, mask = WINDOW, `entry(a0, a1)` on `stack_top`; returns when `from` is resumed |
 //! | `libuthread_call_on_stack` | `(stack_top: usize, entry: Entry, a0: usize, a1: usize) -> !` | `entry(a0, a1)` on `stack_top`, nothing saved |
 //! | `libuthread_switch_window` | `(from: *mut Thmb, to: *mut Thmb, vcpu: usize)` | save window into `from` (FP part per `FP_LIVE[vcpu]`), mask = WINDOW (release), then as `libuthread_resume_window(to, to)`; returns when `from` is resumed |
-//! | `libuthread_switch_window_keep_ltn` | as `libuthread_switch_window` | the same without writing LTN (the caller set it) |
 //! | `libuthread_resume_window` | `(to: *mut Thmb, ltn: *mut Thmb) -> !` | LTN = `ltn`, restore window, jump |
-//! | `libuthread_resume_window_keep_ltn` | `(to: *mut Thmb) -> !` | restore window, jump (LTN as the caller set it) |
 //! | `libuthread_switch_out_full` | as `libuthread_switch_out` | the full-save baseline: `x0`..`x30`, `sp`, NZCV and q0..q31, FPCR, FPSR into the FP area, mask = FULL\|FP |
 //! | `libuthread_resume_full` | `(to: *mut Thmb, write_ltn: u64, fp_format: u64) -> !` | [FP from the FP area], [LTN = `to`], restore `to.resume` entirely, jump through `x18` |
 //! | `libuthread_thread_start` | (jumped to by a window resume) | first instruction of every user thread |
@@ -354,28 +352,15 @@ core::arch::global_asm!(
     "libuthread_switch_window:",
     switch_window_body!("    msr tpidr_el0, x1\n"),  // LTN = to
     ".size libuthread_switch_window, . - libuthread_switch_window",
-    // libuthread_switch_window_keep_ltn(from = x0, to = x1, vcpu = x2): the same, LTN left as
-    // the caller set it.
-    ".globl libuthread_switch_window_keep_ltn",
-    ".hidden libuthread_switch_window_keep_ltn",
-    ".type libuthread_switch_window_keep_ltn, %function",
-    ".p2align 4",
-    "libuthread_switch_window_keep_ltn:",
-    switch_window_body!(""),
-    ".size libuthread_switch_window_keep_ltn, . - libuthread_switch_window_keep_ltn",
     // libuthread_resume_window(to = x0, ltn = x1) -> !
     // Restartable: from the `msr tpidr_el0` on, a kernel stop saves into `to` (not harmful:
     // only the window is read here and the kernel never writes it); no stack is touched.
-    // libuthread_resume_window_keep_ltn(to = x0) -> ! starts after the LTN write.
     ".globl libuthread_resume_window",
     ".hidden libuthread_resume_window",
     ".type libuthread_resume_window, %function",
     ".p2align 4",
     "libuthread_resume_window:",
     "    msr tpidr_el0, x1",                      // LTN = the thread (or 0 for a root context)
-    ".globl libuthread_resume_window_keep_ltn",
-    ".hidden libuthread_resume_window_keep_ltn",
-    "libuthread_resume_window_keep_ltn:",
     "    add x9, x0, #{w}",
     "    ldr x10, [x9, #{w_fp_saved}]",
     "    cbz x10, 3f",

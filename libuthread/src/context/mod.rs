@@ -41,19 +41,6 @@ use crate::thmb::Thmb;
 /// The function a stack switch lands in: `entry(a0, a1)`, never returning.
 pub(crate) type Entry = unsafe extern "C" fn(usize, usize) -> !;
 
-/// Whether the resume sequences write LTN themselves (x86_64: `wrgsbase` usable in user mode).
-/// Tsumugi enables FSGSBASE wherever the CPU has it; the hosted platform sets this from
-/// `AT_HWCAP2` and otherwise sets LTN through the OS before resuming (safe there: hosted vCPUs
-/// are never preempted by an upcall).
-static LTN_IN_RESUME: AtomicBool = AtomicBool::new(true);
-
-/// [`LTN_IN_RESUME`]: always on Tsumugi (a constant, so the switch paths carry no test of it),
-/// the hosted platform's choice elsewhere.
-#[inline(always)]
-fn ltn_in_resume() -> bool {
-    cfg!(target_os = "none") || LTN_IN_RESUME.load(Ordering::Relaxed)
-}
-
 /// What a voluntary switch saves.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SaveMode {
@@ -143,12 +130,6 @@ pub fn bytes_saved(mode: SaveMode) -> usize {
     }
 }
 
-/// Chooses whether resume sequences write LTN themselves (see [`LTN_IN_RESUME`]).
-#[cfg_attr(target_os = "none", allow(dead_code))]
-pub(crate) fn set_ltn_in_resume(yes: bool) {
-    LTN_IN_RESUME.store(yes, Ordering::Relaxed);
-}
-
 /// Saves the caller's window into `from` (mask `WINDOW`), moves to `stack_top` and calls
 /// `entry(a0, a1)` there. Returns when `from` is resumed by [`resume_window`].
 ///
@@ -189,15 +170,8 @@ pub(crate) unsafe fn switch_out_window(from: *mut Thmb, stack_top: usize, entry:
 /// `WINDOW`.
 #[inline(always)]
 pub(crate) unsafe fn switch_window(from: *mut Thmb, to: *mut Thmb, vcpu: usize) {
-    if ltn_in_resume() {
-        // SAFETY: forwarded contract.
-        unsafe { raw::libuthread_switch_window(from, to, vcpu) }
-    } else {
-        // Hosted without FSGSBASE: no upcalls there, so LTN may name `to` before the save.
-        crate::platform::set_ltn(to);
-        // SAFETY: forwarded contract.
-        unsafe { raw::libuthread_switch_window_keep_ltn(from, to, vcpu) }
-    }
+    // SAFETY: forwarded contract.
+    unsafe { raw::libuthread_switch_window(from, to, vcpu) }
 }
 
 /// Where a full frame resumes.
@@ -226,14 +200,8 @@ pub(crate) unsafe fn call_on_stack(stack_top: usize, entry: Entry, a0: usize, a1
 /// `to` holds a window saved by [`switch_out`] (or built by [`init_window`]) whose stack is
 /// intact and owned by the caller now; the caller is in a critical section.
 pub(crate) unsafe fn resume_window(to: *mut Thmb, ltn: *mut Thmb) -> ! {
-    if ltn_in_resume() {
-        // SAFETY: forwarded contract.
-        unsafe { raw::libuthread_resume_window(to, ltn) }
-    } else {
-        crate::platform::set_ltn(ltn);
-        // SAFETY: forwarded contract.
-        unsafe { raw::libuthread_resume_window_keep_ltn(to) }
-    }
+    // SAFETY: forwarded contract.
+    unsafe { raw::libuthread_resume_window(to, ltn) }
 }
 
 /// Resumes `to` from the library's copy of its full frame (`Thmb::resume`), with LTN = `to`;
@@ -244,14 +212,13 @@ pub(crate) unsafe fn resume_window(to: *mut Thmb, ltn: *mut Thmb) -> ! {
 /// whose stack is intact; with `fp`, its FP area holds a state saved with it; the caller is in
 /// a critical section (LTN = 0).
 pub(crate) unsafe fn resume_full(to: *mut Thmb, fp: bool) -> ! {
-    let in_resume = ltn_in_resume();
     // SAFETY: `to` is live; the format word was written with the FP area.
     let format = if fp { unsafe { core::ptr::read_volatile(&raw const (*to).header.fp_format) } } else { 0 };
-    if !in_resume {
-        crate::platform::set_ltn(to);
-    }
+    // Hosted, LTN is not GS base; the full resume still addresses the frame through it.
+    #[cfg(not(target_os = "none"))]
+    crate::platform::set_full_resume_base(to);
     // SAFETY: forwarded contract.
-    unsafe { raw::libuthread_resume_full(to, in_resume as u64, format) }
+    unsafe { raw::libuthread_resume_full(to, 1, format) }
 }
 
 /// The instruction ranges of the two resume sequences (see [`interrupted_resume`]).
@@ -301,19 +268,15 @@ pub(crate) mod raw {
         /// See the module table.
         pub(crate) fn libuthread_switch_window(from: *mut Thmb, to: *mut Thmb, vcpu: usize);
         /// See the module table.
-        pub(crate) fn libuthread_switch_window_keep_ltn(from: *mut Thmb, to: *mut Thmb, vcpu: usize);
-        /// See the module table.
         pub(crate) fn libuthread_call_on_stack(stack_top: usize, entry: Entry, a0: usize, a1: usize) -> !;
         /// See the module table.
         pub(crate) fn libuthread_resume_window(to: *mut Thmb, ltn: *mut Thmb) -> !;
-        /// See the module table.
-        pub(crate) fn libuthread_resume_window_keep_ltn(to: *mut Thmb) -> !;
         /// Start of the window resume sequences, the direct switch's included (a label).
         pub(crate) fn libuthread_resume_window_start();
         /// End of the window resume sequences (a label, not a function).
         pub(crate) fn libuthread_resume_window_end();
         /// See the module table.
-        pub(crate) fn libuthread_resume_full(to: *mut Thmb, write_ltn: u64, fp_format: u64) -> !;
+        pub(crate) fn libuthread_resume_full(to: *mut Thmb, always_1: u64, fp_format: u64) -> !;
         /// See the module table.
         pub(crate) fn libuthread_switch_out_full(from: *mut Thmb, stack_top: usize, entry: Entry, a0: usize, a1: usize);
         /// End of the full resume sequence (a label, not a function).

@@ -10,9 +10,7 @@
 //! | `libuthread_switch_out` | `(from: *mut Thmb, stack_top: usize, entry: Entry, a0: usize, a1: usize)` | save window (and `fs0`–`fs11`, `fcsr` if FP is live on the vCPU), mask = WINDOW, `entry(a0, a1)` on `stack_top`; returns when `from` is resumed |
 //! | `libuthread_call_on_stack` | `(stack_top: usize, entry: Entry, a0: usize, a1: usize) -> !` | `entry(a0, a1)` on `stack_top`, nothing saved |
 //! | `libuthread_switch_window` | `(from: *mut Thmb, to: *mut Thmb, vcpu: usize)` | save window into `from` (FP part per `FP_LIVE[vcpu]`), fence, mask = WINDOW, then as `libuthread_resume_window(to, to)`; returns when `from` is resumed |
-//! | `libuthread_switch_window_keep_ltn` | as `libuthread_switch_window` | the same without writing LTN (the caller set it) |
 //! | `libuthread_resume_window` | `(to: *mut Thmb, ltn: *mut Thmb) -> !` | [FP part of the window], LTN = `ltn`, restore window, jump |
-//! | `libuthread_resume_window_keep_ltn` | `(to: *mut Thmb) -> !` | as `libuthread_resume_window` with LTN kept as it is |
 //! | `libuthread_switch_out_full` | as `libuthread_switch_out` | the full-save baseline: `x1`..`x31`, and `f0`..`f31` + `fcsr` into the FP area, mask = FULL\|FP |
 //! | `libuthread_resume_full` | `(to: *mut Thmb, write_ltn: u64, fp_format: u64) -> !` | [FP from the FP area], [LTN = `to`], restore `to.resume` but `gp`, jump through `gp` |
 //! | `libuthread_thread_start` | (jumped to by a window resume) | first instruction of every user thread |
@@ -411,23 +409,6 @@ core::arch::global_asm!(
     "libuthread_switch_window:",
     switch_window_body!("    mv tp, a1\n"),           // LTN = to
     ".size libuthread_switch_window, . - libuthread_switch_window",
-    // libuthread_switch_window_keep_ltn(from = a0, to = a1, vcpu = a2): the same, LTN left as
-    // the caller set it.
-    ".globl libuthread_switch_window_keep_ltn",
-    ".hidden libuthread_switch_window_keep_ltn",
-    ".type libuthread_switch_window_keep_ltn, @function",
-    ".p2align 2",
-    "libuthread_switch_window_keep_ltn:",
-    switch_window_body!(""),
-    ".size libuthread_switch_window_keep_ltn, . - libuthread_switch_window_keep_ltn",
-    // libuthread_resume_window_keep_ltn(to = a0) -> !: as below with LTN as it is.
-    ".globl libuthread_resume_window_keep_ltn",
-    ".hidden libuthread_resume_window_keep_ltn",
-    ".type libuthread_resume_window_keep_ltn, @function",
-    ".p2align 2",
-    "libuthread_resume_window_keep_ltn:",
-    "    mv a1, tp",
-    ".size libuthread_resume_window_keep_ltn, . - libuthread_resume_window_keep_ltn",
     // libuthread_resume_window(to = a0, ltn = a1) -> !
     // The FP part first (LTN is still 0, as everywhere in the scheduler), then LTN, then the
     // integer window. Restartable: from the LTN write on, a kernel stop saves into `to` (not

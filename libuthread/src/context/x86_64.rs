@@ -10,11 +10,9 @@
 //! | `libuthread_switch_out` | `(from: *mut Thmb, stack_top: usize, entry: Entry, a0: usize, a1: usize)` | save window, mask = WINDOW, `entry(a0, a1)` on `stack_top`; returns when `from` is resumed |
 //! | `libuthread_call_on_stack` | `(stack_top: usize, entry: Entry, a0: usize, a1: usize) -> !` | `entry(a0, a1)` on `stack_top`, nothing saved |
 //! | `libuthread_switch_window` | `(from: *mut Thmb, to: *mut Thmb, vcpu: usize)` | save window into `from` (FP part per `FP_LIVE[vcpu]`), mask = WINDOW, then as `libuthread_resume_window(to, to)`; returns when `from` is resumed |
-//! | `libuthread_switch_window_keep_ltn` | as `libuthread_switch_window` | the same without writing LTN (hosted without FSGSBASE: the caller set it) |
 //! | `libuthread_resume_window` | `(to: *mut Thmb, ltn: *mut Thmb) -> !` | LTN = `ltn`, restore window, `ret` |
-//! | `libuthread_resume_window_keep_ltn` | `(to: *mut Thmb) -> !` | restore window, `ret` (LTN as the caller set it) |
 //! | `libuthread_switch_out_full` | as `libuthread_switch_out` | the full-save baseline: every GPR, rflags and the FP/SIMD state (`xsave64`/`fxsave64` into the FP area), mask = FULL\|FP |
-//! | `libuthread_resume_full` | `(to: *mut Thmb, write_ltn: u64, fp_format: u64) -> !` | [FP from the FP area], [LTN = `to`], restore `to.resume` entirely, jump |
+//! | `libuthread_resume_full` | `(to: *mut Thmb, _: u64, fp_format: u64) -> !` | [FP from the FP area], LTN = `to`, restore `to.resume` entirely, jump |
 //! | `libuthread_thread_start` | (returned to by a window resume, from the stack slot `init_window` wrote) | first instruction of every user thread |
 //!
 //! `Entry` is `unsafe extern "C" fn(usize, usize) -> !`.
@@ -175,6 +173,24 @@ const W: usize = WINDOW_OFFSET;
 const R: usize = RESUME_OFFSET;
 const _: () = assert!(MASK_OFFSET == 0);
 
+/// LTN = the register named (`"rsi"`, `"rdi"`): on Tsumugi GS base (`wrgsbase`); hosted the
+/// OS thread's LTN word (`platform::ltn`), through FS. Clobbers r11 hosted.
+#[cfg(target_os = "none")]
+macro_rules! write_ltn {
+    ($reg:literal) => {
+        concat!("    wrgsbase ", $reg, "\n")
+    };
+}
+#[cfg(not(target_os = "none"))]
+macro_rules! write_ltn {
+    ($reg:literal) => {
+        concat!(
+            "    mov r11, qword ptr [rip + libuthread_hosted_ltn@GOTTPOFF]\n",
+            "    mov qword ptr fs:[r11], ", $reg, "\n",
+        )
+    };
+}
+
 /// The start both window saves share ([`save_window`], [`switch_window_body`]): rdi = the
 /// ThMB; the callee-saved registers and rsp, which points to the return address (the resume
 /// point, left on the stack: see the module docs); then r9 = the address of `FP_LIVE`.
@@ -220,9 +236,9 @@ macro_rules! save_window {
 /// `$ltn` the instruction that sets LTN = `to` (or nothing): the window save of
 /// [`save_window`] with its FP test shared by the resume of `to`. Fast path (FP not live on
 /// the vCPU, `to` without an FP part): no FP instruction, one FP_LIVE load, one `fp_saved`
-/// test. Local labels 5–7.
+/// test. Local labels 5–8.
 macro_rules! switch_window_body {
-    ($ltn:literal) => {
+    ($ltn:expr) => {
         concat!(
             save_gprs!(),
             "    cmp qword ptr [r9 + rdx * 8], 0\n",
@@ -250,10 +266,17 @@ macro_rules! switch_window_body {
             "    mov qword ptr [rdi + {mask_off}], {mask_window}\n",
             $ltn,
             "    cmp word ptr [rsi + {w_fp_saved}], 0\n",
-            "    jne 6f\n",
+            "    jne 8f\n",
             "    ldmxcsr dword ptr [rip + {mxcsr_default}]\n", // `to` never used FP: the initial
             "    fldcw word ptr [rip + {fpucw_default}]\n",  //   environment, not `from`'s
             "    jmp 7b\n",
+            "8:\n",                                      // `to`'s environment is loaded only where
+            "    mov r10d, dword ptr [rsi + {w_mxcsr}]\n", //   it differs from the CPU's, `from`'s
+            "    cmp r10d, dword ptr [rdi + {w_mxcsr}]\n", //   just saved (ldmxcsr costs ≈ 20
+            "    jne 6f\n",                                  //   cycles on AMD Zen). Each compare
+            "    movzx r10d, word ptr [rsi + {w_fpucw}]\n", //   reads what one store wrote: a
+            "    cmp r10w, word ptr [rdi + {w_fpucw}]\n",  //   wider load would wait for all
+            "    je 7b\n",                                   //   three stores (no forwarding)
             "6:\n",                                      // `to`'s own FP environment
             "    ldmxcsr dword ptr [rsi + {w_mxcsr}]\n",
             "    fldcw word ptr [rsi + {w_fpucw}]\n",
@@ -370,30 +393,17 @@ core::arch::global_asm!(
     ".hidden libuthread_switch_window",
     ".type libuthread_switch_window, @function",
     "libuthread_switch_window:",
-    switch_window_body!("    wrgsbase rsi\n"),        // LTN = to
+    switch_window_body!(write_ltn!("rsi")),               // LTN = to
     ".size libuthread_switch_window, . - libuthread_switch_window",
-    // libuthread_switch_window_keep_ltn(from = rdi, to = rsi, vcpu = rdx): the same, LTN
-    // left as the caller set it (hosted without FSGSBASE: no upcalls there).
-    ".globl libuthread_switch_window_keep_ltn",
-    ".hidden libuthread_switch_window_keep_ltn",
-    ".type libuthread_switch_window_keep_ltn, @function",
-    ".p2align 4",
-    "libuthread_switch_window_keep_ltn:",
-    switch_window_body!(""),
-    ".size libuthread_switch_window_keep_ltn, . - libuthread_switch_window_keep_ltn",
     // libuthread_resume_window(to = rdi, ltn = rsi) -> !
-    // Restartable: from the wrgsbase on, a kernel stop saves into `to` (not harmful: only the
+    // Restartable: from the LTN write on, a kernel stop saves into `to` (not harmful: only the
     // window is read here and the kernel never writes it); no stack is read after LTN is set.
-    // libuthread_resume_window_keep_ltn(to = rdi) -> ! starts after the LTN write.
     ".globl libuthread_resume_window",
     ".hidden libuthread_resume_window",
     ".type libuthread_resume_window, @function",
     ".p2align 4",
     "libuthread_resume_window:",
-    "    wrgsbase rsi",                           // LTN = the thread (or 0 for a root context)
-    ".globl libuthread_resume_window_keep_ltn",
-    ".hidden libuthread_resume_window_keep_ltn",
-    "libuthread_resume_window_keep_ltn:",
+    write_ltn!("rsi"),                            // LTN = the thread (or 0 for a root context)
     "    cmp word ptr [rdi + {w_fp_saved}], 0",   // the window holds an FP part:
     "    je 3f",
     "    ldmxcsr dword ptr [rdi + {w_mxcsr}]",    //   restore it
@@ -420,7 +430,7 @@ core::arch::global_asm!(
     ".hidden libuthread_resume_window_end",
     "libuthread_resume_window_end:",
     // ---------------------------------------------------------------------------------------
-    // libuthread_resume_full(to = rdi, write_ltn = rsi) -> !
+    // libuthread_resume_full(to = rdi, rsi unused, fp_format = rdx) -> !
     // Restores every general-purpose register, rflags, rsp and rip from `to.resume` without
     // entering the kernel and without touching the thread's stack (its red zone below rsp may
     // hold live data). GS base = `to` gives an addressing base that needs no register:
@@ -454,10 +464,7 @@ core::arch::global_asm!(
     "4:",
     "    fxrstor64 [rcx]",
     "3:",
-    "    test rsi, rsi",
-    "    jz 2f",
-    "    wrgsbase rdi",                           // 1. LTN = to
-    "2:",
+    write_ltn!("rdi"),                            // 1. LTN = to
     "    push qword ptr [rdi + {r_rflags}]",      // 2. onto the scheduler's stack ...
     "    popfq",                                  //    ... and into rflags
     "    mov rax, qword ptr gs:[{r_rax}]",        // 3. every GPR, flags untouched from here

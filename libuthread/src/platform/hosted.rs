@@ -1,6 +1,6 @@
 //! The hosted platform: the library on Linux, for `cargo test`, proptest, loom and benchmarks.
-//! vCPUs are OS threads; there are no upcalls, so scheduling is cooperative. LTN is the GS base
-//! register, which Linux user programs leave free (glibc's thread pointer is FS).
+//! vCPUs are OS threads; there are no upcalls, so scheduling is cooperative. LTN is a
+//! thread-local word of the OS thread (see [`ltn`]).
 
 extern crate std;
 
@@ -18,14 +18,67 @@ use crate::sched::token::ParkToken;
 // ------------------------------------------------------------------------------------------
 // LTN.
 
-/// 0: not probed yet; 1: `rdgsbase`/`wrgsbase` usable; 2: not (use `arch_prctl`).
+// LTN hosted is a thread-local word of the OS thread serving as the vCPU (a register is
+// per-CPU; an OS thread is the hosted CPU). It is defined here in assembly, not with
+// `thread_local!`, so that every access is one inline-assembly read or write through FS,
+// which the compiler can neither cache nor move across a context switch (a user thread that
+// switches may come back on another OS thread: a thread-pointer address computed before the
+// switch would name the old vCPU's word). GS base (`wrgsbase`) would also do, but costs about
+// 80 cycles per write on AMD Zen, against one store here, and a hosted switch writes LTN
+// every time. Initial-exec access: one GOT load the linker relaxes to a constant in an
+// executable, then one FS-relative access. Starts at 0 in every OS thread, so a thread a user
+// thread spawns does not inherit an LTN.
+core::arch::global_asm!(
+    ".pushsection .tbss,\"awT\",@nobits",
+    ".p2align 3",
+    ".globl libuthread_hosted_ltn",
+    ".hidden libuthread_hosted_ltn",
+    ".type libuthread_hosted_ltn, @object",
+    "libuthread_hosted_ltn:",
+    ".zero 8",
+    ".size libuthread_hosted_ltn, 8",
+    ".popsection",
+);
+
+/// The LTN word: the running user thread's ThMB, or null.
+#[inline(always)]
+pub fn ltn() -> *mut Thmb {
+    let value: usize;
+    // SAFETY: reads this OS thread's LTN word (defined above, 8 bytes, 8-aligned); no `pure`
+    // option, so the compiler keeps every read where it is written.
+    unsafe {
+        core::arch::asm!(
+            "mov {v}, qword ptr [rip + libuthread_hosted_ltn@GOTTPOFF]",
+            "mov {v}, qword ptr fs:[{v}]",
+            v = out(reg) value,
+            options(nostack, readonly, preserves_flags),
+        )
+    };
+    value as *mut Thmb
+}
+
+/// Sets the LTN word.
+#[inline(always)]
+pub fn set_ltn(t: *mut Thmb) {
+    // SAFETY: writes this OS thread's LTN word, which nothing else uses.
+    unsafe {
+        core::arch::asm!(
+            "mov {a}, qword ptr [rip + libuthread_hosted_ltn@GOTTPOFF]",
+            "mov qword ptr fs:[{a}], {t}",
+            a = out(reg) _,
+            t = in(reg) t as usize,
+            options(nostack, preserves_flags),
+        )
+    };
+}
+
+/// 0: not probed yet; 1: `wrgsbase` usable; 2: not (use `arch_prctl`).
 static FSGSBASE: AtomicU8 = AtomicU8::new(0);
 
 /// `AT_HWCAP2` bit saying the kernel enabled FSGSBASE for user mode.
 const HWCAP2_FSGSBASE: u64 = 1 << 1;
-/// `arch_prctl` codes (asm/prctl.h).
+/// `arch_prctl` code (asm/prctl.h).
 const ARCH_SET_GS: libc::c_int = 0x1001;
-const ARCH_GET_GS: libc::c_int = 0x1004;
 
 #[cold]
 fn probe_fsgsbase() -> bool {
@@ -33,39 +86,19 @@ fn probe_fsgsbase() -> bool {
     let hwcap2 = unsafe { libc::getauxval(libc::AT_HWCAP2) };
     let usable = hwcap2 & HWCAP2_FSGSBASE != 0;
     FSGSBASE.store(if usable { 1 } else { 2 }, Ordering::Relaxed);
-    crate::context::set_ltn_in_resume(usable);
     usable
 }
 
-#[inline]
-fn fsgsbase() -> bool {
-    match FSGSBASE.load(Ordering::Relaxed) {
+/// Sets GS base to `t`: the addressing base through which `libuthread_resume_full` restores a
+/// full frame without a free register (on Tsumugi GS base is LTN and the resume writes it;
+/// hosted, only the full-save baseline resumes that way).
+pub fn set_full_resume_base(t: *mut Thmb) {
+    let usable = match FSGSBASE.load(Ordering::Relaxed) {
         1 => true,
         2 => false,
         _ => probe_fsgsbase(),
-    }
-}
-
-/// The LTN register: the running user thread's ThMB, or null.
-#[inline]
-pub fn ltn() -> *mut Thmb {
-    if fsgsbase() {
-        let value: usize;
-        // SAFETY: rdgsbase only reads GS base; the kernel enabled it (AT_HWCAP2).
-        unsafe { core::arch::asm!("rdgsbase {}", out(reg) value, options(nomem, nostack, preserves_flags)) };
-        value as *mut Thmb
-    } else {
-        let mut value: usize = 0;
-        // SAFETY: ARCH_GET_GS writes GS base to `value`.
-        unsafe { libc::syscall(libc::SYS_arch_prctl, ARCH_GET_GS, &mut value as *mut usize) };
-        value as *mut Thmb
-    }
-}
-
-/// Sets the LTN register.
-#[inline]
-pub fn set_ltn(t: *mut Thmb) {
-    if fsgsbase() {
+    };
+    if usable {
         // SAFETY: wrgsbase only changes GS base, which nothing else in a Linux process uses.
         unsafe { core::arch::asm!("wrgsbase {}", in(reg) t as usize, options(nomem, nostack, preserves_flags)) };
     } else {
@@ -91,13 +124,13 @@ pub fn default_vcpus() -> usize {
 static THREADS: Mutex<Vec<std::thread::JoinHandle<()>>> = Mutex::new(Vec::new());
 
 std::thread_local! {
-    /// Set on every OS thread that serves as a vCPU. A thread a user thread spawns inherits
-    /// GS base, so its LTN names a ThMB while it runs on no vCPU (see [`on_vcpu_thread`]).
+    /// Set on every OS thread that serves as a vCPU (see [`on_vcpu_thread`]).
     static VCPU_THREAD: core::cell::Cell<bool> = const { core::cell::Cell::new(false) };
 }
 
 /// Whether the calling OS thread serves as a vCPU, so that a non-null LTN really names the user
-/// thread it runs (a thread spawned by a user thread inherits GS base: a stale LTN).
+/// thread it runs (the LTN word starts at 0 in any other OS thread; this stays the check that
+/// says so, whatever LTN is made of).
 #[inline]
 pub fn on_vcpu_thread() -> bool {
     VCPU_THREAD.with(core::cell::Cell::get)
@@ -119,7 +152,6 @@ unsafe extern "C" fn vcpu_trampoline(main: usize, vcpu: usize) -> ! {
 
 /// Starts vCPUs `1..n` as OS threads, each running `vcpu_main(index)`; the caller is vCPU 0.
 pub fn start_vcpus(n: usize, vcpu_main: fn(usize) -> !) {
-    fsgsbase(); // probe once, before any resume sequence runs
     VCPU_THREAD.with(|v| v.set(true)); // the caller runs vCPU 0
     let mut threads = THREADS.lock().unwrap();
     for old in threads.drain(..) {
@@ -229,7 +261,7 @@ fn timer() -> &'static Timer {
 }
 
 fn timer_main(timer: &'static Timer) {
-    // Spawned from a user thread, this thread inherited its GS base: no LTN here.
+    // No LTN here (the word starts at 0 in a new OS thread; said, not assumed).
     set_ltn(core::ptr::null_mut());
     let mut queue = timer.queue.lock().unwrap();
     loop {

@@ -3,7 +3,7 @@
 //!
 //! | function | hosted (Linux) | Tsumugi |
 //! |---|---|---|
-//! | `ltn() -> *mut Thmb` / `set_ltn(t)` | GS base (`rdgsbase`/`wrgsbase`, else `arch_prctl`) | the LTN register (x86_64 GS base, riscv64 `tp`, aarch64 `TPIDR_EL0`) |
+//! | `ltn() -> *mut Thmb` / `set_ltn(t)` | a thread-local word of the OS thread (FS-relative) | the LTN register (x86_64 GS base, riscv64 `tp`, aarch64 `TPIDR_EL0`) |
 //! | `default_vcpus()` | `available_parallelism` | number of CPUs |
 //! | `start_vcpus(n, vcpu_main)` | OS threads 1..n | `kn_register`; `VcpuGranted` upcalls |
 //! | `park(v)` / `unpark(v)` | futex on a per-vCPU token | `vcpu_park` / `vcpu_unpark` |
