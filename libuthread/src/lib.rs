@@ -109,8 +109,8 @@
 //! ```
 //!
 //! Design (DESIGN §6–§8): each user thread has a ThMB ([`Thmb`]) whose address is its id and
-//! which the LTN register (x86_64 GS base, riscv64 `tp`, aarch64 `TPIDR_EL0`) names while it
-//! runs; voluntary switches save only the callee-saved register window; a frame the kernel
+//! which the LTN register (x86_64 GS base, riscv64 `tp`, aarch64 `TPIDR_EL0`; hosted, a
+//! thread-local word of the OS thread) names while it runs; voluntary switches save only the callee-saved register window; a frame the kernel
 //! saved at an involuntary stop is restored in user mode; spawning is lazy (a stack is taken
 //! from a pool at first run); the mutex hands ownership straight to the next waiter and the
 //! barrier releases a whole batch.
