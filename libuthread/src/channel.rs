@@ -255,6 +255,32 @@ impl<T> Chan<T> {
     ) -> bool {
         // SAFETY: a publish step runs inside `block`'s critical section.
         let mut state = unsafe { self.state.lock_in_critical() };
+        // The waiting case first, tested on the words themselves (nothing buffered, no sender
+        // waiting, senders left, a blocking receive): queue the node, with no call and no
+        // callee-saved register kept for the other cases, which `publish_recv_rest` takes.
+        if state.buffer.is_empty() && state.sending.is_empty() && state.senders != 0 && block {
+            node.waiter = me;
+            // SAFETY: the node lives on the receiver's stack until a sender (or the last
+            // sender's drop, or a timed receive's watchdog) takes it off and wakes it.
+            unsafe { state.receiving.push_back(node) };
+            *waited = true;
+            return true;
+        }
+        Self::publish_recv_rest(state, node, me, block, outcome, waited)
+    }
+
+    /// [`Chan::publish_recv`] when the receive need not wait, or may not: takes a buffered or
+    /// a waiting sender's value, or reports the channel empty or disconnected. (Also queues
+    /// the node if called when waiting is due, so it is complete on its own.)
+    #[inline(never)]
+    fn publish_recv_rest(
+        mut state: SpinGuard<'_, State<T>>,
+        node: &mut WaitNode<Slot<T>>,
+        me: Waiter,
+        block: bool,
+        outcome: &mut Result<T, TryRecvError>,
+        waited: &mut bool,
+    ) -> bool {
         if let Some(value) = state.buffer.pop_front() {
             // Room freed: move the first waiting sender's value in.
             let sender = state.sending.pop_front();

@@ -87,6 +87,19 @@ pub(crate) unsafe fn wake_from(me: Waiter, waiter: Waiter) {
     unsafe { crate::sched::wake_from(me, waiter) }
 }
 
+/// [`wake_from`], ending the critical section `me` entered: LTN = `me` afterwards (`me` null:
+/// untouched). Every call on its way is a tail call, so the caller's hand-off path needs no
+/// callee-saved register for `me` (the mutex's unlock, an unbounded send).
+///
+/// # Safety
+/// As [`wake_from`]; the caller's critical section ends here (it restores nothing itself).
+#[cfg(not(loom))]
+#[inline(always)]
+pub(crate) unsafe fn wake_from_leave(me: Waiter, waiter: Waiter) {
+    // SAFETY: forwarded contract.
+    unsafe { crate::sched::wake_from_leave(me, waiter) }
+}
+
 /// Wakes every node of `list` (a barrier's batch release, `notify_all`, disconnection).
 ///
 /// # Safety
@@ -99,7 +112,7 @@ pub(crate) unsafe fn wake_all<D>(list: WaitList<D>) {
 }
 
 #[cfg(loom)]
-pub(crate) use loom_impl::{block, wake, wake_from};
+pub(crate) use loom_impl::{block, wake, wake_from, wake_from_leave};
 
 #[cfg(loom)]
 mod loom_impl {
@@ -128,6 +141,15 @@ mod loom_impl {
     /// # Safety
     /// As the real `wake_from`.
     pub(crate) unsafe fn wake_from(_me: Waiter, waiter: Waiter) {
+        // SAFETY: forwarded contract.
+        unsafe { wake(waiter) }
+    }
+
+    /// `wake_from_leave` for loom: `wake` (loom has no LTN to restore).
+    ///
+    /// # Safety
+    /// As the real `wake_from_leave`.
+    pub(crate) unsafe fn wake_from_leave(_me: Waiter, waiter: Waiter) {
         // SAFETY: forwarded contract.
         unsafe { wake(waiter) }
     }

@@ -355,7 +355,7 @@ impl RawMutex {
     /// # Safety
     /// The caller holds `LIST` with `WAITERS` set (the list is not empty), inside `critical`.
     #[inline(always)]
-    unsafe fn hand_off(&self, mut critical: Critical) {
+    unsafe fn hand_off(&self, critical: Critical) {
         // SAFETY: per the contract the list is ours.
         let list = unsafe { &mut *self.waiters.get() };
         let next = list.pop_front();
@@ -366,9 +366,9 @@ impl RawMutex {
         let waiter = unsafe { (*next).waiter };
         self.state.store(state, Ordering::Release);
         // SAFETY: we took the node off the list, so the wake-up is ours; we are inside the
-        // critical section `critical` entered for its thread.
-        unsafe { blocking::wake_from(critical.waiter(), waiter) };
-        critical.leave();
+        // critical section `critical` entered for its thread, which this call ends (tail
+        // calls only: `unlock_slow` needs no stack frame).
+        unsafe { blocking::wake_from_leave(critical.waiter(), waiter) };
     }
 }
 
