@@ -234,8 +234,11 @@ impl<T: ?Sized> Mutex<T> {
 impl RawMutex {
     #[cold]
     fn lock_slow(&self) {
-        let mut node = WaitNode::new(());
+        // Filled in the publish step, the only place that reads it (no stores of a null
+        // waiter and link before `block`'s checks that the publish step overwrites).
+        let mut node = core::mem::MaybeUninit::<WaitNode<()>>::uninit();
         blocking::block(|me| {
+            let node = node.write(WaitNode::new(()));
             node.waiter = me;
             // `block`'s publish step runs inside its critical section (LTN = 0), where `LIST`
             // may be held. The common case first, with no call (so no callee-saved register
@@ -243,10 +246,10 @@ impl RawMutex {
             // the list in one CAS.
             if self.state.compare_exchange(LOCKED, LOCKED | WAITERS | LIST, Ordering::Acquire, Ordering::Relaxed).is_ok() {
                 // SAFETY: `LIST` is ours, so is the list.
-                unsafe { self.enqueue(&mut node) };
+                unsafe { self.enqueue(node) };
                 true
             } else {
-                self.publish_contended(&mut node)
+                self.publish_contended(node)
             }
         });
         // Here we own the lock: taken in `publish`, or handed over by `unlock`.
