@@ -56,10 +56,19 @@ impl<T> Chan<T> {
     }
 
     /// Sends `value`, waiting for room when `block`; gives it back when it cannot be sent.
+    /// Inlined: only the choice between the unbounded and the bounded send, each a function
+    /// of its own (so the unbounded hand-off pays no frame for the bounded one's wait node).
+    #[inline(always)]
     fn send(&self, value: T, block: bool) -> Result<(), TrySendError<T>> {
         if self.unbounded {
             return self.send_unbounded(value);
         }
+        self.send_bounded(value, block)
+    }
+
+    /// `send` on a bounded channel (see [`Chan::send`]).
+    #[inline(never)]
+    fn send_bounded(&self, value: T, block: bool) -> Result<(), TrySendError<T>> {
         let mut node = WaitNode::new(Slot(Some(value)));
         let mut outcome = Ok(());
         let mut waited = false;
@@ -70,24 +79,20 @@ impl<T> Chan<T> {
     /// `send` on an unbounded channel, which never waits: hands the value to a waiting receiver
     /// or buffers it, inside a plain critical section — no `blocking::block` (no park-state
     /// stores, no wait node to fill and empty). A receiver found waiting is woken with
-    /// `blocking::wake_from`, as in [`Chan::hand_off`]: it goes on this vCPU's own queue.
-    #[inline(always)]
+    /// `blocking::wake_from_leave`, as in [`Chan::hand_off`]: it goes on this vCPU's own queue,
+    /// and the wake ends the critical section by tail calls, so this hand-off — the common
+    /// case, tested first — makes no call of its own; buffering and disconnection are
+    /// [`Chan::send_unbounded_rest`].
+    #[inline(never)]
     fn send_unbounded(&self, value: T) -> Result<(), TrySendError<T>> {
-        let mut critical = Critical::enter();
+        let critical = Critical::enter();
         // SAFETY: inside `critical` (LTN = 0), left below after the guard is dropped.
         let mut state = unsafe { self.state.lock_in_critical() };
-        if state.receivers == 0 {
-            drop(state);
-            critical.leave();
-            return Err(TrySendError::Disconnected(value));
+        let receiver = state.receiving.front();
+        if receiver.is_null() || state.receivers == 0 {
+            return Self::send_unbounded_rest(state, critical, value);
         }
-        let receiver = state.receiving.pop_front();
-        if receiver.is_null() {
-            state.buffer.push_back(value);
-            drop(state);
-            critical.leave();
-            return Ok(());
-        }
+        state.receiving.pop_front();
         // Straight into the waiting receiver's slot.
         // SAFETY: the receiver's node is live until we wake it; we own the wake-up.
         let waiter = unsafe {
@@ -96,8 +101,22 @@ impl<T> Chan<T> {
         };
         drop(state);
         // SAFETY: we took the node off the list, so the wake-up is ours; `critical` was entered
-        // by the calling thread (null: none, then a plain wake).
-        unsafe { blocking::wake_from(critical.waiter(), waiter) };
+        // by the calling thread (null: none, then a plain wake), and this call ends it.
+        unsafe { blocking::wake_from_leave(critical.waiter(), waiter) };
+        Ok(())
+    }
+
+    /// [`Chan::send_unbounded`] when no receiver waits (buffer the value) or none is left
+    /// (give it back). Ends the critical section.
+    #[inline(never)]
+    fn send_unbounded_rest(mut state: SpinGuard<'_, State<T>>, mut critical: Critical, value: T) -> Result<(), TrySendError<T>> {
+        if state.receivers == 0 {
+            drop(state);
+            critical.leave();
+            return Err(TrySendError::Disconnected(value));
+        }
+        state.buffer.push_back(value);
+        drop(state);
         critical.leave();
         Ok(())
     }

@@ -45,6 +45,21 @@ unsafe impl<D> Linked for WaitNode<D> {
 /// A wait list.
 pub(crate) type WaitList<D> = Fifo<WaitNode<D>>;
 
+/// What a [`Waiter`] points to: the blocked thread's ThMB (under loom, its stack cell).
+#[cfg(not(loom))]
+pub(crate) type WaiterCell = crate::thmb::Thmb;
+
+/// What a [`Waiter`] points to: the blocked thread's ThMB (under loom, its stack cell).
+#[cfg(loom)]
+pub(crate) type WaiterCell = loom_impl::LoomWaiter;
+
+/// A wait list of the blocked threads themselves, for a primitive whose waiters carry no data
+/// (the mutex): no node is built on the waiter's stack, so its publish step needs no frame. A
+/// thread waits on one object at a time and is in no ready queue while it waits — published
+/// in `block` while it runs, taken off by its waker before the wake-up that may queue it — so
+/// the list links it through its ready-queue link (`run_next`), free for that whole time.
+pub(crate) type ThreadList = Fifo<WaiterCell>;
+
 /// Blocks the calling user thread. `publish(me)` runs first, inside the library's critical
 /// section: it either makes `me` reachable by a waker (pushes a node) and returns `true`, or
 /// finds that waiting is unnecessary and returns `false` (then `block` returns at once). Once
@@ -123,11 +138,22 @@ mod loom_impl {
     pub(crate) struct LoomWaiter {
         thread: loom::thread::Thread,
         woken: AtomicBool,
+        /// The `ThreadList` link (the ThMB's `run_next` outside loom).
+        next: core::cell::Cell<*mut LoomWaiter>,
+    }
+
+    // SAFETY: `next` is the list link; only the `ThreadList` holding the cell touches it, under
+    // its owner's lock.
+    unsafe impl crate::sched::queue::Linked for LoomWaiter {
+        unsafe fn next_link(this: *mut Self) -> *mut *mut Self {
+            // SAFETY: the caller passes a live cell.
+            unsafe { (*this).next.as_ptr() }
+        }
     }
 
     /// `block` for loom: the waiter lives on the blocked thread's stack.
     pub(crate) fn block(publish: impl FnOnce(Waiter) -> bool) {
-        let me = LoomWaiter { thread: loom::thread::current(), woken: AtomicBool::new(false) };
+        let me = LoomWaiter { thread: loom::thread::current(), woken: AtomicBool::new(false), next: core::cell::Cell::new(core::ptr::null_mut()) };
         if !publish(&me) {
             return;
         }
