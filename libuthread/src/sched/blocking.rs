@@ -1,7 +1,8 @@
 //! How the sync primitives and channels wait: the one interface between them and the scheduler.
 //!
 //! A waiting thread puts a [`WaitNode`] — on its own stack, so waiting allocates nothing — on the
-//! object's wait list inside [`block`]'s `publish` step; whoever takes the node off the list
+//! object's wait list inside [`block`]'s `publish` step (or, where the waiter carries no data,
+//! itself: [`ThreadList`]); whoever takes the node off the list
 //! later calls [`wake`] exactly once. Under `--cfg loom` the same interface is backed by loom's
 //! threads, so the primitives' hand-off protocols are model-checked unchanged.
 
