@@ -33,6 +33,12 @@ impl<D> WaitNode<D> {
     pub(crate) fn new(data: D) -> Self {
         WaitNode { waiter: ptr::null_mut(), next: ptr::null_mut(), data }
     }
+
+    /// A node for the waiting thread `waiter`, not yet in any list (what a publish step that
+    /// writes its node only when it queues it writes).
+    pub(crate) fn waiting(waiter: Waiter, data: D) -> Self {
+        WaitNode { waiter, next: ptr::null_mut(), data }
+    }
 }
 
 // SAFETY: `next` is the link field; only the list holding the node touches it.
