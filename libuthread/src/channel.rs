@@ -56,10 +56,19 @@ impl<T> Chan<T> {
     }
 
     /// Sends `value`, waiting for room when `block`; gives it back when it cannot be sent.
+    /// Inlined: only the choice between the unbounded and the bounded send, each a function
+    /// of its own (so the unbounded hand-off pays no frame for the bounded one's wait node).
+    #[inline(always)]
     fn send(&self, value: T, block: bool) -> Result<(), TrySendError<T>> {
         if self.unbounded {
             return self.send_unbounded(value);
         }
+        self.send_bounded(value, block)
+    }
+
+    /// `send` on a bounded channel (see [`Chan::send`]).
+    #[inline(never)]
+    fn send_bounded(&self, value: T, block: bool) -> Result<(), TrySendError<T>> {
         let mut node = WaitNode::new(Slot(Some(value)));
         let mut outcome = Ok(());
         let mut waited = false;
@@ -70,24 +79,20 @@ impl<T> Chan<T> {
     /// `send` on an unbounded channel, which never waits: hands the value to a waiting receiver
     /// or buffers it, inside a plain critical section — no `blocking::block` (no park-state
     /// stores, no wait node to fill and empty). A receiver found waiting is woken with
-    /// `blocking::wake_from`, as in [`Chan::hand_off`]: it goes on this vCPU's own queue.
-    #[inline(always)]
+    /// `blocking::wake_from_leave`, as in [`Chan::hand_off`]: it goes on this vCPU's own queue,
+    /// and the wake ends the critical section by tail calls, so this hand-off — the common
+    /// case, tested first — makes no call of its own; buffering and disconnection are
+    /// [`Chan::send_unbounded_rest`].
+    #[inline(never)]
     fn send_unbounded(&self, value: T) -> Result<(), TrySendError<T>> {
-        let mut critical = Critical::enter();
+        let critical = Critical::enter();
         // SAFETY: inside `critical` (LTN = 0), left below after the guard is dropped.
         let mut state = unsafe { self.state.lock_in_critical() };
-        if state.receivers == 0 {
-            drop(state);
-            critical.leave();
-            return Err(TrySendError::Disconnected(value));
+        let receiver = state.receiving.front();
+        if receiver.is_null() || state.receivers == 0 {
+            return Self::send_unbounded_rest(state, critical, value);
         }
-        let receiver = state.receiving.pop_front();
-        if receiver.is_null() {
-            state.buffer.push_back(value);
-            drop(state);
-            critical.leave();
-            return Ok(());
-        }
+        state.receiving.pop_front();
         // Straight into the waiting receiver's slot.
         // SAFETY: the receiver's node is live until we wake it; we own the wake-up.
         let waiter = unsafe {
@@ -96,8 +101,22 @@ impl<T> Chan<T> {
         };
         drop(state);
         // SAFETY: we took the node off the list, so the wake-up is ours; `critical` was entered
-        // by the calling thread (null: none, then a plain wake).
-        unsafe { blocking::wake_from(critical.waiter(), waiter) };
+        // by the calling thread (null: none, then a plain wake), and this call ends it.
+        unsafe { blocking::wake_from_leave(critical.waiter(), waiter) };
+        Ok(())
+    }
+
+    /// [`Chan::send_unbounded`] when no receiver waits (buffer the value) or none is left
+    /// (give it back). Ends the critical section.
+    #[inline(never)]
+    fn send_unbounded_rest(mut state: SpinGuard<'_, State<T>>, mut critical: Critical, value: T) -> Result<(), TrySendError<T>> {
+        if state.receivers == 0 {
+            drop(state);
+            critical.leave();
+            return Err(TrySendError::Disconnected(value));
+        }
+        state.buffer.push_back(value);
+        drop(state);
         critical.leave();
         Ok(())
     }
@@ -202,15 +221,20 @@ impl<T> Chan<T> {
     }
 
     /// Receives a value, waiting for one when `block`.
+    ///
+    /// The wait node is written only by the publish step that queues it (no stores of a null
+    /// waiter, link and slot before `block`'s checks), and `outcome` stays `None` exactly when
+    /// it queued it: then the value (or, left empty, the disconnection) is in the node's slot.
     fn recv(&self, block: bool) -> Result<T, TryRecvError> {
-        let mut node: WaitNode<Slot<T>> = WaitNode::new(Slot(None));
-        let mut outcome = Err(TryRecvError::Empty);
-        let mut waited = false;
-        blocking::block(|me| self.publish_recv(&mut node, me, block, &mut outcome, &mut waited));
-        if waited {
-            return node.data.0.take().ok_or(TryRecvError::Disconnected);
+        let mut node = core::mem::MaybeUninit::<WaitNode<Slot<T>>>::uninit();
+        let mut outcome = None;
+        blocking::block(|me| self.publish_recv(node.as_mut_ptr(), me, block, &mut outcome));
+        match outcome {
+            Some(result) => result,
+            // SAFETY: `outcome` is still `None`, so `publish_recv` wrote and queued the node;
+            // `block` returned, so whoever took it off has woken us and is done with it.
+            None => unsafe { (*node.as_mut_ptr()).data.0.take() }.ok_or(TryRecvError::Disconnected),
         }
-        outcome
     }
 
     /// Receives a value, waiting for one until `deadline` (`platform::now_nanos` time).
@@ -222,39 +246,71 @@ impl<T> Chan<T> {
             Err(TryRecvError::Disconnected) => return Err(RecvTimeoutError::Disconnected),
             Ok(value) => return Ok(value),
         }
+        // Initialised here (the cancel below may look at it whether or not it was queued);
+        // `publish_recv` writes it again when it queues it.
         let mut node: WaitNode<Slot<T>> = WaitNode::new(Slot(None));
         let node: *mut WaitNode<Slot<T>> = &mut node;
-        let mut outcome = Err(TryRecvError::Empty);
-        let mut waited = false;
+        let mut outcome = None;
         // SAFETY: `node` is the one `publish_recv` queues on `receiving`.
         let cancel = || unsafe { timed::unlink_and_wake(self.state.lock(), receiving::<T>, node) };
-        // SAFETY (both derefs): the node lives on this stack until `block_until` returns.
-        let timed_out = timed::block_until(deadline, |me| self.publish_recv(unsafe { &mut *node }, me, true, &mut outcome, &mut waited), &cancel);
+        let timed_out = timed::block_until(deadline, |me| self.publish_recv(node, me, true, &mut outcome), &cancel);
         if timed_out {
             // Cancelled while queued: no sender reached the slot.
             return Err(RecvTimeoutError::Timeout);
         }
-        if waited {
-            // SAFETY: as above; nobody else touches the node any more.
-            return unsafe { (*node).data.0.take() }.ok_or(RecvTimeoutError::Disconnected);
+        match outcome {
+            Some(result) => result.map_err(|_| RecvTimeoutError::Disconnected),
+            // SAFETY: the node lives on this stack until here; it was queued (`outcome` is
+            // `None`) and whoever took it off has woken us, so nobody else touches it.
+            None => unsafe { (*node).data.0.take() }.ok_or(RecvTimeoutError::Disconnected),
         }
-        outcome.map_err(|_| RecvTimeoutError::Disconnected)
     }
 
-    /// `recv`'s publish step: takes a buffered or a waiting sender's value, or (when `block`)
-    /// queues the node. Returns whether the caller must wait. Runs only as a `block` publish
-    /// step (inside its critical section).
+    /// `recv`'s publish step: takes a buffered or a waiting sender's value (`outcome` set), or
+    /// (when `block`) writes and queues the node at `node` (`outcome` left `None`), or reports
+    /// the channel empty or disconnected (`outcome` set). Returns whether the caller must wait.
+    /// Runs only as a `block` publish step (inside its critical section), once.
     #[inline(always)]
-    fn publish_recv(
-        &self,
-        node: &mut WaitNode<Slot<T>>,
+    fn publish_recv(&self, node: *mut WaitNode<Slot<T>>, me: Waiter, block: bool, outcome: &mut Option<Result<T, TryRecvError>>) -> bool {
+        // SAFETY: a publish step runs inside `block`'s critical section.
+        let state = unsafe { self.state.lock_in_critical() };
+        // The waiting case first, tested on the words themselves (nothing buffered, no sender
+        // waiting, senders left, a blocking receive): queue the node, with no call and no
+        // callee-saved register kept for the other cases, which `publish_recv_rest` takes.
+        if state.buffer.is_empty() && state.sending.is_empty() && state.senders != 0 && block {
+            // SAFETY: `node` is the caller's node memory, on its stack until `block` returns.
+            unsafe { Self::queue_receiver(state, node, me) };
+            return true;
+        }
+        Self::publish_recv_rest(state, node, me, block, outcome)
+    }
+
+    /// Writes the waiting receiver `me`'s node (an empty slot) at `node` and queues it.
+    ///
+    /// # Safety
+    /// `node` is writable memory for a node on the receiver's stack, staying there until a
+    /// sender (or the last sender's drop, or a timed receive's watchdog) takes it off and
+    /// wakes the receiver; it holds no value to drop.
+    #[inline(always)]
+    unsafe fn queue_receiver(mut state: SpinGuard<'_, State<T>>, node: *mut WaitNode<Slot<T>>, me: Waiter) {
+        // SAFETY: per the contract (a plain write: nothing there needs dropping).
+        unsafe {
+            node.write(WaitNode::waiting(me, Slot(None)));
+            state.receiving.push_back(node);
+        }
+    }
+
+    /// [`Chan::publish_recv`] when the receive need not wait, or may not: takes a buffered or
+    /// a waiting sender's value, or reports the channel empty or disconnected. (Also queues
+    /// the node if called when waiting is due, so it is complete on its own.)
+    #[inline(never)]
+    fn publish_recv_rest(
+        mut state: SpinGuard<'_, State<T>>,
+        node: *mut WaitNode<Slot<T>>,
         me: Waiter,
         block: bool,
-        outcome: &mut Result<T, TryRecvError>,
-        waited: &mut bool,
+        outcome: &mut Option<Result<T, TryRecvError>>,
     ) -> bool {
-        // SAFETY: a publish step runs inside `block`'s critical section.
-        let mut state = unsafe { self.state.lock_in_critical() };
         if let Some(value) = state.buffer.pop_front() {
             // Room freed: move the first waiting sender's value in.
             let sender = state.sending.pop_front();
@@ -265,11 +321,11 @@ impl<T> Chan<T> {
                     state.buffer.push_back(moved);
                     (*sender).waiter
                 };
-                *outcome = Ok(value);
+                *outcome = Some(Ok(value));
                 Self::hand_off(state, me, waiter);
                 return false;
             }
-            *outcome = Ok(value);
+            *outcome = Some(Ok(value));
             return false;
         }
         let sender = state.sending.pop_front();
@@ -277,24 +333,22 @@ impl<T> Chan<T> {
             // Rendezvous: take the value from the waiting sender.
             // SAFETY: as above.
             let waiter = unsafe {
-                *outcome = Ok((*sender).data.0.take().expect("sender value"));
+                *outcome = Some(Ok((*sender).data.0.take().expect("sender value")));
                 (*sender).waiter
             };
             Self::hand_off(state, me, waiter);
             return false;
         }
         if state.senders == 0 {
-            *outcome = Err(TryRecvError::Disconnected);
+            *outcome = Some(Err(TryRecvError::Disconnected));
             return false;
         }
         if !block {
+            *outcome = Some(Err(TryRecvError::Empty));
             return false;
         }
-        node.waiter = me;
-        // SAFETY: the node lives on the receiver's stack until a sender (or the last
-        // sender's drop, or a timed receive's watchdog) takes it off and wakes it.
-        unsafe { state.receiving.push_back(node) };
-        *waited = true;
+        // SAFETY: as in `publish_recv`.
+        unsafe { Self::queue_receiver(state, node, me) };
         true
     }
 

@@ -1,7 +1,8 @@
 //! How the sync primitives and channels wait: the one interface between them and the scheduler.
 //!
 //! A waiting thread puts a [`WaitNode`] — on its own stack, so waiting allocates nothing — on the
-//! object's wait list inside [`block`]'s `publish` step; whoever takes the node off the list
+//! object's wait list inside [`block`]'s `publish` step (or, where the waiter carries no data,
+//! itself: [`ThreadList`]); whoever takes the node off the list
 //! later calls [`wake`] exactly once. Under `--cfg loom` the same interface is backed by loom's
 //! threads, so the primitives' hand-off protocols are model-checked unchanged.
 
@@ -32,6 +33,12 @@ impl<D> WaitNode<D> {
     pub(crate) fn new(data: D) -> Self {
         WaitNode { waiter: ptr::null_mut(), next: ptr::null_mut(), data }
     }
+
+    /// A node for the waiting thread `waiter`, not yet in any list (what a publish step that
+    /// writes its node only when it queues it writes).
+    pub(crate) fn waiting(waiter: Waiter, data: D) -> Self {
+        WaitNode { waiter, next: ptr::null_mut(), data }
+    }
 }
 
 // SAFETY: `next` is the link field; only the list holding the node touches it.
@@ -44,6 +51,21 @@ unsafe impl<D> Linked for WaitNode<D> {
 
 /// A wait list.
 pub(crate) type WaitList<D> = Fifo<WaitNode<D>>;
+
+/// What a [`Waiter`] points to: the blocked thread's ThMB (under loom, its stack cell).
+#[cfg(not(loom))]
+pub(crate) type WaiterCell = crate::thmb::Thmb;
+
+/// What a [`Waiter`] points to: the blocked thread's ThMB (under loom, its stack cell).
+#[cfg(loom)]
+pub(crate) type WaiterCell = loom_impl::LoomWaiter;
+
+/// A wait list of the blocked threads themselves, for a primitive whose waiters carry no data
+/// (the mutex): no node is built on the waiter's stack, so its publish step needs no frame. A
+/// thread waits on one object at a time and is in no ready queue while it waits — published
+/// in `block` while it runs, taken off by its waker before the wake-up that may queue it — so
+/// the list links it through its ready-queue link (`run_next`), free for that whole time.
+pub(crate) type ThreadList = Fifo<WaiterCell>;
 
 /// Blocks the calling user thread. `publish(me)` runs first, inside the library's critical
 /// section: it either makes `me` reachable by a waker (pushes a node) and returns `true`, or
@@ -87,6 +109,19 @@ pub(crate) unsafe fn wake_from(me: Waiter, waiter: Waiter) {
     unsafe { crate::sched::wake_from(me, waiter) }
 }
 
+/// [`wake_from`], ending the critical section `me` entered: LTN = `me` afterwards (`me` null:
+/// untouched). Every call on its way is a tail call, so the caller's hand-off path needs no
+/// callee-saved register for `me` (the mutex's unlock, an unbounded send).
+///
+/// # Safety
+/// As [`wake_from`]; the caller's critical section ends here (it restores nothing itself).
+#[cfg(not(loom))]
+#[inline(always)]
+pub(crate) unsafe fn wake_from_leave(me: Waiter, waiter: Waiter) {
+    // SAFETY: forwarded contract.
+    unsafe { crate::sched::wake_from_leave(me, waiter) }
+}
+
 /// Wakes every node of `list` (a barrier's batch release, `notify_all`, disconnection).
 ///
 /// # Safety
@@ -99,7 +134,7 @@ pub(crate) unsafe fn wake_all<D>(list: WaitList<D>) {
 }
 
 #[cfg(loom)]
-pub(crate) use loom_impl::{block, wake, wake_from};
+pub(crate) use loom_impl::{block, wake, wake_from, wake_from_leave};
 
 #[cfg(loom)]
 mod loom_impl {
@@ -110,11 +145,22 @@ mod loom_impl {
     pub(crate) struct LoomWaiter {
         thread: loom::thread::Thread,
         woken: AtomicBool,
+        /// The `ThreadList` link (the ThMB's `run_next` outside loom).
+        next: core::cell::Cell<*mut LoomWaiter>,
+    }
+
+    // SAFETY: `next` is the list link; only the `ThreadList` holding the cell touches it, under
+    // its owner's lock.
+    unsafe impl crate::sched::queue::Linked for LoomWaiter {
+        unsafe fn next_link(this: *mut Self) -> *mut *mut Self {
+            // SAFETY: the caller passes a live cell.
+            unsafe { (*this).next.as_ptr() }
+        }
     }
 
     /// `block` for loom: the waiter lives on the blocked thread's stack.
     pub(crate) fn block(publish: impl FnOnce(Waiter) -> bool) {
-        let me = LoomWaiter { thread: loom::thread::current(), woken: AtomicBool::new(false) };
+        let me = LoomWaiter { thread: loom::thread::current(), woken: AtomicBool::new(false), next: core::cell::Cell::new(core::ptr::null_mut()) };
         if !publish(&me) {
             return;
         }
@@ -128,6 +174,15 @@ mod loom_impl {
     /// # Safety
     /// As the real `wake_from`.
     pub(crate) unsafe fn wake_from(_me: Waiter, waiter: Waiter) {
+        // SAFETY: forwarded contract.
+        unsafe { wake(waiter) }
+    }
+
+    /// `wake_from_leave` for loom: `wake` (loom has no LTN to restore).
+    ///
+    /// # Safety
+    /// As the real `wake_from_leave`.
+    pub(crate) unsafe fn wake_from_leave(_me: Waiter, waiter: Waiter) {
         // SAFETY: forwarded contract.
         unsafe { wake(waiter) }
     }

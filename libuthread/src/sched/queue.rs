@@ -26,6 +26,8 @@ pub(crate) unsafe trait Linked {
 /// subtract on every pop of every mutex and channel hand-off.
 pub(crate) struct Fifo<N: Linked> {
     head: *mut N,
+    /// The last node; meaningful only while `head` is not null (a pop that empties the list
+    /// leaves it stale rather than spend a store on it: every hand-off pops).
     tail: *mut N,
 }
 
@@ -70,7 +72,7 @@ impl<N: Linked> Fifo<N> {
         // SAFETY: the caller hands us a live node that no other list links.
         unsafe {
             *N::next_link(node) = ptr::null_mut();
-            if self.tail.is_null() {
+            if self.head.is_null() {
                 self.head = node;
             } else {
                 *N::next_link(self.tail) = node;
@@ -85,9 +87,6 @@ impl<N: Linked> Fifo<N> {
         if !node.is_null() {
             // SAFETY: nodes in the list are live (push_back's contract).
             self.head = unsafe { *N::next_link(node) };
-            if self.head.is_null() {
-                self.tail = ptr::null_mut();
-            }
         }
         node
     }

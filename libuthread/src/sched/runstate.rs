@@ -164,7 +164,7 @@ impl RunState {
                 PARKING => (NOTIFIED, Wake::Notified),
                 PARKED => (READY, Wake::Enqueue),
                 IN_PLACE => (WOKEN, Wake::UnparkInPlace),
-                other => unreachable!("wake in state {other}"),
+                other => bad_state("wake", other),
             };
             match self.0.compare_exchange_weak(state, next, Ordering::AcqRel, Ordering::Acquire) {
                 Ok(_) => return action,

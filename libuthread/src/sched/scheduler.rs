@@ -1115,6 +1115,69 @@ pub(crate) unsafe fn wake_from(me: *mut Thmb, t: *mut Thmb) {
     }
 }
 
+/// [`wake_from`], then the end of the critical section that `me` entered (LTN = `me` again; `me`
+/// null: nothing to restore), arranged so that every call on the way is the last thing done —
+/// the LTN restore comes before the unpark of an in-place waiter, and an offer of work to an
+/// idle vCPU restores it itself ([`offer_work_leave`]). So the primitive's hand-off path
+/// (`RawMutex::unlock_slow`, an unbounded send) keeps `me` in no callee-saved register and needs
+/// no stack frame of its own.
+///
+/// # Safety
+/// As [`wake_from`]; the caller ends its critical section by this call (it must not restore
+/// LTN itself).
+#[inline(always)]
+pub(crate) unsafe fn wake_from_leave(me: *mut Thmb, t: *mut Thmb) {
+    // SAFETY: blocked, so live; read before the state change, as in `wake`.
+    let home = unsafe { (*t).vcpu.load(Ordering::Relaxed) };
+    // SAFETY: as above.
+    match unsafe { (*t).state.wake() } {
+        Wake::Notified => leave_to(me),
+        Wake::Enqueue => {
+            if me.is_null() || !platform::on_vcpu_thread() {
+                make_ready(t, home);
+                leave_to(me);
+                return;
+            }
+            // SAFETY: `me` is the calling thread, on vCPU `v` with LTN = 0 (as in
+            // `queue_woken`); `t` is READY and ours until queued.
+            unsafe {
+                let v = (*me).vcpu.load(Ordering::Relaxed) % MAX_VCPUS;
+                (*t).vcpu.store(v, Ordering::Relaxed);
+                VCPUS[v].local.push(t);
+                if IDLE.any() {
+                    offer_work_leave(v, me);
+                } else {
+                    platform::set_ltn(me);
+                }
+            }
+        }
+        Wake::UnparkInPlace => {
+            leave_to(me);
+            platform::unpark(home);
+        }
+    }
+}
+
+/// Restores LTN = `me` when `me` is not null (the end of a critical section entered by `me`).
+#[inline(always)]
+fn leave_to(me: *mut Thmb) {
+    if !me.is_null() {
+        platform::set_ltn(me);
+    }
+}
+
+/// [`offer_work`]'s slow part, then LTN = `me` (see [`wake_from_leave`]).
+///
+/// # Safety
+/// As for `offer_work`; `me` (not null) is the calling thread, whose critical section ends here.
+#[cold]
+#[inline(never)]
+unsafe fn offer_work_leave(v: usize, me: *mut Thmb) {
+    // SAFETY: forwarded contract.
+    unsafe { offer_work_slow(v) };
+    platform::set_ltn(me);
+}
+
 /// Queues the thread `t` that a wake-up just made READY. Woken by a user thread (the common
 /// case: an unlock, a send, an exit that a joiner waits for), it goes on the waker's vCPU's own
 /// queue — no lock, no fence: it runs as soon as the waker blocks, yields or exits (a mutex or a

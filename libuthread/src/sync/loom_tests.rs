@@ -187,3 +187,71 @@ fn loom_completion_wakes_the_waiter() {
         completer.join().unwrap();
     });
 }
+
+/// The mutex's `ThreadList` links a waiting thread through its ready-queue link (`run_next`):
+/// the link is written when the thread queues itself on the wait list (under the list's
+/// lock), read by the unlocker that takes it off, and written again by whoever then puts the
+/// thread on a ready queue — the waker after `Wake::Enqueue`, or the thread itself when its
+/// commit finds it already `NOTIFIED`. Every interleaving: those accesses never race (loom's
+/// cell checks), and the thread is made ready exactly once (no lost or doubled wake-up).
+#[test]
+fn loom_thread_list_link_is_handed_over() {
+    use crate::sched::runstate::{RunState, Wake, READY, RUNNING};
+    use loom::cell::UnsafeCell;
+    use loom::sync::Mutex as LoomMutex;
+
+    struct Thread {
+        state: RunState,
+        /// The thread's `run_next`.
+        link: UnsafeCell<usize>,
+    }
+    // SAFETY: `link` is accessed as the protocol under test says; loom checks it.
+    unsafe impl Sync for Thread {}
+
+    model(|| {
+        let t = Arc::new(Thread { state: RunState::new(), link: UnsafeCell::new(0) });
+        // Whether the thread is on the wait list (the list's lock guards the link's writes
+        // while it is there).
+        let list = Arc::new(LoomMutex::new(false));
+        let readied = Arc::new(AtomicUsize::new(0));
+        t.state.set(RUNNING);
+
+        let waker = {
+            let (t, list, readied) = (t.clone(), list.clone(), readied.clone());
+            loom::thread::spawn(move || {
+                loop {
+                    let mut on_list = list.lock().unwrap();
+                    if *on_list {
+                        // `pop_front`: read the link (the next waiter), unlink.
+                        t.link.with(|l| unsafe { *l });
+                        *on_list = false;
+                        break;
+                    }
+                    drop(on_list);
+                    loom::thread::yield_now();
+                }
+                if t.state.wake() == Wake::Enqueue {
+                    // Onto the waker's ready queue: the link is the queue's now.
+                    t.link.with_mut(|l| unsafe { *l = 0 });
+                    readied.fetch_add(1, Ordering::SeqCst);
+                }
+            })
+        };
+
+        t.state.begin_park();
+        {
+            // `ThreadList::push_back` of the thread itself, under the list's lock.
+            let mut on_list = list.lock().unwrap();
+            t.link.with_mut(|l| unsafe { *l = 0 });
+            *on_list = true;
+        }
+        if !t.state.commit_park() {
+            // Woken before the switch: back on its own ready queue, through the same link.
+            t.state.set(READY);
+            t.link.with_mut(|l| unsafe { *l = 0 });
+            readied.fetch_add(1, Ordering::SeqCst);
+        }
+        waker.join().unwrap();
+        assert_eq!(readied.load(Ordering::SeqCst), 1);
+    });
+}

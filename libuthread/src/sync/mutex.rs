@@ -7,7 +7,7 @@ use core::ops::{Deref, DerefMut};
 use core::panic::{RefUnwindSafe, UnwindSafe};
 use core::ptr::NonNull;
 
-use crate::sched::blocking::{self, WaitList, WaitNode};
+use crate::sched::blocking::{self, ThreadList, Waiter, WaiterCell};
 use crate::prim::{AtomicU32, Ordering};
 use crate::prim::spin_hint;
 use crate::spin::Critical;
@@ -49,8 +49,9 @@ pub struct Mutex<T: ?Sized> {
 /// The lock itself, apart from the value (what a [`MappedMutexGuard`] releases).
 pub(crate) struct RawMutex {
     state: AtomicU32,
-    /// Guarded by the `LIST` bit of `state`.
-    waiters: UnsafeCell<WaitList<()>>,
+    /// The waiting threads themselves (no nodes: `ThreadList`). Guarded by the `LIST` bit of
+    /// `state`.
+    waiters: UnsafeCell<ThreadList>,
 }
 
 /// Why [`Mutex::try_lock`] (and `RwLock::try_read`/`try_write`) failed: std's `TryLockError`
@@ -91,13 +92,13 @@ impl<T> Mutex<T> {
     /// ```
     #[cfg(not(loom))]
     pub const fn new(value: T) -> Self {
-        Mutex { raw: RawMutex { state: AtomicU32::new(0), waiters: UnsafeCell::new(WaitList::new()) }, value: UnsafeCell::new(value) }
+        Mutex { raw: RawMutex { state: AtomicU32::new(0), waiters: UnsafeCell::new(ThreadList::new()) }, value: UnsafeCell::new(value) }
     }
 
     /// An unlocked mutex holding `value`.
     #[cfg(loom)]
     pub fn new(value: T) -> Self {
-        Mutex { raw: RawMutex { state: AtomicU32::new(0), waiters: UnsafeCell::new(WaitList::new()) }, value: UnsafeCell::new(value) }
+        Mutex { raw: RawMutex { state: AtomicU32::new(0), waiters: UnsafeCell::new(ThreadList::new()) }, value: UnsafeCell::new(value) }
     }
 
     /// The value, consuming the mutex.
@@ -234,43 +235,46 @@ impl<T: ?Sized> Mutex<T> {
 impl RawMutex {
     #[cold]
     fn lock_slow(&self) {
-        let mut node = WaitNode::new(());
         blocking::block(|me| {
-            node.waiter = me;
             // `block`'s publish step runs inside its critical section (LTN = 0), where `LIST`
             // may be held. The common case first, with no call (so no callee-saved register
             // is saved on it): held, nobody waiting, list free — announce a waiter and take
-            // the list in one CAS.
+            // the list in one CAS. The waiter goes on the list itself (`ThreadList`: no node
+            // on this stack, so this function needs no frame and ends in a tail call to the
+            // park).
             if self.state.compare_exchange(LOCKED, LOCKED | WAITERS | LIST, Ordering::Acquire, Ordering::Relaxed).is_ok() {
-                // SAFETY: `LIST` is ours, so is the list.
-                unsafe { self.enqueue(&mut node) };
+                // SAFETY: `LIST` is ours, so is the list; `me` is the calling thread.
+                unsafe { self.enqueue(me) };
                 true
             } else {
-                self.publish_contended(&mut node)
+                self.publish_contended(me)
             }
         });
         // Here we own the lock: taken in `publish`, or handed over by `unlock`.
     }
 
-    /// Appends `node` to the wait list and lets go of the list (state `LOCKED | WAITERS`).
+    /// Appends the waiting thread `me` to the wait list and lets go of the list (state
+    /// `LOCKED | WAITERS`).
     ///
     /// # Safety
     /// The caller holds `LIST` (so the word is `LOCKED | WAITERS | LIST`: no other CAS on it
-    /// can succeed meanwhile) with LTN = 0; `node` lives on the waiting thread's stack until
-    /// the releaser takes it off the list and wakes it.
+    /// can succeed meanwhile) with LTN = 0; `me` is the calling thread, in `block`'s publish
+    /// step, so it is in no other list until the releaser takes it off and wakes it.
     #[inline(always)]
-    unsafe fn enqueue(&self, node: &mut WaitNode<()>) {
+    unsafe fn enqueue(&self, me: Waiter) {
         // SAFETY: per the contract.
-        unsafe { (*self.waiters.get()).push_back(node) };
+        unsafe { (*self.waiters.get()).push_back(me as *mut WaiterCell) };
         self.state.store(LOCKED | WAITERS, Ordering::Release);
     }
 
     /// `lock_slow`'s publish step when its first CAS failed (the list busy, waiters already,
     /// or the lock released meanwhile): waits while `LIST` is held, then takes the lock if it is
-    /// free (false: no need to wait), else sets `WAITERS | LIST` and queues `node` (true).
-    /// Called with LTN = 0.
-    #[inline(never)]
-    fn publish_contended(&self, node: &mut WaitNode<()>) -> bool {
+    /// free (false: no need to wait), else sets `WAITERS | LIST` and queues `me`, the calling
+    /// thread (true). Called with LTN = 0, from `block`'s publish step. Inlined: a call here
+    /// would keep the thread in a callee-saved register across it, and so give `lock_slow` a
+    /// frame on its common path too (the loop makes no call).
+    #[inline(always)]
+    fn publish_contended(&self, me: Waiter) -> bool {
         let mut state = self.state.load(Ordering::Relaxed);
         loop {
             if state & LIST != 0 {
@@ -288,8 +292,8 @@ impl RawMutex {
                 }
             }
         }
-        // SAFETY: `LIST` is ours; the node's life is `lock_slow`'s.
-        unsafe { self.enqueue(node) };
+        // SAFETY: `LIST` is ours; `me` is the caller, in `block`'s publish step.
+        unsafe { self.enqueue(me) };
         true
     }
 
@@ -355,20 +359,18 @@ impl RawMutex {
     /// # Safety
     /// The caller holds `LIST` with `WAITERS` set (the list is not empty), inside `critical`.
     #[inline(always)]
-    unsafe fn hand_off(&self, mut critical: Critical) {
+    unsafe fn hand_off(&self, critical: Critical) {
         // SAFETY: per the contract the list is ours.
         let list = unsafe { &mut *self.waiters.get() };
-        let next = list.pop_front();
-        debug_assert!(!next.is_null());
+        // (Its link is read here, before the store that lets others at the list.)
+        let waiter: Waiter = list.pop_front();
+        debug_assert!(!waiter.is_null());
         let state = if list.is_empty() { LOCKED } else { LOCKED | WAITERS };
-        // SAFETY: the node is live until woken (its thread waits in `block`); read before the
-        // store that lets others at the list.
-        let waiter = unsafe { (*next).waiter };
         self.state.store(state, Ordering::Release);
         // SAFETY: we took the node off the list, so the wake-up is ours; we are inside the
-        // critical section `critical` entered for its thread.
-        unsafe { blocking::wake_from(critical.waiter(), waiter) };
-        critical.leave();
+        // critical section `critical` entered for its thread, which this call ends (tail
+        // calls only: `unlock_slow` needs no stack frame).
+        unsafe { blocking::wake_from_leave(critical.waiter(), waiter) };
     }
 }
 
