@@ -76,7 +76,10 @@
 //! scheduler (a yield, an exit, the loop, an upcall), when the vCPU has nothing else to run, when
 //! a vCPU is idle, and when a join misses its record ([`take_job`]), the list is published as
 //! before. So a record whose joiner waits for it (`a` blocked on what `b` will do) still becomes
-//! a thread, after at most `DEFER_BLOCKS` blocks of other threads on the vCPU.
+//! a thread, after at most `DEFER_BLOCKS` blocks of other threads on the vCPU. The count starts
+//! at the owner's latest block: an owner that is woken again without `b` (a timeout, a poll
+//! loop) and blocks again restarts it, so a `b` it polls for waits until the vCPU runs dry,
+//! a vCPU is idle, or another thread yields, exits or forks and blocks.
 //!
 //! Why: promoting at every block made a suspend-everywhere program (every leaf of a
 //! divide-and-conquer waits once for another thread, StackThreads' SW) promote *every* record.
