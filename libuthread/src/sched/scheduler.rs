@@ -76,10 +76,11 @@
 //! scheduler (a yield, an exit, the loop, an upcall), when the vCPU has nothing else to run, when
 //! a vCPU is idle, and when a join misses its record ([`take_job`]), the list is published as
 //! before. So a record whose joiner waits for it (`a` blocked on what `b` will do) still becomes
-//! a thread, after at most `DEFER_BLOCKS` blocks of other threads on the vCPU. The count starts
-//! at the owner's latest block: an owner that is woken again without `b` (a timeout, a poll
-//! loop) and blocks again restarts it, so a `b` it polls for waits until the vCPU runs dry,
-//! a vCPU is idle, or another thread yields, exits or forks and blocks.
+//! a thread, after at most `DEFER_BLOCKS` blocks of other threads on the vCPU. An owner woken
+//! again without `b` (a timeout, a poll loop) that blocks again with the same list counts on
+//! (its block is one of the `DEFER_BLOCKS`); one that forked or joined in between starts a new
+//! count (it made progress; a poll loop that forks between polls can so keep its `b` a record
+//! until the vCPU runs dry, a vCPU is idle, or another thread yields, exits or forks and blocks).
 //!
 //! Why: promoting at every block made a suspend-everywhere program (every leaf of a
 //! divide-and-conquer waits once for another thread, StackThreads' SW) promote *every* record.
@@ -359,7 +360,8 @@ impl Vcpu {
     /// thread is ready here to switch to, no vCPU is idle, and either the records are `t`'s own
     /// (then `t` becomes the deferral's owner, and the spawned children among them are published
     /// now, in spawn order) or they are the deferral owner's, untouched since its block, and the
-    /// deferral has blocks left. False: the caller publishes the whole list.
+    /// deferral has blocks left (also when `t` is the owner blocking again with the list it left
+    /// last time). False: the caller publishes the whole list.
     ///
     /// # Safety
     /// The caller is `t`, on vCPU `v` (this one) with LTN = 0, the list not empty.
@@ -389,6 +391,16 @@ impl Vcpu {
         let head = unsafe { self.publish_threads(head, v) };
         if head == 0 || self.nothing_ready() {
             return false;
+        }
+        if owner == t as usize && head == self.defer_head.load(Ordering::Relaxed) {
+            // Blocked again with the very list it left last time: no fork or join since (woken
+            // by a timeout, polling), so this block counts on rather than starting a new count.
+            let left = self.defer_left.load(Ordering::Relaxed);
+            if left == 0 {
+                return false;
+            }
+            self.defer_left.store(left - 1, Ordering::Relaxed);
+            return true;
         }
         self.defer_owner.store(t as usize, Ordering::Relaxed);
         self.defer_head.store(head, Ordering::Relaxed);
