@@ -616,7 +616,8 @@ fn unjoined_children_still_run() -> Outcome {
 
 /// `join(a, b)` (fork-join with lazy task records): results in place; nested joins 200 deep; a
 /// parallel `fib` over every vCPU; `a` blocking on what `b` does (so `b` must become a thread
-/// when `a` blocks: no deadlock, on one vCPU too); `b` blocking while run inline, on a thread
+/// when `a` blocks: no deadlock, on one vCPU too), also while other threads keep the vCPU busy
+/// (`b` must not wait for them to finish); `b` blocking while run inline, on a thread
 /// that another thread fills; joins mixed with spawned children that are joined later.
 fn join_forks_lazily() -> Outcome {
     let (x, y) = crate::join(|| 1u32, || 2u64);
@@ -659,6 +660,45 @@ fn join_forks_lazily() -> Outcome {
         },
     );
     ensure!((ra, rb) == (2, 1), "a and b exchanging messages gave {ra}, {rb}");
+
+    // `a` waits for `b` while two other threads keep the vCPU busy blocking on each other: a
+    // block leaves the joiner's records unpublished while another thread is ready, but only for
+    // a bounded number of other threads' blocks (then `b` becomes a thread and runs), not until
+    // the vCPU runs dry. On one vCPU the two stop after `ROUNDS` rounds, so a `b` that waited
+    // for them shows as `seen == ROUNDS`; on several they run until `b` has run (how many rounds
+    // they make meanwhile depends on where and when each vCPU runs), and a `b` that never ran
+    // would hang the check.
+    let rounds_max = if crate::vcpu_count() == 1 { 2_000 } else { usize::MAX };
+    let stop = Arc::new(AtomicBool::new(false));
+    let rounds = Arc::new(AtomicUsize::new(0));
+    let (ping_tx, ping_rx) = mpsc::channel::<()>();
+    let (pong_tx, pong_rx) = mpsc::channel::<()>();
+    let (stop_p, rounds_p) = (stop.clone(), rounds.clone());
+    let pinger = crate::spawn(move || {
+        while !stop_p.load(Ordering::Relaxed) && rounds_p.load(Ordering::Relaxed) < rounds_max {
+            if ping_tx.send(()).is_err() || pong_rx.recv().is_err() {
+                break;
+            }
+            rounds_p.fetch_add(1, Ordering::Relaxed);
+        }
+    });
+    let ponger = crate::spawn(move || {
+        for () in ping_rx.iter() {
+            if pong_tx.send(()).is_err() {
+                break;
+            }
+        }
+    });
+    let (tx, rx) = mpsc::channel::<usize>();
+    let rounds_b = rounds.clone();
+    let (seen, sent) = crate::join(
+        move || rx.recv().unwrap_or(usize::MAX),
+        move || tx.send(rounds_b.load(Ordering::Relaxed)).is_ok(),
+    );
+    stop.store(true, Ordering::Relaxed);
+    pinger.join().map_err(|_| String::from("the pinger panicked"))?;
+    ponger.join().map_err(|_| String::from("the ponger panicked"))?;
+    ensure!(sent && seen < rounds_max, "b ran only after {seen} of {rounds_max} rounds of two busy threads (sent: {sent})");
 
     // `b` blocks (inline or not) on a channel another thread fills.
     let (fill_tx, fill_rx) = mpsc::channel::<u32>();

@@ -14,7 +14,8 @@
 //!   of a fork that nobody else wanted: two short critical sections and four stores.
 //! - If the record is not on the list any more, it was **promoted**: whenever the vCPU enters the
 //!   scheduler (the thread blocked, yielded or was preempted; an idle vCPU asked for work, see
-//!   `Vcpu::publish_fresh`), every record on the list becomes an ordinary thread (a ThMB from
+//!   `Vcpu::publish_fresh`; a block while another thread is ready here leaves the list for a
+//!   while, see "Deferred promotion" in `sched::scheduler`), every record on the list becomes an ordinary thread (a ThMB from
 //!   the vCPU's pool, the record's closure moved into it, detached) on the ready queue, where it
 //!   runs — or is stolen — like any spawned thread, and writes its outcome back into the
 //!   record. The joiner then waits for it on the record's completion word
@@ -22,7 +23,9 @@
 //!   however the two race.
 //!
 //! So `b` behaves as a thread whenever that matters: if `a` blocks (on anything, including on
-//! what `b` will do), the vCPU's scheduler promotes `b` and it runs; idle vCPUs get it to run
+//! what `b` will do), the vCPU's scheduler promotes `b` and it runs — at once when nothing else
+//! is ready, else after a bounded number of other threads' blocks (or sooner: the caller, woken,
+//! usually takes `b` back itself); idle vCPUs get it to run
 //! in parallel. What `b` does not get when it runs inline is an identity of its own: there it
 //! is part of the calling thread (the same [`current`](crate::current), the same thread-locals),
 //! and if it blocks, the caller — which was about to wait for it anyway — blocks with it.

@@ -63,6 +63,32 @@
 //! (`examples/bench.rs`, release, before the direct switch): spawn + first run + exit + join
 //! ≈ 0.26 µs; a yield round trip between two threads (two WINDOW switches through the
 //! scheduler loop) ≈ 115 ns. Current figures: `cargo bench -p libuthread --bench switch`.
+//!
+//! # Deferred promotion
+//! A task record (`crate::join`) on the unpublished list becomes a thread when the list is
+//! published. A thread that *blocks* while another thread is ready on its vCPU and no vCPU is
+//! idle does not publish its records ([`Vcpu::keep_unpublished`], from [`park_slow`]): it
+//! switches to the ready thread and leaves them listed, the vCPU's deferral naming it as their
+//! owner (spawned children on the list are published then: nobody may ever join them). When it is
+//! woken and runs again it takes them back as if it had never blocked. Other threads that block
+//! meanwhile keep the list so if nothing was listed since (the list head is the one the owner
+//! left) and at most [`DEFER_BLOCKS`] times; otherwise, and on every other way into the
+//! scheduler (a yield, an exit, the loop, an upcall), when the vCPU has nothing else to run, when
+//! a vCPU is idle, and when a join misses its record ([`take_job`]), the list is published as
+//! before. So a record whose joiner waits for it (`a` blocked on what `b` will do) still becomes
+//! a thread, after at most `DEFER_BLOCKS` blocks of other threads on the vCPU. An owner woken
+//! again without `b` (a timeout, a poll loop) that blocks again with the same list counts on
+//! (its block is one of the `DEFER_BLOCKS`); one that forked or joined in between starts a new
+//! count (it made progress; a poll loop that forks between polls can so keep its `b` a record
+//! until the vCPU runs dry, a vCPU is idle, or another thread yields, exits or forks and blocks).
+//!
+//! Why: promoting at every block made a suspend-everywhere program (every leaf of a
+//! divide-and-conquer waits once for another thread, StackThreads' SW) promote *every* record.
+//! The leaf's block promoted its thread's pending records behind the thread that would wake it;
+//! the woken leaf queued behind them (FIFO), they ran first, forked, and their leaves blocked in
+//! turn: breadth-first, every fork a thread with a stack, thousands live at once (SW `fib(20)`:
+//! 10,945 promotions, about 7,000 16 KiB stacks live, 120 M instructions on x86_64 against 1 M
+//! for fork-everywhere; now no promotion and 12.7 M, two switches per leaf).
 
 use alloc::string::String;
 use alloc::vec::Vec;
@@ -105,7 +131,7 @@ const ACTION_MASK: usize = 63;
 /// writes a ThMB's mask only while LTN names it, and LTN is 0 for the whole switch.
 const MASK_IN_FLIGHT: u64 = 1 << 63;
 
-/// One vCPU's scheduler state. Aligned to 16 bytes so that its size (272 bytes of fields) is
+/// One vCPU's scheduler state. Aligned to 16 bytes so that its size (296 bytes of fields, 304 padded) is
 /// a multiple of 16, which x86_64 indexes with one `imul`; at 264 LLVM indexes with `shl` +
 /// `lea` + a move (x86_64 -icount: +12 instructions per yield round trip).
 #[repr(align(16))]
@@ -140,6 +166,13 @@ struct Vcpu {
     /// look, which may read a stale vCPU's word, is not a data race; every access is Relaxed
     /// and compiles to a plain load or store). See "Lazy creation" in the module docs.
     fresh: AtomicUsize,
+    /// The deferral of the unpublished list (see "Deferred promotion" in the module docs;
+    /// owner-only, LTN = 0, like `fresh`): the blocked thread whose block left its task records
+    /// unpublished (0: none), the list's head at that block, and how many more blocks of other
+    /// threads may leave the list so.
+    defer_owner: AtomicUsize,
+    defer_head: AtomicUsize,
+    defer_left: AtomicUsize,
     /// A copy of `context::switch_flags` (written by [`mirror_switch_flag`] after every change
     /// there), so that [`Vcpu::unusual_here`] reads it beside the other words instead of
     /// through a global's address (x86_64: one load fewer, riscv64 and aarch64: two).
@@ -162,6 +195,9 @@ impl Vcpu {
             handoff: AtomicUsize::new(0),
             pool: Pool::new(),
             fresh: AtomicUsize::new(0),
+            defer_owner: AtomicUsize::new(0),
+            defer_head: AtomicUsize::new(0),
+            defer_left: AtomicUsize::new(0),
             flags: AtomicUsize::new(0),
         }
     }
@@ -295,6 +331,7 @@ impl Vcpu {
     unsafe fn publish_fresh_slow(&self, v: usize) {
         let mut newest = self.fresh.load(Ordering::Relaxed);
         self.fresh.store(0, Ordering::Relaxed);
+        self.defer_owner.store(0, Ordering::Relaxed);
         // Reverse (newest first → oldest first) so the queue keeps spawn order.
         let mut oldest = 0;
         // SAFETY: the list's entries are ours (contract): live threads, READY, and records,
@@ -316,6 +353,109 @@ impl Vcpu {
             }
             offer_work(v);
         }
+    }
+
+    /// Whether the thread `t`, blocking on this vCPU (`v`), may leave the unpublished list's task
+    /// records unpublished (see "Deferred promotion" in the module docs): true when another
+    /// thread is ready here to switch to, no vCPU is idle, and either the records are `t`'s own
+    /// (then `t` becomes the deferral's owner, and the spawned children among them are published
+    /// now, in spawn order) or they are the deferral owner's, untouched since its block, and the
+    /// deferral has blocks left (also when `t` is the owner blocking again with the list it left
+    /// last time). False: the caller publishes the whole list.
+    ///
+    /// # Safety
+    /// The caller is `t`, on vCPU `v` (this one) with LTN = 0, the list not empty.
+    #[inline(never)]
+    unsafe fn keep_unpublished(&self, t: *mut Thmb, v: usize) -> bool {
+        if IDLE.any() {
+            return false;
+        }
+        let head = self.fresh.load(Ordering::Relaxed);
+        let owner = self.defer_owner.load(Ordering::Relaxed);
+        if owner != 0 && owner != t as usize {
+            // Another blocked thread's records. Anything listed since (`t`'s own forks or
+            // spawns) would mix two threads' entries: publish then.
+            let left = self.defer_left.load(Ordering::Relaxed);
+            if head != self.defer_head.load(Ordering::Relaxed) || left == 0 || self.nothing_ready() {
+                return false;
+            }
+            self.defer_left.store(left - 1, Ordering::Relaxed);
+            return true;
+        }
+        // `t`'s own entries (no deferral, or `t` owned it and has run since): every entry on the
+        // list was listed by `t` since it was last switched to, or was its own deferred list then
+        // (every other way off the vCPU publishes the list). Records stay; spawned children go to
+        // the ready queue as a publication would put them there (a record's joiner is `t`, which
+        // takes it back; a spawned child may never be joined).
+        // SAFETY: per the contract, the list and its entries are ours.
+        let head = unsafe { self.publish_threads(head, v) };
+        if head == 0 || self.nothing_ready() {
+            return false;
+        }
+        if owner == t as usize && head == self.defer_head.load(Ordering::Relaxed) {
+            // Blocked again with the very list it left last time: no fork or join since (woken
+            // by a timeout, polling), so this block counts on rather than starting a new count.
+            let left = self.defer_left.load(Ordering::Relaxed);
+            if left == 0 {
+                return false;
+            }
+            self.defer_left.store(left - 1, Ordering::Relaxed);
+            return true;
+        }
+        self.defer_owner.store(t as usize, Ordering::Relaxed);
+        self.defer_head.store(head, Ordering::Relaxed);
+        self.defer_left.store(DEFER_BLOCKS, Ordering::Relaxed);
+        true
+    }
+
+    /// Whether neither of this vCPU's ready queues holds a thread (the shared one: a hint).
+    #[inline(always)]
+    fn nothing_ready(&self) -> bool {
+        self.local.is_empty() && self.len.load(Ordering::Relaxed) == 0
+    }
+
+    /// Moves the spawned children (untagged entries) of the unpublished list whose head is
+    /// `head` to the own ready queue, oldest first, leaving the task records listed in their
+    /// order; returns the list's new head.
+    ///
+    /// # Safety
+    /// As for [`Vcpu::publish_fresh`]; `head` is the list's head.
+    unsafe fn publish_threads(&self, head: usize, v: usize) -> usize {
+        let mut new_head = head;
+        // The last record kept (its link is rewritten when a child after it is taken out).
+        let mut kept = 0;
+        // The children taken out, oldest first (the walk goes newest first and prepends).
+        let mut children: *mut Thmb = ptr::null_mut();
+        let mut e = head;
+        // SAFETY: the list's entries are ours (contract), linked only here.
+        unsafe {
+            while e != 0 {
+                let next = entry_next(e);
+                if e & JOB_TAG != 0 {
+                    kept = e;
+                } else {
+                    if kept == 0 {
+                        new_head = next;
+                    } else {
+                        set_entry_next(kept, next);
+                    }
+                    let t = e as *mut Thmb;
+                    (*t).run_next.set(children);
+                    children = t;
+                }
+                e = next;
+            }
+            if new_head != head {
+                self.fresh.store(new_head, Ordering::Relaxed);
+            }
+            while !children.is_null() {
+                let next = (*children).run_next.get();
+                (*children).vcpu.store(v, Ordering::Relaxed);
+                self.local.push(children);
+                children = next;
+            }
+        }
+        new_head
     }
 
     /// Counts a resume on this vCPU (only this vCPU writes its counters: no atomic add).
@@ -354,6 +494,7 @@ impl Vcpu {
         *self.queue.lock() = Fifo::new();
         self.local.clear();
         self.fresh.store(0, Ordering::Relaxed);
+        self.defer_owner.store(0, Ordering::Relaxed);
         self.len.store(0, Ordering::Release);
     }
 
@@ -513,6 +654,12 @@ impl Local {
 /// its own queue is not empty (a thread made ready from elsewhere waits at most this many
 /// switches plus the length of the own queue: the two queues together stay fair).
 const DRAIN_EVERY: usize = 8;
+
+/// How many blocks of other threads on its vCPU a blocked thread's deferred task records
+/// survive unpublished (`Vcpu::keep_unpublished`): the bound on how long a record whose joiner
+/// waits for it (`a` blocked on what `b` will do) stays a record while other threads keep the
+/// vCPU busy.
+const DEFER_BLOCKS: usize = 8;
 
 /// Takes the next thread vCPU `v` runs: the oldest of its own queue, after moving what its
 /// shared queue holds behind it when that queue is not empty and either the own queue is empty
@@ -1070,9 +1217,29 @@ pub(crate) unsafe fn take_job(h: *const JobHeader) -> bool {
         return false;
     }
     // SAFETY: as in `push_job`.
-    let taken = unsafe { VCPUS[(*me).vcpu.load(Ordering::Relaxed) % MAX_VCPUS].take_job(h) };
+    let v = unsafe { (*me).vcpu.load(Ordering::Relaxed) } % MAX_VCPUS;
+    // SAFETY: as in `push_job`.
+    let taken = unsafe { VCPUS[v].take_job(h) };
+    if !taken && VCPUS[v].has_fresh() {
+        // Not near the head: maybe deeper in the list. The caller waits for the record next, and a
+        // block may leave the list unpublished ("Deferred promotion"): publish it now, so that the
+        // record is a thread by then.
+        // SAFETY: on `v` with LTN = 0.
+        unsafe { take_job_missed(v) };
+    }
     critical.leave();
     taken
+}
+
+/// [`take_job`] when the record was not found and the list is not empty: publishes the list.
+///
+/// # Safety
+/// The caller runs on vCPU `v` with LTN = 0.
+#[cold]
+#[inline(never)]
+unsafe fn take_job_missed(v: usize) {
+    // SAFETY: forwarded contract.
+    unsafe { VCPUS[v].publish_fresh(v) }
 }
 
 /// Wakes a thread blocked in [`block_current`].
@@ -1274,18 +1441,36 @@ unsafe fn park_current(t: *mut Thmb) {
 unsafe fn park_slow(t: *mut Thmb, v: usize) {
     // SAFETY: `t` is the calling thread.
     let state = unsafe { &(*t).state };
-    // SAFETY: on `v` with LTN = 0.
-    unsafe { VCPUS[v].publish_fresh(v) };
+    let vcpu = &VCPUS[v];
+    // Task records left unpublished while another thread runs ("Deferred promotion").
+    // SAFETY: `t` is the caller on `v` with LTN = 0, the list not empty.
+    let keep = vcpu.has_fresh() && !SHUTDOWN.load(Ordering::Relaxed) && unsafe { vcpu.keep_unpublished(t, v) };
+    if !keep {
+        // SAFETY: on `v` with LTN = 0.
+        unsafe { vcpu.publish_fresh(v) };
+    }
     // The common case first: another thread is ready here, switch straight to it (the checks
     // below would find work and come to the same switch).
     if !SHUTDOWN.load(Ordering::Relaxed) {
         // SAFETY: on `v` with LTN = 0.
-        let to = unsafe { take_next(v) };
+        let mut to = unsafe { take_next(v) };
+        if to.is_null() && keep {
+            // The thread seen ready was taken meanwhile (stolen): nothing else to run after
+            // all, so the records become threads.
+            // SAFETY: on `v` with LTN = 0.
+            unsafe {
+                vcpu.publish_fresh(v);
+                to = take_next(v);
+            }
+        }
         if !to.is_null() {
             // SAFETY: `t` is the caller on `v`; `to` is READY and ours now.
             unsafe { block_to(v, t, to) };
             return;
         }
+    } else if keep {
+        // SAFETY: on `v` with LTN = 0.
+        unsafe { vcpu.publish_fresh(v) };
     }
     if !work_anywhere() && !SHUTDOWN.load(Ordering::SeqCst) {
         // Nothing else to run: keep the vCPU, with the thread's registers live in it, and park.
@@ -1921,6 +2106,7 @@ pub unsafe fn adopt_revoked(v: usize, stopped: *mut Thmb, count: u64) {
     IDLE.retract(v);
     let vcpu = &VCPUS[v];
     let mut fresh = vcpu.fresh.swap(0, Ordering::Relaxed);
+    vcpu.defer_owner.store(0, Ordering::Relaxed);
     let target = route(v);
     // SAFETY: `v` is stopped outside scheduler code (see above): its own queue and list are
     // consistent and ours now; every thread on them is READY and live, every record live.
