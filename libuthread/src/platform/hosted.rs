@@ -353,6 +353,9 @@ pub fn alloc_stack(size: usize) -> Option<(usize, usize)> {
     Some((base as usize, len))
 }
 
+/// Whether [`free_stack`] gives memory back: yes, `munmap`.
+pub const FREES_STACKS: bool = true;
+
 /// Unmaps a stack from [`alloc_stack`].
 pub fn free_stack(base: usize, len: usize) {
     // SAFETY: the caller gives back a mapping of `alloc_stack` that nothing uses any more.

@@ -260,8 +260,12 @@ pub fn alloc_stack(size: usize) -> Option<(usize, usize)> {
     sys::region_create(size, rights::READ | rights::WRITE, region_flags::LAZY).ok().map(|base| (base, size))
 }
 
-/// Gives a stack back. Regions live as long as the program (the core pools stacks, so few are
-/// ever made); nothing to do.
+/// Whether [`free_stack`] gives memory back: no, regions live as long as the program, so the
+/// core keeps every freed stack for reuse.
+pub const FREES_STACKS: bool = false;
+
+/// Gives a stack back. Regions live as long as the program (the core keeps every freed stack
+/// for reuse, see [`FREES_STACKS`]); nothing to do.
 pub fn free_stack(_base: usize, _len: usize) {}
 
 /// Ends the program.

@@ -111,9 +111,12 @@ use crate::thmb::{Thmb, JOIN_DETACHED, JOIN_EXITED, JOIN_RUNNING};
 pub(crate) const DEFAULT_STACK_SIZE: usize = 256 * 1024;
 /// Size of each vCPU's scheduler stack.
 const SCHED_STACK_SIZE: usize = 128 * 1024;
-/// Stacks kept in the pool at most (beyond that, exiting threads' stacks go back to the
-/// platform).
-const STACK_POOL_MAX: usize = 256;
+/// Stacks kept in the pool at most where the platform can take memory back (beyond that,
+/// exiting threads' stacks go back to it). Where it cannot (Tsumugi: `free_stack` does
+/// nothing, stacks are carved from chunks that live as long as the program) every stack is
+/// kept, so that it is used again: the program's stacks stay bounded by its peak number of live
+/// threads instead of growing by every stack freed beyond the bound.
+const STACK_POOL_MAX: usize = if platform::FREES_STACKS { 256 } else { usize::MAX };
 
 /// What a thread asks the scheduler to do when it switches out (low bits of the ThMB address,
 /// which is 64-byte aligned).
