@@ -112,8 +112,9 @@ pub struct Thread {
     /// The user LTN register (x86_64 GS base) while the thread is off its CPU.
     pub(crate) ltn: AtomicU64,
     /// The vCPU of its Kernel-Notification program this thread currently is (`NOT_A_VCPU`
-    /// otherwise). Written only by the thread itself, or before it first runs (published by
-    /// its first queueing); it guards no other data, and other threads read it only for
+    /// otherwise). Written only by the thread itself, or while it is blocked by the thread that
+    /// hands it a vCPU (a spare activation; published by the wake-up), or before it first runs
+    /// (published by its first queueing); it guards no other data, and other threads read it only for
     /// reports: every access is `Relaxed` (an Acquire/Release pair would cost a fence on
     /// riscv64 on every stop path).
     pub vcpu: AtomicUsize,
@@ -207,6 +208,28 @@ impl Thread {
     /// Top of the kernel stack.
     pub fn kernel_stack_top(&self) -> u64 {
         self.stack_top
+    }
+
+    /// The slot of the thread's user frame at the top of its kernel stack: where traps from
+    /// user mode put theirs, and from which it enters user mode.
+    #[inline]
+    pub(crate) fn user_frame_slot(&self) -> *mut TrapFrame {
+        (self.stack_top - size_of::<TrapFrame>() as u64) as *mut TrapFrame
+    }
+
+    /// Makes the thread start afresh at `entry(arg)`, on its kernel stack below the user frame
+    /// slot, when a CPU next switches to it: what its stack holds is abandoned (never unwound).
+    ///
+    /// # Safety
+    /// The thread is blocked and off every CPU (`on_cpu` read false with Acquire, which orders
+    /// this after the switch that saved its context), nothing switches to it before the caller
+    /// makes it runnable, and nothing on its stack still owns anything.
+    #[inline]
+    pub(crate) unsafe fn restart_at(&self, entry: extern "C" fn(usize) -> !, arg: usize) {
+        let below_frame = self.stack_top - size_of::<TrapFrame>() as u64;
+        // SAFETY: the caller's contract: no CPU uses this context or the stack below the frame
+        // slot, which is 16-byte aligned (as in `new`).
+        unsafe { *self.context.get() = KernelContext::new(below_frame, entry, arg) };
     }
 
     /// Frees the kernel stack of an ended thread (called once a CPU has left it).
@@ -429,11 +452,23 @@ pub fn wake(t: Arc<Thread>) {
 
 /// Wakes `t` if it is blocked, to run next on this CPU once the running thread gives it up
 /// (`scheduler::hand_next`): for a running thread about to block that hands its CPU on.
-pub fn wake_next(t: Arc<Thread>) {
+/// `restart`: if `t` is off every CPU, it starts afresh at this entry and argument
+/// ([`Thread::restart_at`]) instead of resuming where it blocked.
+///
+/// # Safety
+/// With `restart`, nothing on `t`'s stack owns anything while it is blocked.
+pub unsafe fn wake_next(t: Arc<Thread>, restart: Option<(extern "C" fn(usize) -> !, usize)>) {
     {
         let _life = t.life.lock();
         if t.state.load(Ordering::Acquire) != State::Blocked as u8 {
             return;
+        }
+        if let Some((entry, arg)) = restart {
+            if !t.on_cpu.load(Ordering::Acquire) {
+                // SAFETY: blocked under its life lock (no waker can run it meanwhile) and off
+                // every CPU (Acquire above); the caller vouches for its stack.
+                unsafe { t.restart_at(entry, arg) };
+            }
         }
         t.state.store(State::Ready as u8, Ordering::Release);
     }

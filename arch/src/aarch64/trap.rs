@@ -268,6 +268,20 @@ impl TrapFrame {
         }
     }
 
+    /// Builds in `slot` a user frame that enters the upcall handler `handler` on the stack
+    /// `stack_top` with `args` ([`TrapFrame::set_upcall`]) over whatever the slot holds, without
+    /// zeroing it first: a spare activation's upcall, whose slot holds the registers of an
+    /// earlier user frame of the same program (or zeros, on a new stack). The handler's entry
+    /// needs only what this sets; the rest is the program's own data.
+    ///
+    /// # Safety
+    /// `slot` is valid for writes, aligned, and holds a frame or zeros.
+    #[inline]
+    pub unsafe fn upcall_in_place(slot: *mut TrapFrame, handler: u64, stack_top: u64, args: [u64; 4]) {
+        // SAFETY: the caller's contract. `set_upcall` sets every mode field the return reads.
+        unsafe { (*slot).set_upcall(handler, stack_top, args) };
+    }
+
     /// Turns the frame into an upcall: on return to user mode the CPU enters `handler` with
     /// stack pointer `stack_top` (16-byte aligned, as at a function's entry) and `args` in the
     /// first four argument registers (`x0..x3`), interrupts on. The link register is 0, so a

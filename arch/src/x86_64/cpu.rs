@@ -264,7 +264,9 @@ pub fn set_kernel_stack(top: u64) {
     unsafe {
         let p = percpu();
         (*p).kernel_stack_top = top;
-        (*p).tss.privilege_stack_table[0] = X86VirtAddr::new(top);
+        // Without `new`'s canonical check and its panic path (on every switch): a kernel
+        // stack top is a kernel-half address, canonical already, which `new_truncate` keeps.
+        (*p).tss.privilege_stack_table[0] = X86VirtAddr::new_truncate(top);
     }
 }
 

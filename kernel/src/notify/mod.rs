@@ -135,21 +135,23 @@ mod machine {
     fn post_blocked_and_hand(me: &Thread, domain: &Domain, cfg: &Config, vcpu: usize, args: [u64; 4]) -> bool {
         let event = Event { kind: args[0], thread: args[1], arg0: vcpu as u64, arg1: 0 };
         stopped(event.thread);
-        let view = me.view();
+        // The spare must have the blocking thread's view: compared by root table (one per
+        // view), which needs no lock.
+        let root = me.root.load(Ordering::Relaxed);
         let (posted, spare) = {
             let mut st = domain.kn.state();
             let posted = !st.released && st.held.is_empty() && super::ring::append_fast(cfg, &mut st, &event).is_ok();
             if posted {
                 super::vcpu::wake_one(&mut st);
             }
-            (posted, super::vcpu::take_spare(&mut st, view, vcpu, args))
+            (posted, super::vcpu::take_spare(&mut st, root, vcpu))
         };
         if !posted {
             post_as(domain, event, true);
         }
         match spare {
-            Some(spare) => {
-                super::vcpu::run_spare(me, spare);
+            Some((spare, tell_fp)) => {
+                super::vcpu::hand_over(me, domain, cfg, spare, tell_fp, args);
                 true
             }
             None => false,

@@ -38,10 +38,6 @@ pub struct Vcpu {
     pub parked: Option<Arc<Thread>>,
     /// An unpark came while it was not parked: the next park returns at once.
     pub token: bool,
-    /// The spare activation a blocking call handed this vCPU to, and the upcall it is to
-    /// enter with: (its thread id, upcall arguments). At most one at a time: the vCPU runs
-    /// nothing else (so blocks nothing else) until that spare has taken it.
-    pub handoff: Option<(u64, [u64; 4])>,
     /// The library's `fp_live` word of this vCPU was set (it only ever goes 0 -> 1).
     pub fp_live_told: bool,
     /// Its activation waiting for a grant (`processors`: not granted, or revoked).
@@ -135,7 +131,7 @@ impl DomainKn {
         }
         self.config.call_once(|| config);
         state.tail = tail;
-        state.vcpus = (0..vcpus).map(|_| Vcpu { parked: None, token: false, handoff: None, fp_live_told: false, waiting: None, grant: None, revokes: 0 }).collect();
+        state.vcpus = (0..vcpus).map(|_| Vcpu { parked: None, token: false, fp_live_told: false, waiting: None, grant: None, revokes: 0 }).collect();
         Ok(())
     }
 

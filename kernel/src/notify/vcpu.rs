@@ -238,42 +238,68 @@ fn spare_main() -> ! {
     serve_as_spare()
 }
 
-/// Takes a spare activation of the program with the view `view` (the blocking thread's) for
-/// vCPU `vcpu`, to enter the handler with `args`, and records the hand-over; `None` if there
-/// is none (then a new activation must be started, and one more spare is kept from now on).
-/// Under the state lock; [`run_spare`] then runs it.
+/// Takes a spare activation of the program whose view has the root table `root` (the blocking
+/// thread's) for vCPU `vcpu`; with it, whether the library must be told that FP is live on
+/// that vCPU now (the spare brings its own FP state, see [`tell_fp_live`]). `None` if there is
+/// none (then a new activation must be started, and one more spare is kept from now on).
+/// Under the state lock; [`hand_over`] then runs it.
 #[inline(always)]
-pub(super) fn take_spare(st: &mut super::state::State, view: Option<crate::mm::view_space::ViewId>, vcpu: usize, args: [u64; 4]) -> Option<Arc<Thread>> {
-    if st.vcpus.get(vcpu).is_none_or(|v| v.handoff.is_some()) {
-        return None;
-    }
-    let Some(i) = st.spares.iter().position(|t| t.view() == view) else {
+pub(super) fn take_spare(st: &mut super::state::State, root: u64, vcpu: usize) -> Option<(Arc<Thread>, bool)> {
+    let Some(i) = st.spares.iter().position(|t| t.root.load(Ordering::Relaxed) == root) else {
         // A new activation will be made: keep one more spare from now on.
         st.spares_wanted = (st.spares_wanted.max(spares_kept(st)) + 1).min(MAX_SPARES);
         return None;
     };
     let t = st.spares.swap_remove(i);
-    st.vcpus[vcpu].handoff = Some((t.id, args));
-    Some(t)
+    let tell_fp = crate::fpu::has_used_fp(&t) && st.vcpus.get_mut(vcpu).is_some_and(|v| !core::mem::replace(&mut v.fp_live_told, true));
+    Some((t, tell_fp))
 }
 
-/// Runs `spare`, taken by [`take_spare`] for a blocking call of `source`, on this CPU next: the
-/// caller must give the CPU up soon (`scheduler::hand_next`). The upcall counts for `source`'s
-/// counters, not the spare's.
-pub(super) fn run_spare(source: &Thread, spare: Arc<Thread>) {
+/// Hands the vCPU of `source` (the running thread, which blocks next) to `spare`, taken by
+/// [`take_spare`], to enter the handler with `args` (`BLOCKED`): the spare's job goes into its
+/// own record — its vCPU, and its user frame, built here in its frame slot — so it looks
+/// nothing up when it runs, and it runs next on this CPU, restarted at [`spare_upcall`] when it
+/// is off every CPU already (else it finds its job where it parked, in [`serve_as_spare`]).
+/// The caller must give the CPU up soon (`scheduler::hand_next`). The upcall counts for
+/// `source`'s counters, not the spare's.
+pub(super) fn hand_over(source: &Thread, domain: &Domain, cfg: &Config, spare: Arc<Thread>, tell_fp: bool, args: [u64; 4]) {
+    let vcpu = args[2] as usize;
     // The upcall is the blocking thread's event (as `start_activation` counts it): its
     // counters — the user thread's it carries — count it, not the spare's.
     source.perf.tally(tsumugi_abi::perf::Event::Upcalls);
+    super::count_delivered(domain, args[0]);
+    spare.vcpu.store(vcpu, Ordering::Relaxed);
+    if tell_fp {
+        tell_fp_live(&spare, vcpu);
+    }
+    let slot = spare.user_frame_slot();
+    // SAFETY: the spare is blocked in `serve_as_spare` (it was in the spares, taken under the
+    // state lock, so nobody else hands it anything): it is in the kernel, below its frame
+    // slot, which holds its last user frame — the program's own registers — or zeros.
+    unsafe { arch::trap::TrapFrame::upcall_in_place(slot, cfg.handler, cfg.upcall_stacks[vcpu], args) };
     spare.last_cpu.store(arch::cpu::cpu_index(), Ordering::Relaxed);
     // The caller gives this CPU up right after (it waits, or becomes a spare itself): the spare
     // runs next here without a run-queue round trip.
-    thread::wake_next(spare);
+    // SAFETY: a spare parks in `serve_as_spare`, which owns nothing across its park.
+    unsafe { thread::wake_next(spare, Some((spare_upcall, slot as usize))) };
+}
+
+/// Where a spare activation restarted by [`hand_over`] begins: it finishes the switch to it
+/// and enters the handler with the frame `frame` (its user frame slot, built by `hand_over`).
+extern "C" fn spare_upcall(frame: usize) -> ! {
+    scheduler::finish_hand_over();
+    thread::exit_if_killed();
+    arch::cpu::set_user_ltn(0);
+    // SAFETY: the thread's own frame slot, holding the upcall's frame; the stack below holds
+    // nothing (this is its first frame).
+    unsafe { arch::trap::enter(frame as *const arch::trap::TrapFrame) }
 }
 
 /// Makes the running activation a spare of its program: parks until a blocking call hands it a
-/// vCPU, then enters the handler with that call's upcall. Ends the activation instead if the
-/// program keeps enough spares or is ending. Never returns; nothing of the caller's may still
-/// own anything on the stack (it is abandoned when the activation enters user mode).
+/// vCPU ([`hand_over`]), then enters the handler with that call's upcall. Ends the activation
+/// instead if the program keeps enough spares or is ending. Never returns; nothing of the
+/// caller's may still own anything on the stack (it is abandoned when the activation enters
+/// user mode, or restarted at [`spare_upcall`] by the hand-over).
 pub fn serve_as_spare() -> ! {
     loop {
         let parked = {
@@ -292,35 +318,22 @@ pub fn serve_as_spare() -> ! {
             thread::exit_current(Some(0));
         }
         scheduler::schedule(Then::Block);
-        // Borrowed, not counted: nothing here switches, and the activation leaves this frame
-        // for good below (into user mode, or ended).
+        // Still here: resumed where it parked (not restarted, see `hand_over`). Its job, if it
+        // has one, is in its own record: its vCPU, and its frame slot built for the upcall.
         let job = scheduler::with_current(|me| {
             let me = me.expect("an activation");
             if me.killed.load(Ordering::Acquire) {
                 return Err(());
             }
-            let domain = me.domain.as_ref().expect("an activation has a program");
-            let (vcpu, args, tell) = {
-                let mut st = domain.kn.state();
-                let Some(vcpu) = st.vcpus.iter().position(|v| v.handoff.is_some_and(|(id, _)| id == me.id)) else { return Ok(None) };
-                let Some((_, args)) = st.vcpus[vcpu].handoff.take() else { return Ok(None) };
-                // This activation's FP state comes with it (see `tell_fp_live`).
-                let tell = crate::fpu::has_used_fp(me) && !core::mem::replace(&mut st.vcpus[vcpu].fp_live_told, true);
-                (vcpu, args, tell)
-            };
-            let Some(cfg) = domain.kn.config() else { return Ok(None) };
-            me.vcpu.store(vcpu, Ordering::Relaxed);
-            if tell {
-                tell_fp_live(me, vcpu);
-            }
-            super::count_delivered(domain, args[0]);
-            Ok(Some((cfg.handler, cfg.upcall_stacks[vcpu], args)))
+            Ok((me.vcpu.load(Ordering::Relaxed) != NOT_A_VCPU).then(|| me.user_frame_slot()))
         });
         match job {
             Err(()) => thread::exit_current(None),
-            Ok(Some((handler, stack, args))) => {
+            Ok(Some(frame)) => {
                 arch::cpu::set_user_ltn(0);
-                thread::enter_user(|frame| frame.set_upcall(handler, stack, args));
+                // SAFETY: this thread's own frame slot, built by `hand_over`; the stack below
+                // is abandoned and holds nothing owned.
+                unsafe { arch::trap::enter(frame) }
             }
             Ok(None) => {}
         }
@@ -350,7 +363,7 @@ pub fn note_fp_use(me: &Thread) {
 /// Then the library's window switches on `v` would neither save nor load the FP environment
 /// while every user thread there shares the activation's registers — a thread resumed there
 /// got another's MXCSR (regmix saw it under load). So the word is set for the vCPU a spare
-/// takes too ([`serve_as_spare`]), once per vCPU.
+/// takes too ([`take_spare`]), once per vCPU.
 fn tell_fp_live(me: &Thread, v: usize) {
     let (Some(domain), Some(view)) = (&me.domain, me.view()) else { return };
     let word = domain.kn.config().map_or(0, |c| c.fp_live);
@@ -461,7 +474,6 @@ pub fn release(domain: &Domain) {
         st.held.clear();
         st.spares.clear();
         for v in st.vcpus.iter_mut() {
-            v.handoff = None;
             v.waiting = None;
             v.grant = None;
         }

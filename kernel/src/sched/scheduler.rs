@@ -320,9 +320,11 @@ pub fn make_ready(t: Arc<Thread>) {
 
 /// Makes `t` (already marked `Ready`) the thread this CPU runs next: the running thread is
 /// about to give the CPU up (a blocking call handing its vCPU to a spare activation), and the
-/// next `schedule` here switches straight to `t` instead of queueing and picking it. Falls
-/// back to [`make_ready`] when `t` is pinned to another CPU, or when a thread is handed
-/// already.
+/// next `schedule` here switches straight to `t` instead of queueing and picking it (with
+/// [`switch_handed`]: neither thread's user LTN register is kept, so `t` must set it before it
+/// enters user mode, and the running thread must not return to its user context without
+/// setting it either). Falls back to [`make_ready`] when `t` is pinned to another CPU, or when
+/// a thread is handed already.
 pub fn hand_next(t: Arc<Thread>) {
     let index = arch::cpu::cpu_index();
     let cpu = own_record(index);
@@ -444,7 +446,7 @@ pub fn schedule(then: Then) -> bool {
     let prev_ptr = cpu.current.load(Ordering::Relaxed);
     if let Some(next) = take_handed(cpu) {
         // The running thread handed the CPU to `next` (never itself: it was running then).
-        switch_to(cpu, prev_ptr, next, Prev::Owned(prev_ptr, then));
+        switch_handed(cpu, prev_ptr, next, Prev::Owned(prev_ptr, then));
         return true;
     }
     if then == Then::Requeue && !prev_ptr.is_null() && cpu.len.load(Ordering::Relaxed) > 0 {
@@ -502,7 +504,7 @@ fn requeue_and_switch(cpu: &'static Cpu, prev_ptr: *mut Thread) -> bool {
         unsafe { switch_to_idle(cpu, Prev::Queued(prev_ptr)) };
         return true;
     }
-    switch_to_inline(cpu, prev_ptr, next, Prev::Queued(prev_ptr));
+    switch_to_inline::<true>(cpu, prev_ptr, next, Prev::Queued(prev_ptr));
     true
 }
 
@@ -531,12 +533,22 @@ unsafe fn switch_to_idle(cpu: &Cpu, leftover: Prev) {
 /// [`switch_to_inline`] instead (one frame less on the kernel's hottest switch).
 #[inline(never)]
 fn switch_to(cpu: &Cpu, prev_ptr: *mut Thread, next: Arc<Thread>, leftover: Prev) {
-    switch_to_inline(cpu, prev_ptr, next, leftover)
+    switch_to_inline::<true>(cpu, prev_ptr, next, leftover)
 }
 
-/// [`switch_to`], inlined into its caller.
+/// The switch to a thread handed this CPU ([`hand_next`]): [`switch_to`] without the user LTN
+/// register's save and load (an MSR read and write on x86_64), which neither thread needs —
+/// the blocking thread never resumes its user context, and the spare sets the register (0)
+/// as it enters its upcall.
+#[inline(never)]
+fn switch_handed(cpu: &Cpu, prev_ptr: *mut Thread, next: Arc<Thread>, leftover: Prev) {
+    switch_to_inline::<false>(cpu, prev_ptr, next, leftover)
+}
+
+/// [`switch_to`], inlined into its caller. `LTN`: whether the user LTN register moves with
+/// the threads (every switch but [`switch_handed`]).
 #[inline(always)]
-fn switch_to_inline(cpu: &Cpu, prev_ptr: *mut Thread, next: Arc<Thread>, leftover: Prev) {
+fn switch_to_inline<const LTN: bool>(cpu: &Cpu, prev_ptr: *mut Thread, next: Arc<Thread>, leftover: Prev) {
     if next.on_cpu.load(Ordering::Acquire) {
         wait_off_cpu(&next);
     }
@@ -570,13 +582,15 @@ fn switch_to_inline(cpu: &Cpu, prev_ptr: *mut Thread, next: Arc<Thread>, leftove
     arch::cpu::set_kernel_stack(next.kernel_stack_top());
     // The user LTN register belongs to the thread: park the old one's, load the new one's —
     // only when it differs (on x86_64 each access is an MSR access; most programs leave it 0).
-    let current_ltn = arch::cpu::user_ltn();
-    if let Some(prev) = prev {
-        prev.ltn.store(current_ltn, Ordering::Relaxed);
-    }
-    let next_ltn = next.ltn.load(Ordering::Relaxed);
-    if next_ltn != current_ltn {
-        arch::cpu::set_user_ltn(next_ltn);
+    if LTN {
+        let current_ltn = arch::cpu::user_ltn();
+        if let Some(prev) = prev {
+            prev.ltn.store(current_ltn, Ordering::Relaxed);
+        }
+        let next_ltn = next.ltn.load(Ordering::Relaxed);
+        if next_ltn != current_ltn {
+            arch::cpu::set_user_ltn(next_ltn);
+        }
     }
     crate::fpu::switch_to(&next);
     cpu.slice_start.store(TICKS.load(Ordering::Relaxed), Ordering::Relaxed);
@@ -705,6 +719,33 @@ pub fn finish_switch() {
         Prev::Queued(prev) => {
             // SAFETY: a queued thread lives at least until a CPU runs it to its end, which
             // waits for this store; it is the last access.
+            unsafe { (*prev).on_cpu.store(false, Ordering::Release) };
+        }
+        // SAFETY: the `current` reference the switch left here.
+        Prev::Owned(prev, then) => finish_owned(cpu, unsafe { Arc::from_raw(prev) }, then),
+    }
+}
+
+/// [`finish_switch`] in a context started by a hand-over ([`switch_handed`] to a thread
+/// restarted at a new entry, `thread::wake_next`): the thread left behind is usually the one
+/// that blocked as it handed the CPU over, and then only its `on_cpu` and reference are left
+/// (without [`finish_owned`]'s call).
+#[inline(always)]
+pub fn finish_hand_over() {
+    let cpu = this_cpu();
+    // SAFETY: only this CPU touches its `prev`, with interrupts off.
+    let leftover = unsafe { core::mem::replace(&mut *cpu.prev.get(), Prev::Nothing) };
+    match leftover {
+        Prev::Owned(prev, Then::Block) => {
+            // SAFETY: the `current` reference the switch left here; `on_cpu` is the last
+            // access before it is dropped, as in `finish_owned`.
+            let prev = unsafe { Arc::from_raw(prev) };
+            prev.on_cpu.store(false, Ordering::Release);
+            drop(prev);
+        }
+        Prev::Nothing => {}
+        Prev::Queued(prev) => {
+            // SAFETY: as in `finish_switch`.
             unsafe { (*prev).on_cpu.store(false, Ordering::Release) };
         }
         // SAFETY: the `current` reference the switch left here.
