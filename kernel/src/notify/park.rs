@@ -15,7 +15,7 @@
 
 use alloc::sync::Arc;
 use arch::trap::TrapFrame;
-use tsumugi_abi::kn::{Event, EventKind};
+use tsumugi_abi::kn::{Event, EventKind, UNBLOCKED_QUEUED};
 use tsumugi_abi::syscall::Errno;
 
 use super::machine::{current_vcpu, kill, post, post_own, upcall, write_result};
@@ -27,6 +27,9 @@ use crate::sched::scheduler;
 pub struct Parked {
     domain: Arc<Domain>,
     thmb: u64,
+    /// Whether the kernel saved the thread into its ThMB (and posted `BLOCKED`); otherwise
+    /// the library parked it itself ([`queued`]) and keeps its registers.
+    saved: bool,
 }
 
 impl Parked {
@@ -34,6 +37,12 @@ impl Parked {
     /// then `UNBLOCKED` posted. Nothing happens if the program has finished meanwhile.
     pub fn finish(&self, result: usize) {
         if self.domain.outcome().is_some() {
+            return;
+        }
+        if !self.saved {
+            // The library holds the thread's registers: only the result travels, in the event.
+            let event = Event { kind: EventKind::Unblocked as u64, thread: self.thmb, arg0: result as u64, arg1: UNBLOCKED_QUEUED };
+            post(&self.domain, event);
             return;
         }
         // The ThMB was written by the thread's save; it lies in a region of the program (their
@@ -66,8 +75,22 @@ pub fn park(frame: &mut TrapFrame, enqueue: impl FnOnce(Parked)) -> Option<Resul
     };
     let domain = me.domain.clone().expect("a vCPU has a domain");
     post_own(&domain, Event { kind: EventKind::Blocked as u64, thread: thmb, arg0: vcpu as u64, arg1: 0 });
-    enqueue(Parked { domain, thmb });
+    enqueue(Parked { domain, thmb, saved: true });
     let args = [EventKind::Blocked as u64, thmb, vcpu as u64, 0];
     upcall(&me, frame, vcpu, args);
     Some(Ok(args[0] as usize))
+}
+
+/// A wait the library parks itself (S3's queued waits): if the caller is a vCPU of a program
+/// registered for Kernel Notification, the [`Parked`] for its user thread `thmb` (named by the
+/// library, which parks that thread at user level once the syscall answers "queued"). Nothing
+/// is saved and no `BLOCKED` is posted: the waker's `UNBLOCKED(thmb)` carries
+/// [`UNBLOCKED_QUEUED`] and the result in `arg0`, and may reach the ring before the syscall
+/// that queued the thread has returned (the library's park handshake keeps such a wake-up).
+/// `None`: not such a vCPU (it must wait otherwise). `thmb` is only ever echoed back to the
+/// same program in its own ring: a wrong one harms only that program.
+pub fn queued(me: &crate::thread::Thread, thmb: u64) -> Option<Parked> {
+    current_vcpu(me)?;
+    let domain = me.domain.clone()?;
+    Some(Parked { domain, thmb, saved: false })
 }
