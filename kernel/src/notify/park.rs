@@ -12,6 +12,10 @@
 //!
 //! Ordering: `BLOCKED` is posted before the waiter can be found (the `enqueue` callback runs
 //! after it), so a waker on another CPU always posts `UNBLOCKED` after it.
+//!
+//! Cheaper still, [`queued`]: the library names the thread and parks it itself, so nothing is
+//! saved and no upcall is made; only the wake's `UNBLOCKED` (with `kn::UNBLOCKED_QUEUED` and
+//! the result) reaches the program, possibly before the queuing syscall returned.
 
 use alloc::sync::Arc;
 use arch::trap::TrapFrame;

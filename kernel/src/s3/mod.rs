@@ -7,11 +7,13 @@
 //! through the direct map, after checking the caller's view may write it), so its
 //! read-modify-writes are atomic against the programs' own compare-exchanges on any CPU.
 //!
-//! A user thread of a vCPU waits *parked* (`notify::park`): saved into its ThMB, with no
-//! kernel thread waiting for it; the library gets `BLOCKED(t)` at once, and the kernel posts
-//! `UNBLOCKED(t)`, with the wait's result in t's ThMB, from the syscall that acquired the lock
-//! for t or released the barrier (a batch release posts for every waiter in one call). Any
-//! other caller blocks as a plain thread (`notify::blocking`).
+//! A user thread of a vCPU whose library names it (the calls' last argument, its ThMB) waits
+//! *queued* (`notify::park::queued`): the call answers [`QUEUED`] at once and the library
+//! parks the thread itself; the kernel posts `UNBLOCKED(t)` with `kn::UNBLOCKED_QUEUED` and
+//! the result from the syscall that acquired the lock for t or released the barrier (a batch
+//! release posts for every waiter in one call). Without the ThMB it waits *parked*
+//! (`notify::park`): saved into its ThMB, `BLOCKED(t)` at once, `UNBLOCKED(t)` with the result
+//! in the ThMB. Any other caller blocks as a plain thread (`notify::blocking`).
 //!
 //! Lock order: [`TABLE`], then the view space, then (for the owner of a holder's region) the
 //! list of live programs; wake-ups happen after [`TABLE`] is dropped.
