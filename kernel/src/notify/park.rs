@@ -56,6 +56,20 @@ impl Parked {
         }
     }
 
+    /// Ends the waits of `parked` (threads of one program) with `result` as [`Parked::finish`]
+    /// does each, posting with one take of the program's state lock (a batch release). Those
+    /// the kernel saved get theirs one by one.
+    pub fn finish_all<'a>(domain: &Arc<Domain>, parked: impl Iterator<Item = &'a Parked> + Clone, result: usize) {
+        if domain.outcome().is_some() {
+            return;
+        }
+        for p in parked.clone().filter(|p| p.saved) {
+            p.finish(result);
+        }
+        let queued = parked.filter(|p| !p.saved);
+        super::machine::post_many(domain, queued.map(|p| Event { kind: EventKind::Unblocked as u64, thread: p.thmb, arg0: result as u64, arg1: UNBLOCKED_QUEUED }));
+    }
+
     /// The waiting thread's program.
     pub fn domain(&self) -> &Arc<Domain> {
         &self.domain

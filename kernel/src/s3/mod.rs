@@ -475,8 +475,20 @@ mod machine {
         };
         let count = woken.len();
         let mut woken = woken;
-        for w in woken.iter() {
-            w.wake();
+        // Every waiter's state is DONE: the parked ones of each program get their UNBLOCKED in
+        // one post (runs of one program: a barrier's sleepers are mostly the releaser's).
+        let mut at = 0;
+        while at < woken.len() {
+            let Some(domain) = woken[at].parked.as_ref().map(|p| p.domain().clone()) else {
+                woken[at].wake();
+                at += 1;
+                continue;
+            };
+            let same = |w: &Arc<Waiter>| w.parked.as_ref().is_some_and(|p| Arc::ptr_eq(p.domain(), &domain));
+            let run = woken.iter().skip(at).take_while(|w| same(w)).count();
+            let parked = woken.range(at..at + run).filter_map(|w| w.parked.as_ref());
+            park::Parked::finish_all(&domain, parked, outcome(DONE));
+            at += run;
         }
         // Keep the waiters and the queue for the next waits (no allocation there). A waiter
         // someone else still holds (a blocked thread's) is dropped here, without the lock.

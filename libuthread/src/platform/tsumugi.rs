@@ -144,10 +144,29 @@ pub fn drain_events() {
 /// the threads a queued wait's `UNBLOCKED` makes ready go on `me`'s vCPU's own queue.
 fn drain_events_for(me: *mut Thmb) {
     let ring = RING.load(Ordering::Acquire);
-    if ring == 0 || DRAINING.swap(true, Ordering::Acquire) {
+    if ring == 0 || DRAINING.swap(true, Ordering::SeqCst) {
         return;
     }
     let h = ring as *mut RingHeader;
+    drain_ring(ring, h, me);
+    DRAINING.store(false, Ordering::SeqCst);
+    // A vCPU that found DRAINING set left its events to us; if they came after our last look
+    // they would wait for the next upcall or park (a woken thread stranded until a timer
+    // tick: aarch64 s3 phase_v8_g1 cost 10 M instructions a phase). Look again.
+    loop {
+        core::sync::atomic::fence(Ordering::SeqCst);
+        // SAFETY: the ring's header, as in `drain_ring`.
+        let (head, tail) = unsafe { (core::ptr::read_volatile(&(*h).head), core::ptr::read_volatile(&(*h).tail)) };
+        if head == tail || DRAINING.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        drain_ring(ring, h, me);
+        DRAINING.store(false, Ordering::SeqCst);
+    }
+}
+
+/// [`drain_events_for`]'s loop, with DRAINING held.
+fn drain_ring(ring: usize, h: *mut RingHeader, me: *mut Thmb) {
     loop {
         // SAFETY: the ring is this program's; the kernel only writes slots at and past `tail`
         // and then advances `tail`, the library only advances `head` (under DRAINING).
@@ -192,7 +211,6 @@ fn drain_events_for(me: *mut Thmb) {
             Some(EventKind::VcpuGranted) | None => {}
         }
     }
-    DRAINING.store(false, Ordering::Release);
 }
 
 /// A wait in the kernel that keeps the vCPU (S3's lock and barrier waits): `call(t)` asks the
