@@ -86,6 +86,9 @@ pub struct Thmb {
     pub(crate) join: AtomicUsize,
     /// References: one for the running thread, one for its `JoinHandle`.
     pub(crate) refs: AtomicUsize,
+    /// The result of a wait the kernel queued and the library parked (`UNBLOCKED` with
+    /// `kn::UNBLOCKED_QUEUED`), stored before the wake-up that makes the thread ready.
+    pub(crate) wait_result: AtomicUsize,
 }
 
 /// Offset of the saved window.
@@ -128,6 +131,7 @@ impl Thmb {
             is_main: false,
             join: AtomicUsize::new(JOIN_RUNNING),
             refs: AtomicUsize::new(0),
+            wait_result: AtomicUsize::new(0),
         }
     }
 

@@ -254,7 +254,9 @@ pub enum EventKind {
     /// Thread `thread` blocked in the kernel; this vCPU is yours to run someone else.
     Blocked = 1,
     /// Thread `thread`'s blocking syscall finished; its result is in its ThMB (the frame's result
-    /// register: [`FullFrame::result`], at [`RESULT_IN_FRAME`]).
+    /// register: [`FullFrame::result`], at [`RESULT_IN_FRAME`]). With `arg1` =
+    /// [`UNBLOCKED_QUEUED`] the thread was never saved (the library parked it) and its result
+    /// is `arg0`.
     Unblocked = 2,
     /// Thread `thread` was preempted at the end of its quantum; its state is in its ThMB.
     Preempted = 3,
@@ -300,6 +302,13 @@ impl EventKind {
 /// `vcpu_park(flags)`: the vCPU parks idle — no user thread's registers are live in it, so
 /// the kernel may revoke it while parked (space sharing).
 pub const PARK_IDLE: usize = 1;
+
+/// `arg1` of an [`EventKind::Unblocked`] for a wait the library parked itself (an S3 call
+/// given the thread's ThMB, `crate::s3::QUEUED`): nothing was saved in the ThMB, no
+/// `BLOCKED` came before it (it may even arrive before the queuing syscall returns), and
+/// `arg0` is the wait's result (encoded as a syscall result). The library makes the thread
+/// ready through its park handshake, which keeps a wake-up that comes before the park.
+pub const UNBLOCKED_QUEUED: u64 = 1;
 
 /// `vcpu_park`'s result when the kernel wants the vCPU back (space sharing) and the park was
 /// not [`PARK_IDLE`]: the library should give the vCPU up properly (switch its thread out and

@@ -16,6 +16,13 @@ pub const WAITERS: u64 = 1;
 /// caller owns it now; what it guards may be half-updated).
 pub const OWNER_DIED: usize = 1;
 
+/// What `s3_lock`, `s3_wait` and `s3_barrier` answer when given the calling user thread's ThMB
+/// (their last argument) on a Kernel-Notification vCPU and the caller must wait: the kernel
+/// queued that thread and returned at once, with no `BLOCKED` and nothing saved; the library
+/// parks the thread itself and makes it ready at `UNBLOCKED(thmb)` with
+/// `kn::UNBLOCKED_QUEUED`, whose `arg0` is the wait's real result. Never a wait's result.
+pub const QUEUED: usize = 2;
+
 /// The most participants a shared barrier may have: more than the threads that can exist
 /// (1,024 alive per program, 64 programs' worth); a larger `count` is `EINVAL`.
 pub const MAX_BARRIER_COUNT: usize = 1 << 16;

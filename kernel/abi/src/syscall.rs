@@ -109,29 +109,34 @@ pub enum Syscall {
     /// pushed on the thread's stack as a signal frame (a `kn::FullFrame` at `frame`). `EINVAL`
     /// without `preempt=signal`.
     KnSigreturn = 30,
-    /// `s3_lock(word, tag) -> 0 | 1`: the slow path of a lock shared between programs (S3's
+    /// `s3_lock(word, tag, thmb) -> 0 | 1`: the slow path of a lock shared between programs (S3's
     /// kernel lock holder, [`crate::s3`]). The caller's one user-mode attempt failed; the
     /// kernel queues it as a waiter and blocks it (a vCPU goes back to the library with
     /// `BLOCKED`) until a release hands the lock over: the kernel writes `tag` into the word on
     /// the waiter's behalf (Auto Lock) before it wakes it, so the caller returns owning the
     /// lock. 1 instead of 0: the previous holder's program ended while holding it. `EAGAIN`:
-    /// the holder table is full (or the program's share of it): wait in software.
+    /// the holder table is full (or the program's share of it): wait in software. A third
+    /// argument `thmb` ≠ 0 (the calling user thread's ThMB, on a Kernel-Notification vCPU)
+    /// makes a wait answer [`crate::s3::QUEUED`] at once instead: the library parks that thread
+    /// itself until `UNBLOCKED(thmb)` ([`crate::kn::UNBLOCKED_QUEUED`]) brings the result.
     S3Lock = 31,
     /// `s3_unlock(word, tag) -> 0`: releases a shared lock whose word has the waiters bit: the
     /// kernel hands it to the first waiter. `EPERM` if the word does not name `tag` as holder.
     S3Unlock = 32,
-    /// `s3_wait(word, expected) -> 0 | 1`: futex-style wait (the soft-sync baseline): blocks
+    /// `s3_wait(word, expected, thmb) -> 0 | 1`: futex-style wait (the soft-sync baseline): blocks
     /// while the word holds `expected` until `s3_wake`; 1 if it did not hold it (no wait).
+    /// A third argument `thmb` as for [`Syscall::S3Lock`].
     S3Wait = 33,
     /// `s3_wake(word, n) -> woken`: wakes up to `n` threads waiting on the word (`s3_wait` or
     /// `s3_barrier`): a barrier's batch release is one call with `n = usize::MAX`.
     S3Wake = 34,
-    /// `s3_barrier(word, expected, count) -> 0 | 1`: waits at a barrier shared between
+    /// `s3_barrier(word, expected, count, thmb) -> 0 | 1`: waits at a barrier shared between
     /// programs ([`crate::s3::barrier`] word layout) whose arrival left the word at `expected`,
     /// until the last of `count` arrivals wakes the batch (`s3_wake`). 1: the round had already
     /// ended (no wait). `EINVAL`: `count` is 0 or above [`crate::s3::MAX_BARRIER_COUNT`], or
     /// `expected` counts `count` arrivals already; `EPIPE`-like `ESRCH`: the barrier is broken
-    /// (a program ended while one of its threads waited at it).
+    /// (a program ended while one of its threads waited at it). A fourth argument `thmb` as
+    /// for [`Syscall::S3Lock`].
     S3Barrier = 35,
     /// `signal(target, number, scope) -> 0 | 1`: sends signal `number` (`1..=`
     /// [`crate::signal::MAX`]) to what `target` names under `scope` ([`crate::signal::scope`]:

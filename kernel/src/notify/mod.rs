@@ -101,6 +101,41 @@ mod machine {
         post_as(domain, event, runs_in(domain))
     }
 
+    /// [`post`] of several events of one program, in order, under one take of its state lock
+    /// (a batch release's `UNBLOCKED`s); one parked vCPU is woken to read them all.
+    pub fn post_many(domain: &Domain, events: impl Iterator<Item = Event>) {
+        let Some(cfg) = domain.kn.config() else { return };
+        let own = runs_in(domain);
+        let overflow = {
+            let mut st = domain.kn.state();
+            if st.released {
+                return;
+            }
+            let mut overflow = false;
+            for event in events {
+                if st.held.is_empty() && own && super::ring::append_fast(cfg, &mut st, &event).is_ok() {
+                    continue;
+                }
+                if st.held.len() >= super::ring::MAX_HELD || st.held.try_reserve(1).is_err() {
+                    overflow = true;
+                    break;
+                }
+                st.held.push_back(event);
+                super::ring::flush_held(cfg, &mut st, own);
+            }
+            if !overflow {
+                super::vcpu::wake_one(&mut st);
+            }
+            overflow
+        };
+        if overflow {
+            domain.end(Outcome::Killed(format!(
+                "its event ring stayed full with {} events held back: the library does not drain it",
+                super::ring::MAX_HELD
+            )));
+        }
+    }
+
     /// [`post`] from a stop path of the running thread of `domain` (its table is loaded). The
     /// common case — nothing held back, room in the ring — is inlined into the stop paths; the
     /// rest is [`post_as`]'s.

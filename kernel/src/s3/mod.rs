@@ -7,11 +7,13 @@
 //! through the direct map, after checking the caller's view may write it), so its
 //! read-modify-writes are atomic against the programs' own compare-exchanges on any CPU.
 //!
-//! A user thread of a vCPU waits *parked* (`notify::park`): saved into its ThMB, with no
-//! kernel thread waiting for it; the library gets `BLOCKED(t)` at once, and the kernel posts
-//! `UNBLOCKED(t)`, with the wait's result in t's ThMB, from the syscall that acquired the lock
-//! for t or released the barrier (a batch release posts for every waiter in one call). Any
-//! other caller blocks as a plain thread (`notify::blocking`).
+//! A user thread of a vCPU whose library names it (the calls' last argument, its ThMB) waits
+//! *queued* (`notify::park::queued`): the call answers [`QUEUED`] at once and the library
+//! parks the thread itself; the kernel posts `UNBLOCKED(t)` with `kn::UNBLOCKED_QUEUED` and
+//! the result from the syscall that acquired the lock for t or released the barrier (a batch
+//! release posts for every waiter in one call). Without the ThMB it waits *parked*
+//! (`notify::park`): saved into its ThMB, `BLOCKED(t)` at once, `UNBLOCKED(t)` with the result
+//! in the ThMB. Any other caller blocks as a plain thread (`notify::blocking`).
 //!
 //! Lock order: [`TABLE`], then the view space, then (for the owner of a holder's region) the
 //! list of live programs; wake-ups happen after [`TABLE`] is dropped.
@@ -30,7 +32,7 @@ mod machine {
     use arch::trap::TrapFrame;
     use core::sync::atomic::{AtomicU64, AtomicU8, Ordering};
     use arch::sync::Mutex;
-    use tsumugi_abi::s3::{barrier, MAX_BARRIER_COUNT, OWNER_DIED, WAITERS};
+    use tsumugi_abi::s3::{barrier, MAX_BARRIER_COUNT, OWNER_DIED, QUEUED, WAITERS};
     use tsumugi_abi::syscall::{decode_result, encode_result, Errno};
 
     use super::table::{Kind, Refusal, Table};
@@ -52,8 +54,8 @@ mod machine {
     /// A thread waiting in the kernel on a word.
     pub struct Waiter {
         /// The waiting thread; for a parked user thread, the activation that parked it (its
-        /// view is the program's).
-        thread: Arc<Thread>,
+        /// view is the program's). `None` only in a spare waiter ([`Table::put_spare`]).
+        thread: Option<Arc<Thread>>,
         /// The parked user thread, if it waits without a kernel thread.
         parked: Option<Parked>,
         /// Its program.
@@ -177,13 +179,40 @@ mod machine {
     }
 
     fn new_waiter(me: Arc<Thread>, program: u64, tag: u64, parked: Option<Parked>) -> Arc<Waiter> {
-        Arc::new(Waiter { thread: me, parked, program, tag, state: AtomicU8::new(PENDING) })
+        Arc::new(Waiter { thread: Some(me), parked, program, tag, state: AtomicU8::new(PENDING) })
+    }
+
+    /// [`new_waiter`] made from a spare of `table` when it has one (a wait's allocation and
+    /// free cost about 350 instructions with the kernel's first-fit heap).
+    fn waiter_in(table: &mut Table<Arc<Waiter>>, me: Arc<Thread>, program: u64, tag: u64, parked: Option<Parked>) -> Arc<Waiter> {
+        if let Some(mut w) = table.take_spare() {
+            if let Some(x) = Arc::get_mut(&mut w) {
+                *x = Waiter { thread: Some(me), parked, program, tag, state: AtomicU8::new(PENDING) };
+                return w;
+            }
+        }
+        new_waiter(me, program, tag, parked)
+    }
+
+    /// Drops what a woken waiter refers to (its thread and program) and, if nobody else holds
+    /// it, keeps it for [`waiter_in`]. Call without [`TABLE`] (a thread or program dropped
+    /// here may be the last reference); `keep` runs later, under it.
+    fn emptied(mut w: Arc<Waiter>) -> Option<Arc<Waiter>> {
+        let x = Arc::get_mut(&mut w)?;
+        x.thread = None;
+        x.parked = None;
+        Some(w)
     }
 
     impl Waiter {
         /// The waiter's view now (a grant or revoke may have moved it since it queued).
         fn view(&self) -> Option<ViewId> {
-            self.thread.view()
+            self.thread.as_ref()?.view()
+        }
+
+        /// The waiting thread (a waiter in use has one).
+        fn thread(&self) -> &Arc<Thread> {
+            self.thread.as_ref().expect("a waiter in use names its thread")
         }
 
         /// Ends the wait, whose state has left `PENDING`: a parked thread gets its result and
@@ -191,7 +220,7 @@ mod machine {
         fn wake(&self) {
             match &self.parked {
                 Some(p) => p.finish(outcome(self.state.load(Ordering::Acquire))),
-                None => thread::wake(self.thread.clone()),
+                None => thread::wake(self.thread().clone()),
             }
         }
     }
@@ -204,8 +233,30 @@ mod machine {
     /// `Ok(Some(r))` when there is nothing to wait for (result `r`) or an error; then waits.
     /// A vCPU's user thread is parked first (so its `BLOCKED` precedes any waker's
     /// `UNBLOCKED`), and an immediate result reaches it as a wait's result does.
-    fn queue_and_wait(frame: &mut TrapFrame, word: u64, tag: u64, enqueue: impl FnOnce(&mut Table<Arc<Waiter>>, ViewId, &Arc<Waiter>) -> Queued) -> SysResult {
+    ///
+    /// `thmb` ≠ 0 on a Kernel-Notification vCPU: the library parks user thread `thmb` itself
+    /// (`park::queued`); once queued the call answers [`QUEUED`] at once, and the wake posts
+    /// `UNBLOCKED(thmb)` with the result.
+    fn queue_and_wait(frame: &mut TrapFrame, word: u64, tag: u64, thmb: u64, enqueue: impl FnOnce(&mut Table<Arc<Waiter>>, ViewId, &Arc<Waiter>) -> Queued) -> SysResult {
         let (me, program, view) = caller()?;
+        if thmb != 0 {
+            if let Some(p) = park::queued(&me, thmb) {
+                let mut table = TABLE.lock();
+                let w = waiter_in(&mut table, me, program, tag, Some(p));
+                let queued = enqueue(&mut table, view, &w);
+                drop(table);
+                if !matches!(queued, Ok(None)) {
+                    // Not queued: give the waiter back.
+                    if let Some(w) = emptied(w) {
+                        TABLE.lock().put_spare(w);
+                    }
+                }
+                return match queued? {
+                    None => Ok(QUEUED),
+                    Some(r) => Ok(r),
+                };
+            }
+        }
         let mut enqueue = Some(enqueue);
         let parked = park::park(frame, |p| {
             let w = new_waiter(me.clone(), program, tag, Some(p));
@@ -252,7 +303,7 @@ mod machine {
                 // `Blocked` under the table lock: a release that sets the state takes that
                 // lock first, so its wake finds the thread blocked (or still running, and the
                 // scheduler keeps a wake that comes before the switch).
-                if !w.thread.block_unless_killed() {
+                if !w.thread().block_unless_killed() {
                     drop(_table);
                     break give_up(word, &w);
                 }
@@ -274,7 +325,7 @@ mod machine {
         let kind = table.find(word).map(|e| e.kind);
         table.remove(word, |x| Arc::ptr_eq(x, w));
         w.state.store(BROKEN, Ordering::Release);
-        let mut woken = Vec::new();
+        let mut woken = alloc::collections::VecDeque::new();
         if let Some(Kind::Barrier(_)) = kind {
             if let Some(view) = w.view() {
                 let _ = Word::of(view, word).update(|v| v | barrier::BROKEN);
@@ -291,8 +342,8 @@ mod machine {
         outcome(BROKEN)
     }
 
-    /// `s3_lock(word, tag)`.
-    pub fn lock(frame: &mut TrapFrame, word: u64, tag: u64) -> SysResult {
+    /// `s3_lock(word, tag, thmb)`.
+    pub fn lock(frame: &mut TrapFrame, word: u64, tag: u64, thmb: u64) -> SysResult {
         if tag == 0 || tag & WAITERS != 0 {
             return Err(Errno::Inval);
         }
@@ -302,7 +353,7 @@ mod machine {
             Holder(u64),
             Mine,
         }
-        queue_and_wait(frame, word, tag, |table, view, waiter| loop {
+        queue_and_wait(frame, word, tag, thmb, |table, view, waiter| loop {
             let more = table.find(word).is_some_and(|e| e.kind == Kind::Lock && !e.waiters.is_empty());
             let w = Word::own(view, word);
             let cur = w.load()?;
@@ -358,8 +409,7 @@ mod machine {
             w.update(|_| 0)?;
             return Ok(None);
         }
-        let (mut next, more) = table.take(word, 1);
-        let Some(next) = next.pop() else { return Ok(None) };
+        let Some((next, more)) = table.take_first(word) else { return Ok(None) };
         let value = next.tag | if more { WAITERS } else { 0 };
         if let Err(e) = w.update(|_| value) {
             // Leave the waiter where it was.
@@ -387,13 +437,16 @@ mod machine {
         };
         if let Some(n) = next {
             n.wake();
+            if let Some(n) = emptied(n) {
+                TABLE.lock().put_spare(n);
+            }
         }
         Ok(0)
     }
 
-    /// `s3_wait(word, expected)`.
-    pub fn wait_on(frame: &mut TrapFrame, word: u64, expected: u64) -> SysResult {
-        queue_and_wait(frame, word, 0, |table, view, waiter| {
+    /// `s3_wait(word, expected, thmb)`.
+    pub fn wait_on(frame: &mut TrapFrame, word: u64, expected: u64, thmb: u64) -> SysResult {
+        queue_and_wait(frame, word, 0, thmb, |table, view, waiter| {
             if Word::own(view, word).load()? != expected {
                 return Ok(Some(1));
             }
@@ -421,18 +474,46 @@ mod machine {
             woken
         };
         let count = woken.len();
-        for w in woken {
-            w.wake();
+        let mut woken = woken;
+        // Every waiter's state is DONE: the parked ones of each program get their UNBLOCKED in
+        // one post (runs of one program: a barrier's sleepers are mostly the releaser's).
+        let mut at = 0;
+        while at < woken.len() {
+            let Some(domain) = woken[at].parked.as_ref().map(|p| p.domain().clone()) else {
+                woken[at].wake();
+                at += 1;
+                continue;
+            };
+            let same = |w: &Arc<Waiter>| w.parked.as_ref().is_some_and(|p| Arc::ptr_eq(p.domain(), &domain));
+            let run = woken.iter().skip(at).take_while(|w| same(w)).count();
+            let parked = woken.range(at..at + run).filter_map(|w| w.parked.as_ref());
+            park::Parked::finish_all(&domain, parked, outcome(DONE));
+            at += run;
         }
+        // Keep the waiters and the queue for the next waits (no allocation there). A waiter
+        // someone else still holds (a blocked thread's) is dropped here, without the lock.
+        woken.retain_mut(|w| match Arc::get_mut(w) {
+            Some(x) => {
+                x.thread = None;
+                x.parked = None;
+                true
+            }
+            None => false,
+        });
+        let mut table = TABLE.lock();
+        for w in woken.drain(..) {
+            table.put_spare(w);
+        }
+        table.put_queue(woken);
         Ok(count)
     }
 
-    /// `s3_barrier(word, expected, count)`.
-    pub fn barrier_wait(frame: &mut TrapFrame, word: u64, expected: u64, count: usize) -> SysResult {
+    /// `s3_barrier(word, expected, count, thmb)`.
+    pub fn barrier_wait(frame: &mut TrapFrame, word: u64, expected: u64, count: usize, thmb: u64) -> SysResult {
         if count == 0 || count > MAX_BARRIER_COUNT || (expected & barrier::ARRIVED) as usize >= count {
             return Err(Errno::Inval);
         }
-        queue_and_wait(frame, word, 0, |table, view, waiter| loop {
+        queue_and_wait(frame, word, 0, thmb, |table, view, waiter| loop {
             let w = Word::own(view, word);
             let cur = w.load()?;
             if cur & barrier::BROKEN != 0 {

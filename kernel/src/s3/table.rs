@@ -57,7 +57,16 @@ pub struct Entry<W> {
 #[derive(Debug)]
 pub struct Table<W> {
     entries: Vec<Entry<W>>,
+    /// Emptied queues of entries that went, kept (with their capacity) for the next entries:
+    /// a barrier's queue is made again every round, and growing it from nothing cost several
+    /// allocations per round.
+    spare_queues: Vec<VecDeque<W>>,
+    /// Spare waiters the caller gave back ([`Table::put_spare`]), at most [`CAPACITY`].
+    spare: Vec<W>,
 }
+
+/// The largest queue capacity kept in [`Table`]'s spares (a bigger one is freed).
+const SPARE_QUEUE_MAX: usize = 1024;
 
 impl<W> Default for Table<W> {
     fn default() -> Self {
@@ -68,7 +77,7 @@ impl<W> Default for Table<W> {
 impl<W> Table<W> {
     /// An empty table.
     pub const fn new() -> Self {
-        Table { entries: Vec::new() }
+        Table { entries: Vec::new(), spare_queues: Vec::new(), spare: Vec::new() }
     }
 
     /// Entries in use.
@@ -105,14 +114,15 @@ impl<W> Table<W> {
                     return Err(Refusal::ProgramFull);
                 }
                 self.entries.try_reserve(CAPACITY - self.entries.len()).map_err(|_| Refusal::NoMemory)?;
-                self.entries.push(Entry { word, kind, charged_to: program, holder: None, waiters: VecDeque::new() });
+                let waiters = self.spare_queues.pop().unwrap_or_default();
+                self.entries.push(Entry { word, kind, charged_to: program, holder: None, waiters });
                 self.entries.len() - 1
             }
         };
         let entry = &mut self.entries[at];
         if entry.waiters.try_reserve(1).is_err() {
             if entry.waiters.is_empty() {
-                self.entries.swap_remove(at);
+                self.drop_entry(at);
             }
             return Err(Refusal::NoMemory);
         }
@@ -122,16 +132,57 @@ impl<W> Table<W> {
 
     /// Takes up to `n` waiters of `word` off its queue, first come first; the entry goes when
     /// its queue is empty. Also returns whether waiters remain.
-    pub fn take(&mut self, word: u64, n: usize) -> (Vec<W>, bool) {
-        let Some(at) = self.entries.iter().position(|e| e.word == word) else { return (Vec::new(), false) };
+    ///
+    /// Taking them all hands over the entry's queue itself (no allocation); give it back
+    /// emptied with [`Table::put_queue`] so the next entry reuses it.
+    pub fn take(&mut self, word: u64, n: usize) -> (VecDeque<W>, bool) {
+        let Some(at) = self.entries.iter().position(|e| e.word == word) else { return (VecDeque::new(), false) };
         let entry = &mut self.entries[at];
-        let n = n.min(entry.waiters.len());
-        let taken: Vec<W> = entry.waiters.drain(..n).collect();
-        let more = !entry.waiters.is_empty();
-        if !more {
+        if n >= entry.waiters.len() {
+            let taken = core::mem::take(&mut entry.waiters);
             self.entries.swap_remove(at);
+            return (taken, false);
         }
-        (taken, more)
+        let taken: VecDeque<W> = entry.waiters.drain(..n).collect();
+        (taken, true)
+    }
+
+    /// Takes the first waiter of `word` (a lock's hand-over), and whether others remain.
+    pub fn take_first(&mut self, word: u64) -> Option<(W, bool)> {
+        let at = self.entries.iter().position(|e| e.word == word)?;
+        let first = self.entries[at].waiters.pop_front()?;
+        let more = !self.entries[at].waiters.is_empty();
+        if !more {
+            self.drop_entry(at);
+        }
+        Some((first, more))
+    }
+
+    /// Gives back a queue [`Table::take`] handed over, for reuse (its waiters are dropped).
+    pub fn put_queue(&mut self, mut queue: VecDeque<W>) {
+        queue.clear();
+        if queue.capacity() != 0 && queue.capacity() <= SPARE_QUEUE_MAX && self.spare_queues.len() < CAPACITY && self.spare_queues.try_reserve(1).is_ok() {
+            self.spare_queues.push(queue);
+        }
+    }
+
+    /// Keeps a waiter the caller is done with, for [`Table::take_spare`] (at most
+    /// [`CAPACITY`]; more are dropped).
+    pub fn put_spare(&mut self, waiter: W) {
+        if self.spare.len() < CAPACITY && self.spare.try_reserve(1).is_ok() {
+            self.spare.push(waiter);
+        }
+    }
+
+    /// A waiter given back by [`Table::put_spare`], if any.
+    pub fn take_spare(&mut self) -> Option<W> {
+        self.spare.pop()
+    }
+
+    /// Removes the (empty) entry at `at`, keeping its queue.
+    fn drop_entry(&mut self, at: usize) {
+        let entry = self.entries.swap_remove(at);
+        self.put_queue(entry.waiters);
     }
 
     /// Removes the waiters `is_it` picks from `word`'s queue (a waiter that gives up); the
@@ -143,7 +194,7 @@ impl<W> Table<W> {
         entry.waiters.retain(|w| !is_it(w));
         let removed = before - entry.waiters.len();
         if entry.waiters.is_empty() {
-            self.entries.swap_remove(at);
+            self.drop_entry(at);
         }
         removed
     }
@@ -166,10 +217,36 @@ mod tests {
             t.enqueue(8, Kind::Lock, 1, w).unwrap();
         }
         assert_eq!(t.len(), 1);
-        assert_eq!(t.take(8, 1), (alloc::vec![0], true));
-        assert_eq!(t.take(8, usize::MAX), (alloc::vec![1, 2], false));
+        assert_eq!(t.take(8, 1), (VecDeque::from([0]), true));
+        assert_eq!(t.take(8, usize::MAX), (VecDeque::from([1, 2]), false));
         assert!(t.is_empty());
-        assert_eq!(t.take(8, 1), (alloc::vec![], false));
+        assert_eq!(t.take(8, 1), (VecDeque::new(), false));
+    }
+
+    #[test]
+    fn the_first_waiter_alone_and_queues_reused() {
+        let mut t = Table::new();
+        for w in 0..3 {
+            t.enqueue(8, Kind::Lock, 1, w).unwrap();
+        }
+        assert_eq!(t.take_first(8), Some((0, true)));
+        assert_eq!(t.take_first(8), Some((1, true)));
+        assert_eq!(t.take_first(8), Some((2, false)));
+        assert!(t.is_empty());
+        assert_eq!(t.take_first(8), None);
+        // The entry's queue was kept: the next entry starts with its capacity.
+        t.enqueue(16, Kind::Wait, 1, 7).unwrap();
+        assert!(t.find(16).unwrap().waiters.capacity() >= 3);
+        let (q, more) = t.take(16, usize::MAX);
+        assert_eq!((q.clone(), more), (VecDeque::from([7]), false));
+        t.put_queue(q);
+        assert_eq!(t.spare_queues.len(), 1);
+        // Spare waiters are bounded.
+        for w in 0..CAPACITY as u64 + 5 {
+            t.put_spare(w);
+        }
+        assert_eq!(t.spare.len(), CAPACITY);
+        assert_eq!(t.take_spare(), Some(CAPACITY as u64 - 1));
     }
 
     #[test]
@@ -204,7 +281,7 @@ mod tests {
         /// than its capacity, a program never more than its share, no entry is empty, and
         /// every waiter queued is taken or removed exactly once.
         #[test]
-        fn bounds_hold_and_no_waiter_is_lost(ops in proptest::collection::vec((0u8..3, 0u64..80, 1u64..4), 1..400)) {
+        fn bounds_hold_and_no_waiter_is_lost(ops in proptest::collection::vec((0u8..4, 0u64..80, 1u64..4), 1..400)) {
             let mut t: Table<u64> = Table::new();
             let mut next = 0u64;
             let mut queued = 0usize;
@@ -213,9 +290,11 @@ mod tests {
                 match op {
                     0 => if t.enqueue(word, Kind::Wait, program, next).is_ok() { queued += 1; next += 1 },
                     1 => gone += t.take(word, 2).0.len(),
+                    3 => gone += usize::from(t.take_first(word).is_some()),
                     _ => gone += t.remove(word, |w| w % 2 == 0),
                 }
                 prop_assert!(t.len() <= CAPACITY);
+                prop_assert!(t.spare_queues.len() <= CAPACITY);
                 for p in 1..4 {
                     prop_assert!(t.charged(p) <= PER_PROGRAM);
                 }

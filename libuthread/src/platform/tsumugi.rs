@@ -9,7 +9,7 @@
 //! comes back from parking, so completions reach the library even when no upcall brings them.
 
 use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use tsumugi_abi::kn::{Event, EventKind, Registration, RingHeader, MAX_VCPUS, PARK_GIVE_UP, PARK_IDLE, RING_SLOTS_OFFSET};
+use tsumugi_abi::kn::{Event, EventKind, Registration, RingHeader, MAX_VCPUS, PARK_GIVE_UP, PARK_IDLE, RING_SLOTS_OFFSET, UNBLOCKED_QUEUED};
 use tsumugi_abi::stats::scope;
 use tsumugi_abi::syscall::{region_flags, rights};
 
@@ -137,11 +137,36 @@ extern "C" fn knh(kind: u64, _thread: u64, vcpu: u64, arg: u64) -> ! {
 
 /// Feeds the ring's events to the core, in order.
 pub fn drain_events() {
+    drain_events_for(core::ptr::null_mut())
+}
+
+/// [`drain_events`] from inside a critical section the user thread `me` entered (null: none):
+/// the threads a queued wait's `UNBLOCKED` makes ready go on `me`'s vCPU's own queue.
+fn drain_events_for(me: *mut Thmb) {
     let ring = RING.load(Ordering::Acquire);
-    if ring == 0 || DRAINING.swap(true, Ordering::Acquire) {
+    if ring == 0 || DRAINING.swap(true, Ordering::SeqCst) {
         return;
     }
     let h = ring as *mut RingHeader;
+    drain_ring(ring, h, me);
+    DRAINING.store(false, Ordering::SeqCst);
+    // A vCPU that found DRAINING set left its events to us; if they came after our last look
+    // they would wait for the next upcall or park (a woken thread stranded until a timer
+    // tick: aarch64 s3 phase_v8_g1 cost 10 M instructions a phase). Look again.
+    loop {
+        core::sync::atomic::fence(Ordering::SeqCst);
+        // SAFETY: the ring's header, as in `drain_ring`.
+        let (head, tail) = unsafe { (core::ptr::read_volatile(&(*h).head), core::ptr::read_volatile(&(*h).tail)) };
+        if head == tail || DRAINING.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        drain_ring(ring, h, me);
+        DRAINING.store(false, Ordering::SeqCst);
+    }
+}
+
+/// [`drain_events_for`]'s loop, with DRAINING held.
+fn drain_ring(ring: usize, h: *mut RingHeader, me: *mut Thmb) {
     loop {
         // SAFETY: the ring is this program's; the kernel only writes slots at and past `tail`
         // and then advances `tail`, the library only advances `head` (under DRAINING).
@@ -163,6 +188,17 @@ pub fn drain_events() {
         match EventKind::from_u64(e.kind) {
             // SAFETY: the kernel names ThMBs this program's threads ran with (their LTN).
             Some(EventKind::Blocked) => unsafe { crate::sched::note_blocked(t) },
+            // SAFETY: the kernel names a thread this program parked itself after the kernel
+            // queued it (`queued_wait`), and posts this once per such wait: the wake-up is ours.
+            Some(EventKind::Unblocked) if e.arg1 == UNBLOCKED_QUEUED => unsafe {
+                (*t).wait_result.store(e.arg0 as usize, Ordering::Relaxed);
+                if me.is_null() {
+                    crate::sched::wake(t)
+                } else {
+                    // `me` entered the critical section we run in (LTN = 0).
+                    crate::sched::wake_from(me, t)
+                }
+            },
             // SAFETY: as above; the kernel wrote the thread's full frame before posting.
             Some(EventKind::Unblocked) | Some(EventKind::Preempted) => unsafe { crate::sched::requeue_full(t) },
             Some(EventKind::Fault) => {
@@ -175,7 +211,47 @@ pub fn drain_events() {
             Some(EventKind::VcpuGranted) | None => {}
         }
     }
-    DRAINING.store(false, Ordering::Release);
+}
+
+/// A wait in the kernel that keeps the vCPU (S3's lock and barrier waits): `call(t)` asks the
+/// kernel to queue the calling user thread `t`; when it answers `QUEUED` the thread parks here
+/// at user level (the ordinary block: another thread runs, or the vCPU parks when none is
+/// ready) until `UNBLOCKED(t)` with `UNBLOCKED_QUEUED` brings the wait's result (see
+/// [`drain_events`]). Any other answer is returned at once. Outside a user thread (LTN = 0)
+/// `plain` waits the kernel's way instead.
+///
+/// The kernel may post the wake-up before `call` has even returned (a release on another CPU,
+/// drained by another vCPU): the thread is `PARKING` from before the call, so that wake-up
+/// turns it `NOTIFIED` and the park's commit keeps it (`sched::runstate`); none is lost. There
+/// is no `BLOCKED(t)` before such an `UNBLOCKED(t)`.
+pub fn queued_wait(call: impl FnOnce(usize) -> sys::SysResult, plain: impl FnOnce() -> sys::SysResult) -> sys::SysResult {
+    if ltn().is_null() {
+        return plain();
+    }
+    let mut answer = None;
+    crate::sched::block_current(|t| match call(t as usize) {
+        Ok(tsumugi_abi::s3::QUEUED) => true,
+        other => {
+            answer = Some(other);
+            false
+        }
+    });
+    if let Some(r) = answer {
+        return r;
+    }
+    // SAFETY: the calling thread's ThMB (LTN is set again); the wake-up that made it ready
+    // was ordered after the store of its result (the wake's compare-exchange, then the queue).
+    let r = unsafe { (*ltn()).wait_result.load(Ordering::Relaxed) };
+    tsumugi_abi::syscall::decode_result(r)
+}
+
+/// After a call that may have posted `UNBLOCKED` to this program's own ring (a release that
+/// woke waiters, who are mostly this program's threads): hands those events to the core now,
+/// so the woken threads are queued before the caller goes on, not at the next upcall.
+pub fn drain_from_thread() {
+    let mut critical = crate::spin::Critical::enter();
+    drain_events_for(critical.thread());
+    critical.leave();
 }
 
 /// vCPUs 1.. join the runtime when the kernel grants them a processor (`VCPU_GRANTED`), which

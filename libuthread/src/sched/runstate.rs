@@ -277,6 +277,63 @@ mod loom_tests {
         });
     }
 
+    /// A wait the kernel queues and the library parks (`platform::queued_wait`, S3): the
+    /// thread is `PARKING` before its syscall queues it in the kernel's holder table; a release
+    /// on another CPU may take it off at once and post `UNBLOCKED`, which another vCPU drains
+    /// — storing the result, then waking — before the syscall has even returned. Modelled with
+    /// the kernel's queue as a mutex, the result word and the real `RunState`: the thread
+    /// resumes exactly once (through the failed commit or the waker's queueing) and reads the
+    /// result the waker stored, in every interleaving.
+    #[test]
+    fn loom_queued_wait_keeps_an_early_unblocked() {
+        use loom::sync::atomic::AtomicBool;
+        use loom::sync::Mutex;
+        loom::model(|| {
+            let state = Arc::new(RunState::new());
+            let kernel_queue = Arc::new(Mutex::new(false));
+            let result = Arc::new(AtomicUsize::new(0));
+            // Set by the waker when it queued the thread (the ready queue's publication).
+            let queued = Arc::new(AtomicBool::new(false));
+            state.set(RUNNING);
+
+            let waker = {
+                let (state, kernel_queue, result, queued) = (state.clone(), kernel_queue.clone(), result.clone(), queued.clone());
+                loom::thread::spawn(move || {
+                    // The release: take the waiter off the kernel's queue if it is there.
+                    let taken = core::mem::take(&mut *kernel_queue.lock().unwrap());
+                    if taken {
+                        // The drain of UNBLOCKED(t, result).
+                        result.store(42, Ordering::Relaxed);
+                        if state.wake() == Wake::Enqueue {
+                            queued.store(true, Ordering::Release);
+                        }
+                    }
+                    taken
+                })
+            };
+
+            state.begin_park();
+            // The syscall: queued (answers QUEUED) — the waker may act from here on.
+            *kernel_queue.lock().unwrap() = true;
+            // The library's park: the direct switch's commit.
+            let resumed_by_commit = !state.commit_park();
+            let woken = waker.join().unwrap();
+            if !woken {
+                // No release came in this run: take it back off the queue as a release would,
+                // so the model ends (the release is what the test is about, not its absence).
+                assert!(!resumed_by_commit);
+                return;
+            }
+            if resumed_by_commit {
+                assert!(!queued.load(Ordering::Acquire));
+            } else {
+                assert!(queued.load(Ordering::Acquire));
+            }
+            // The resumed thread reads its result (ordered by the state CAS or the queue).
+            assert_eq!(result.load(Ordering::Relaxed), 42);
+        });
+    }
+
     /// The direct switch's publication (`sched::scheduler::switch_direct`): a thread is made
     /// reachable — queued behind the others at a yield, or its park committed at a block —
     /// *before* its vCPU saves its window, with its mask "in flight"; the save ends with a

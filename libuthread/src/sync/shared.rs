@@ -8,9 +8,10 @@
 //! memory, which another program cannot see.
 //!
 //! - [`SharedMutex::lock`]: one user-mode compare-exchange; when it fails the rest is the
-//!   kernel's (`s3_lock`): the thread gives up its vCPU (`BLOCKED`) and comes back
-//!   (`UNBLOCKED`) owning the lock, which the kernel acquired for it when the holder released
-//!   (Auto Lock) — no retry. A release with no waiter never enters the kernel.
+//!   kernel's (`s3_lock`): the kernel queues the thread and answers at once, the library parks
+//!   the thread at user level and runs another, and the thread comes back (`UNBLOCKED`) owning
+//!   the lock, which the kernel acquired for it when the holder released (Auto Lock) — no
+//!   retry. A release with no waiter never enters the kernel.
 //! - [`SharedBarrier::wait`]: arrivals count in user mode; the waiters sleep in the kernel and
 //!   the last arrival releases them all with one `s3_wake`.
 //! - When the kernel's holder table is full (`EAGAIN`), both wait in software (spin, then
@@ -35,6 +36,7 @@ use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use tsumugi_abi::s3::{barrier, OWNER_DIED};
 use tsumugi_abi::syscall::Errno;
 
+use crate::platform;
 use crate::sys;
 
 /// Compare-exchanges in a spin round of the software fallback before it yields.
@@ -102,7 +104,8 @@ impl<T> SharedMutex<T> {
             return SharedMutexGuard { lock: self, inherited: false };
         }
         loop {
-            match sys::s3_lock(self.word(), me as usize) {
+            let word = self.word();
+            match platform::queued_wait(|t| sys::s3_lock_queued(word, me as usize, t), || sys::s3_lock(word, me as usize)) {
                 Ok(0) => return SharedMutexGuard { lock: self, inherited: false },
                 Ok(OWNER_DIED) => return SharedMutexGuard { lock: self, inherited: true },
                 Err(Some(Errno::Again)) => {
@@ -132,6 +135,8 @@ impl<T> SharedMutex<T> {
             if let Err(e) = sys::s3_unlock(self.word(), me as usize) {
                 panic!("SharedMutex at {:#x}: s3_unlock answered {e:?}", self.word());
             }
+            // The waiter it went to is most often one of ours: make it ready now.
+            platform::drain_from_thread();
         }
     }
 }
@@ -218,8 +223,8 @@ impl SharedBarrier {
                     Err(seen) => now = seen,
                 }
             }
-            if now & barrier::SLEEPERS != 0 {
-                let _ = sys::s3_wake(self.word(), usize::MAX);
+            if now & barrier::SLEEPERS != 0 && sys::s3_wake(self.word(), usize::MAX).is_ok_and(|n| n > 0) {
+                platform::drain_from_thread();
             }
             return Ok(true);
         }
@@ -238,7 +243,8 @@ impl SharedBarrier {
                 crate::yield_now();
                 continue;
             }
-            match sys::s3_barrier(self.word(), now, self.count) {
+            let (word, count) = (self.word(), self.count);
+            match platform::queued_wait(|t| sys::s3_barrier_queued(word, now, count, t), || sys::s3_barrier(word, now, count)) {
                 Ok(_) => {}
                 Err(Some(Errno::Srch)) => return Err(BarrierBroken),
                 Err(Some(Errno::Again)) => {

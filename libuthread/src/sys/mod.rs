@@ -371,6 +371,13 @@ pub fn s3_lock(word: usize, tag: usize) -> SysResult {
     call(Syscall::S3Lock as usize, [word, tag, 0, 0, 0, 0])
 }
 
+/// [`s3_lock`] for user thread `thmb` (its ThMB), which the caller parks itself: a wait
+/// answers `Ok(tsumugi_abi::s3::QUEUED)` at once and the result comes with
+/// `UNBLOCKED(thmb)` (`tsumugi_abi::kn::UNBLOCKED_QUEUED`). [`crate::sync::SharedMutex`] uses it.
+pub fn s3_lock_queued(word: usize, tag: usize, thmb: usize) -> SysResult {
+    call(Syscall::S3Lock as usize, [word, tag, thmb, 0, 0, 0])
+}
+
 /// `s3_unlock`: releases a shared lock word whose waiters bit is set.
 pub fn s3_unlock(word: usize, tag: usize) -> SysResult {
     call(Syscall::S3Unlock as usize, [word, tag, 0, 0, 0, 0])
@@ -390,6 +397,12 @@ pub fn s3_wake(word: usize, n: usize) -> SysResult {
 /// Most programs want [`crate::sync::SharedBarrier`].
 pub fn s3_barrier(word: usize, expected: u64, count: usize) -> SysResult {
     call(Syscall::S3Barrier as usize, [word, expected as usize, count, 0, 0, 0])
+}
+
+/// [`s3_barrier`] for user thread `thmb`, which the caller parks itself (as
+/// [`s3_lock_queued`]). [`crate::sync::SharedBarrier`] uses it.
+pub fn s3_barrier_queued(word: usize, expected: u64, count: usize, thmb: usize) -> SysResult {
+    call(Syscall::S3Barrier as usize, [word, expected as usize, count, thmb, 0, 0])
 }
 
 /// `signal`: sends signal `number` to what `target` names under `scope`

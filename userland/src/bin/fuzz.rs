@@ -520,7 +520,8 @@ fn s3(rng: &mut Rng) {
         0 => {
             let random = rng.next() as usize;
             let tag = if word == own { mine } else { rng.pick(&[0, 1, mine, usize::MAX, random]) };
-            let _ = call(n(S::S3Lock), [word, tag, 0, 0, 0, 0]);
+            // Any ThMB (the third argument): the call cannot wait, so nothing is ever posted.
+            let _ = call(n(S::S3Lock), [word, tag, rng.pick(&[0, random]), 0, 0, 0]);
         }
         1 => {
             let random = rng.next() as usize;
@@ -529,7 +530,8 @@ fn s3(rng: &mut Rng) {
         }
         2 => {
             let expected = if word == own { value ^ (1 + rng.below(1 << 20)) } else { rng.next() as usize };
-            let _ = call(n(S::S3Wait), [word, expected, 0, 0, 0, 0]);
+            let thmb = rng.next() as usize;
+            let _ = call(n(S::S3Wait), [word, expected, rng.pick(&[0, thmb]), 0, 0, 0]);
         }
         3 => {
             let _ = call(n(S::S3Wake), [word, rng.small(), 0, 0, 0, 0]);
@@ -537,7 +539,8 @@ fn s3(rng: &mut Rng) {
         _ => {
             let count = rng.pick(&[0, tsumugi_abi::s3::MAX_BARRIER_COUNT + 1, usize::MAX, 1, 2, 3]);
             let expected = if word == own && (1..=tsumugi_abi::s3::MAX_BARRIER_COUNT).contains(&count) { value ^ (1 + rng.below(1 << 20)) } else { rng.next() as usize };
-            let _ = call(n(S::S3Barrier), [word, expected, count, 0, 0, 0]);
+            let thmb = rng.next() as usize;
+            let _ = call(n(S::S3Barrier), [word, expected, count, rng.pick(&[0, thmb]), 0, 0]);
         }
     }
 }
