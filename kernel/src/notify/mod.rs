@@ -101,11 +101,28 @@ mod machine {
         post_as(domain, event, runs_in(domain))
     }
 
+    /// Ends `domain`, whose ring stayed full with [`super::ring::MAX_HELD`] events held back.
+    #[cold]
+    #[inline(never)]
+    fn end_ring_overflow(domain: &Domain) {
+        domain.end(Outcome::Killed(format!(
+            "its event ring stayed full with {} events held back: the library does not drain it",
+            super::ring::MAX_HELD
+        )));
+    }
+
     /// [`post`] of several events of one program, in order, under one take of its state lock
     /// (a batch release's `UNBLOCKED`s); one parked vCPU is woken to read them all.
     pub fn post_many(domain: &Domain, events: impl Iterator<Item = Event>) {
+        post_all(domain, events, runs_in(domain))
+    }
+
+    /// [`post_many`] and [`post_as`]: each event appended through the loaded table where `own`
+    /// and nothing is held back, else held back and flushed; then one parked vCPU woken. A
+    /// program whose held-back list is full is ended.
+    #[inline(always)]
+    fn post_all(domain: &Domain, events: impl Iterator<Item = Event>, own: bool) {
         let Some(cfg) = domain.kn.config() else { return };
-        let own = runs_in(domain);
         let overflow = {
             let mut st = domain.kn.state();
             if st.released {
@@ -129,10 +146,7 @@ mod machine {
             overflow
         };
         if overflow {
-            domain.end(Outcome::Killed(format!(
-                "its event ring stayed full with {} events held back: the library does not drain it",
-                super::ring::MAX_HELD
-            )));
+            end_ring_overflow(domain);
         }
     }
 
@@ -212,29 +226,7 @@ mod machine {
     /// loaded table (only a thread of this program has it).
     #[inline(never)]
     fn post_as(domain: &Domain, event: Event, own: bool) {
-        let Some(cfg) = domain.kn.config() else { return };
-        let overflow = {
-            let mut st = domain.kn.state();
-            if st.released {
-                return;
-            }
-            let appended = st.held.is_empty() && own && super::ring::append_fast(cfg, &mut st, &event).is_ok();
-            let overflow = !appended && (st.held.len() >= super::ring::MAX_HELD || st.held.try_reserve(1).is_err());
-            if !appended && !overflow {
-                st.held.push_back(event);
-                super::ring::flush_held(cfg, &mut st, own);
-            }
-            if !overflow {
-                super::vcpu::wake_one(&mut st);
-            }
-            overflow
-        };
-        if overflow {
-            domain.end(Outcome::Killed(format!(
-                "its event ring stayed full with {} events held back: the library does not drain it",
-                super::ring::MAX_HELD
-            )));
-        }
+        post_all(domain, core::iter::once(event), own)
     }
 
     /// Posts a user signal's `SIGNAL` event to `domain`'s ring only if it fits now: a signal is
