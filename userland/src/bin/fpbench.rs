@@ -1,5 +1,5 @@
 //! Cost of FP switching: N threads yield to each other; in one phase only one of them keeps FP
-//! state live (an SSE register chain across its yields), in the other all do. Run once with
+//! state live (a SIMD/FP register chain across its yields: SSE, NEON or RISC-V D), in the other all do. Run once with
 //! `fpu=lazy` and once with `fpu=eager`: cycles per switch and the kernel's FP trap, save and
 //! restore counts show what laziness saves. One CPU (`cpus=1`).
 #![no_std]
@@ -8,7 +8,7 @@
 // This program uses each architecture's SIMD registers directly (a value must stay live in
 // them across the yields); on other architectures it reports that it is not ported (and fails,
 // so a suite that runs it cannot pass by accident).
-#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64", target_arch = "riscv64"))]
 mod simd {
     use core::sync::atomic::{AtomicUsize, Ordering};
     use libuthread::{println, sys, Clock};
@@ -63,6 +63,27 @@ mod simd {
         }
     }
 
+    /// Yields `ROUNDS` times without touching FP. Written out as on aarch64, so the loop is the
+    /// same instructions as [`live_fp_yields`] minus the FP one, whatever the compiler does with
+    /// the argument array.
+    #[cfg(target_arch = "riscv64")]
+    fn plain_yields() {
+        // SAFETY: only the declared registers are touched; the syscall returns its result in a0.
+        unsafe {
+            core::arch::asm!(
+                "2:",
+                "li a7, {y}",
+                "ecall",
+                "addi {n}, {n}, -1",
+                "bnez {n}, 2b",
+                y = const tsumugi_abi::syscall::Syscall::Yield as usize,
+                n = inout(reg) ROUNDS => _,
+                out("a0") _, out("a7") _,
+                options(nostack),
+            );
+        }
+    }
+
     /// Yields `ROUNDS` times with an SSE value live in xmm0.
     #[cfg(target_arch = "x86_64")]
     fn live_fp_yields() {
@@ -102,6 +123,30 @@ mod simd {
                 y = const tsumugi_abi::syscall::Syscall::Yield as usize,
                 n = inout(reg) ROUNDS => _,
                 out("x0") _, out("x8") _, out("v0") _,
+                options(nostack),
+            );
+        }
+    }
+
+    /// Yields `ROUNDS` times with a double-precision value live in f0 (`sstatus.FS` goes Dirty
+    /// at every `fadd.d`, so each slice of this thread changes its FP state).
+    #[cfg(target_arch = "riscv64")]
+    fn live_fp_yields() {
+        // SAFETY: the D extension is part of riscv64gc and the kernel gives FP to user mode (at
+        // the FP-disabled trap); only f0 and the declared registers are touched; the syscall
+        // returns its result in a0.
+        unsafe {
+            core::arch::asm!(
+                "fmv.d.x f0, zero",
+                "2:",
+                "fadd.d f0, f0, f0",
+                "li a7, {y}",
+                "ecall",
+                "addi {n}, {n}, -1",
+                "bnez {n}, 2b",
+                y = const tsumugi_abi::syscall::Syscall::Yield as usize,
+                n = inout(reg) ROUNDS => _,
+                out("a0") _, out("a7") _, out("f0") _,
                 options(nostack),
             );
         }
@@ -148,12 +193,15 @@ mod simd {
     /// Bytes one FP save writes (q0–q31, FPCR, FPSR).
     #[cfg(target_arch = "aarch64")]
     const FP_AREA_BYTES: u64 = 528;
+    /// Bytes one FP save writes (f0–f31, fcsr).
+    #[cfg(target_arch = "riscv64")]
+    const FP_AREA_BYTES: u64 = 264;
 }
 
-#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64", target_arch = "riscv64"))]
 use simd::main;
 
-#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64", target_arch = "riscv64")))]
 fn main() -> i32 {
     libuthread::println!("fpbench: not ported to this architecture");
     1
