@@ -10,7 +10,7 @@ pub const FP_SWITCH: TableInfo = TableInfo {
     note: "plain columns: fpu=lazy (FP state saved when another thread first touches FP); \
            _eager columns: fpu=eager (saved and restored at every kernel switch, the baseline); \
            _adaptive columns: fpu=adaptive, the default (lazy, eager for threads that used FP in \
-           their last 3 slices)",
+           their last slice)",
     x_label: "case",
     y_label: "cycles per switch",
     chart: &["cycles_per_switch"],
