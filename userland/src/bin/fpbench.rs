@@ -9,7 +9,11 @@
 // This program uses each architecture's SIMD registers directly (a value must stay live in
 // them across the yields); on other architectures it reports that it is not ported (and fails,
 // so a suite that runs it cannot pass by accident).
-#[cfg(any(target_arch = "x86_64", target_arch = "aarch64", target_arch = "riscv64"))]
+#[cfg(any(
+    target_arch = "x86_64",
+    target_arch = "aarch64",
+    target_arch = "riscv64"
+))]
 mod simd {
     use core::sync::atomic::{AtomicUsize, Ordering};
     use libuthread::{println, sys, Clock};
@@ -191,7 +195,8 @@ mod simd {
         WRONG.store(0, Ordering::Relaxed);
         let mut tids = [0usize; THREADS];
         for (i, t) in tids.iter_mut().enumerate() {
-            *t = sys::spawn(worker, if i < fp_threads { i + 1 } else { 0 }, 16 * 1024, true).ok()?;
+            let fp = if i < fp_threads { i + 1 } else { 0 };
+            *t = sys::spawn(worker, fp, 16 * 1024, true).ok()?;
         }
         sys::yield_now();
         let (before, _) = sys::counters(scope::ALL_CPUS).ok()?;
@@ -238,10 +243,18 @@ mod simd {
     const FP_AREA_BYTES: u64 = 264;
 }
 
-#[cfg(any(target_arch = "x86_64", target_arch = "aarch64", target_arch = "riscv64"))]
+#[cfg(any(
+    target_arch = "x86_64",
+    target_arch = "aarch64",
+    target_arch = "riscv64"
+))]
 use simd::main;
 
-#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64", target_arch = "riscv64")))]
+#[cfg(not(any(
+    target_arch = "x86_64",
+    target_arch = "aarch64",
+    target_arch = "riscv64"
+)))]
 fn main() -> i32 {
     libuthread::println!("fpbench: not ported to this architecture");
     1
