@@ -6,12 +6,19 @@
 //! (an inter-processor request, served at once if the first is waiting itself).
 //!
 //! **Adaptive** (the default): a thread that took the FP-disabled trap in each of its last
-//! [`HOT`] time slices gets its registers loaded at the switch instead (no trap), as Linux's
-//! `fpu_counter` did; a thread that runs a slice without touching FP goes back to lazy. While
-//! it is loaded eagerly it cannot show whether it still uses FP, so a timer tick that finds it
-//! running sets its count back to 0: it is re-tested (a few traps, then eager again if it
-//! still uses FP) — work on the tick, not on the switch path. So the kernel pays the trap only
-//! for occasional FP users and the eager save/restore only for steady ones.
+//! [`HOT`] time slices (its last one: `HOT` is 1) gets its registers loaded at the switch
+//! instead (no trap), as Linux's `fpu_counter` did; a thread that runs a slice without touching
+//! FP goes back to lazy. While it is loaded eagerly it cannot show whether it still uses FP, so
+//! a timer tick that finds it running sets its count back to 0: it is re-tested (one trap, then
+//! eager again if it still uses FP) — work on the tick, not on the switch path. So the kernel
+//! pays the trap only for occasional FP users and the eager save/restore only for steady ones.
+//!
+//! Why one slice and not a few: the switch paths of adaptive (hot thread) and eager are the
+//! same instructions, so every trap adaptive takes beyond eager's one first-use trap is a pure
+//! loss against eager. With `HOT` = 3 each FP thread paid two such traps to warm up (and three
+//! at each re-test), which put adaptive above eager on the `fp_switch` row `8_of_8_fp`
+//! (aarch64 559 vs 557, riscv64 711 vs 707 per switch); with 1 it equals eager there. The price
+//! is that a thread that touched FP in one slice is loaded eagerly until a tick re-tests it.
 //!
 //! `fpu=lazy` (always lazy) and `fpu=eager` (save and restore at every switch) are kept as
 //! baselines for comparison.
@@ -124,8 +131,9 @@ impl Mode {
     }
 }
 
-/// Slices in a row with FP use after which a thread's registers are loaded at the switch.
-pub const HOT: u8 = 3;
+/// Slices in a row with FP use after which a thread's registers are loaded at the switch (see
+/// the module comment for why it is 1).
+pub const HOT: u8 = 1;
 
 static MODE: AtomicU8 = AtomicU8::new(Mode::Adaptive as u8);
 

@@ -10,7 +10,7 @@ pub const FP_SWITCH: TableInfo = TableInfo {
     note: "plain columns: fpu=lazy (FP state saved when another thread first touches FP); \
            _eager columns: fpu=eager (saved and restored at every kernel switch, the baseline); \
            _adaptive columns: fpu=adaptive, the default (lazy, eager for threads that used FP in \
-           their last 3 slices)",
+           their last slice)",
     x_label: "case",
     y_label: "cycles per switch",
     chart: &["cycles_per_switch"],
@@ -18,12 +18,12 @@ pub const FP_SWITCH: TableInfo = TableInfo {
 };
 
 /// Always-lazy FP switching (issue 6; the kernel default until adaptive switching). fpbench keeps SIMD registers live with
-/// inline assembly (SSE on x86_64, NEON on aarch64); add an architecture here when its port
-/// has lazy FP and fpbench.
+/// inline assembly (SSE on x86_64, NEON on aarch64, the D extension on riscv64); add an
+/// architecture here when its port has lazy FP and fpbench.
 pub const FPU_LAZY: Bench = Bench {
     name: "fpu-lazy",
     about: "kernel FP/SIMD switch, lazy (fpbench with fpu=lazy)",
-    arches: Arches::Only(&[Arch::X86_64, Arch::Aarch64]),
+    arches: Arches::Only(&[Arch::X86_64, Arch::Aarch64, Arch::Riscv64]),
     runner: Runner::Qemu {
         smp: 1,
         boot_words: "quiet cpus=1 fpu=lazy run=fpbench",
@@ -38,7 +38,7 @@ pub const FPU_LAZY: Bench = Bench {
 pub const FPU_ADAPTIVE: Bench = Bench {
     name: "fpu-adaptive",
     about: "kernel FP/SIMD switch, adaptive (fpbench with fpu=adaptive, the default)",
-    arches: Arches::Only(&[Arch::X86_64, Arch::Aarch64]),
+    arches: Arches::Only(&[Arch::X86_64, Arch::Aarch64, Arch::Riscv64]),
     runner: Runner::Qemu {
         smp: 1,
         boot_words: "quiet cpus=1 fpu=adaptive run=fpbench",
@@ -53,7 +53,7 @@ pub const FPU_ADAPTIVE: Bench = Bench {
 pub const FPU_EAGER: Bench = Bench {
     name: "fpu-eager",
     about: "kernel FP/SIMD switch, eager baseline (fpbench with fpu=eager)",
-    arches: Arches::Only(&[Arch::X86_64, Arch::Aarch64]),
+    arches: Arches::Only(&[Arch::X86_64, Arch::Aarch64, Arch::Riscv64]),
     runner: Runner::Qemu {
         smp: 1,
         boot_words: "quiet cpus=1 fpu=eager run=fpbench",
