@@ -24,8 +24,11 @@
 //!
 //! Bounds: a vCPU keeps at most [`KEEP_THMBS`] free ThMBs and [`KEEP_STACKS`] free stacks per
 //! size; beyond that a ThMB goes back to the heap and a stack to the shared, locked overflow
-//! list in `scheduler` (which every vCPU consults before carving), so memory stays bounded by
-//! the peak number of live threads.
+//! list in `scheduler`. That list is consulted only when this pool has neither a free stack
+//! nor room to carve one (hosted: always, since nothing is carved there). On Tsumugi a vCPU
+//! therefore carves new stacks while freed ones wait on the shared list, so stack memory is not
+//! yet bounded by the peak number of live threads there (branch `stackcheck` takes from the
+//! shared list before carving; not landed).
 
 use core::cell::UnsafeCell;
 use core::ptr;

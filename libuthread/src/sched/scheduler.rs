@@ -114,8 +114,8 @@ const SCHED_STACK_SIZE: usize = 128 * 1024;
 /// Stacks kept in the pool at most where the platform can take memory back (beyond that,
 /// exiting threads' stacks go back to it). Where it cannot (Tsumugi: `free_stack` does
 /// nothing, stacks are carved from chunks that live as long as the program) every stack is
-/// kept, so that it is used again: the program's stacks stay bounded by its peak number of live
-/// threads instead of growing by every stack freed beyond the bound.
+/// kept rather than dropped. It is used again only when the taking vCPU cannot carve (see
+/// [`take_stack`] and the `sched::pool` module documentation).
 const STACK_POOL_MAX: usize = if platform::FREES_STACKS { 256 } else { usize::MAX };
 
 /// What a thread asks the scheduler to do when it switches out (low bits of the ThMB address,
@@ -839,7 +839,8 @@ fn work_anywhere() -> bool {
 // Stacks.
 
 /// A stack for a thread that asked for `size` bytes, starting on vCPU `v`: from `v`'s pool (no
-/// lock), else from the shared overflow list, else from the platform.
+/// lock: a free stack, else one carved from its chunk), else from the shared overflow list,
+/// else from the platform.
 ///
 /// # Safety
 /// Runs on vCPU `v` with LTN = 0.
