@@ -24,11 +24,13 @@
 //!
 //! Bounds: a vCPU keeps at most [`KEEP_THMBS`] free ThMBs and [`KEEP_STACKS`] free stacks per
 //! size; beyond that a ThMB goes back to the heap and a stack to the shared, locked overflow
-//! list in `scheduler`. That list is consulted only when this pool has neither a free stack
-//! nor room to carve one (hosted: always, since nothing is carved there). On Tsumugi a vCPU
-//! therefore carves new stacks while freed ones wait on the shared list, so stack memory is not
-//! yet bounded by the peak number of live threads there (branch `stackcheck` takes from the
-//! shared list before carving; not landed).
+//! list in `scheduler`. A vCPU whose pool has no free stack of the size takes one from that
+//! list before it carves a new one (`scheduler::take_stack`), so on Tsumugi stack memory stays
+//! bounded by the peak number of live threads (the conformance check
+//! `freed_stacks_are_used_again`: on one vCPU a second round of 1,400 live threads makes no
+//! stack). A stack reaches a free list only once nothing runs on it (its thread exited and its
+//! vCPU left it: `scheduler::give_stack`), so another vCPU may take it from the shared list at
+//! once.
 
 use core::cell::UnsafeCell;
 use core::ptr;
@@ -75,9 +77,10 @@ unsafe impl Sync for Pool {}
 
 /// Where a stack of the requested size comes from.
 pub(crate) enum Stack {
-    /// From this vCPU's free list or carved from its chunk: `(base, len)`.
+    /// Carved from this vCPU's chunk: `(base, len)`.
     Ready(usize, usize),
-    /// Neither: the caller takes one from the shared overflow list or the platform.
+    /// None (nothing is carved on this platform, or the size exceeds a chunk, or no chunk
+    /// could be had): the caller asks the platform for one.
     Elsewhere,
 }
 
@@ -138,26 +141,36 @@ impl Pool {
         true
     }
 
-    /// A stack for a thread that asked for `size` bytes.
+    /// A free stack of this vCPU's for a thread that asked for `size` bytes, if it keeps one.
     ///
     /// # Safety
     /// As for [`Pool::inner`].
     #[inline]
-    pub(crate) unsafe fn take_stack(&self, size: usize) -> Stack {
+    pub(crate) unsafe fn take_free_stack(&self, size: usize) -> Option<(usize, usize)> {
         // SAFETY: forwarded contract.
         let p = unsafe { self.inner() };
-        if let Some(c) = p.stacks.iter_mut().find(|c| c.size == size && c.head != 0) {
-            let base = c.head;
-            // SAFETY: a free stack's last word holds the link (`give_stack`).
-            c.head = unsafe { ptr::read((base + c.len - 8) as *const usize) };
-            c.count -= 1;
-            return Stack::Ready(base, c.len);
-        }
+        let c = p.stacks.iter_mut().find(|c| c.size == size && c.head != 0)?;
+        let base = c.head;
+        // SAFETY: a free stack's last word holds the link (`give_stack`).
+        c.head = unsafe { ptr::read((base + c.len - 8) as *const usize) };
+        c.count -= 1;
+        Some((base, c.len))
+    }
+
+    /// A new stack for a thread that asked for `size` bytes, carved from this vCPU's chunk
+    /// (a new chunk from the platform when it is used up). The caller has looked at the free
+    /// lists first: this vCPU's ([`Pool::take_free_stack`]) and the shared one.
+    ///
+    /// # Safety
+    /// As for [`Pool::inner`].
+    pub(crate) unsafe fn carve_stack(&self, size: usize) -> Stack {
+        // SAFETY: forwarded contract.
+        let p = unsafe { self.inner() };
         let chunk = platform::STACK_CHUNK;
         if chunk == 0 {
             return Stack::Elsewhere;
         }
-        // Carve: page-rounded, as the platform would round a stack of its own.
+        // Page-rounded, as the platform would round a stack of its own.
         let len = (size + 4095) & !4095;
         if p.end - p.cursor < len {
             if len > chunk {
@@ -173,6 +186,7 @@ impl Pool {
         }
         let base = p.cursor;
         p.cursor += len;
+        super::STACKS_MADE.fetch_add(1, core::sync::atomic::Ordering::Relaxed);
         Stack::Ready(base, len)
     }
 

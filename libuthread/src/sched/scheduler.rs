@@ -53,8 +53,8 @@
 //! owner-only like the pool: two plain stores): no stack, no register state, no queue lock. The
 //! list goes to the ready queue (`Vcpu::publish_fresh`) when the vCPU enters the scheduler, or
 //! at once when a vCPU is idle; a join on the same vCPU takes its child straight off it. The first
-//! dispatch takes a stack from the vCPU's pool (carved from a large chunk when the pool is
-//! empty; the shared `STACKS` list holds what pools overflow with) and builds a window that
+//! dispatch takes a stack from the vCPU's pool (else from the shared `STACKS` list, which holds
+//! what pools overflow with, else carved from a large chunk) and builds a window that
 //! starts the thread; exit returns the stack and the ThMB to the pool of the vCPU it exits on.
 //! So a thread that never runs costs a ThMB, and a stack is held only while a thread is live.
 //! A join that finds its
@@ -111,11 +111,12 @@ use crate::thmb::{Thmb, JOIN_DETACHED, JOIN_EXITED, JOIN_RUNNING};
 pub(crate) const DEFAULT_STACK_SIZE: usize = 256 * 1024;
 /// Size of each vCPU's scheduler stack.
 const SCHED_STACK_SIZE: usize = 128 * 1024;
-/// Stacks kept in the pool at most where the platform can take memory back (beyond that,
-/// exiting threads' stacks go back to it). Where it cannot (Tsumugi: `free_stack` does
-/// nothing, stacks are carved from chunks that live as long as the program) every stack is
-/// kept rather than dropped. It is used again only when the taking vCPU cannot carve (see
-/// [`take_stack`] and the `sched::pool` module documentation).
+/// Stacks kept on the shared overflow list at most where the platform can take memory back
+/// (beyond that, exiting threads' stacks go back to it). Where it cannot (Tsumugi: `free_stack`
+/// does nothing, stacks are carved from chunks that live as long as the program) every stack is
+/// kept, and [`take_stack`] takes from the list before it carves: the program's stacks stay
+/// bounded by its peak number of live threads instead of growing by every stack freed beyond
+/// the vCPUs' pools.
 const STACK_POOL_MAX: usize = if platform::FREES_STACKS { 256 } else { usize::MAX };
 
 /// What a thread asks the scheduler to do when it switches out (low bits of the ThMB address,
@@ -800,6 +801,10 @@ static RUN_LOCK: AtomicBool = AtomicBool::new(false);
 static ROOT: RootCell = RootCell(core::cell::UnsafeCell::new(Thmb::blank()));
 /// Free thread stacks the vCPUs' pools had no room for: `(requested size, base, len)`.
 static STACKS: SpinLock<Vec<(usize, usize, usize)>> = SpinLock::new(Vec::new());
+/// How many stacks `STACKS` holds, stored under its lock: a look without the lock, so that a
+/// vCPU whose pool is empty carves without taking the lock while the list is empty (the common
+/// case as a program grows). A stale 0 only makes the vCPU carve instead of reusing one stack.
+static STACKS_KEPT: AtomicUsize = AtomicUsize::new(0);
 
 /// Prints `message` and ends the program (a resource the scheduler cannot do without is gone).
 pub(crate) fn fatal(message: &str) -> ! {
@@ -838,32 +843,68 @@ fn work_anywhere() -> bool {
 // ------------------------------------------------------------------------------------------
 // Stacks.
 
-/// A stack for a thread that asked for `size` bytes, starting on vCPU `v`: from `v`'s pool (no
-/// lock: a free stack, else one carved from its chunk), else from the shared overflow list,
-/// else from the platform.
+/// Stacks made so far: carved from a chunk or taken from the platform (not those reused from a
+/// free list). The conformance check `freed_stacks_are_used_again` reads it.
+pub(crate) static STACKS_MADE: core::sync::atomic::AtomicUsize = core::sync::atomic::AtomicUsize::new(0);
+
+/// A stack for a thread that asked for `size` bytes, starting on vCPU `v`: a free one from `v`'s
+/// pool (no lock), else from the shared overflow list, else a new one carved from `v`'s chunk,
+/// else from the platform. Free stacks come before new ones, the shared list's too: a stack
+/// that went there is used again rather than left while chunks grow.
+///
+/// A stack on either free list may go to any vCPU at once, so nothing may run on it any more
+/// when it is put there. [`give_stack`] is called from one place only, the exit hop
+/// (`after_switch_to` / `after_switch`), on another stack (the next thread's, below its saved
+/// stack pointer, or the scheduler stack) after `thread_main` has left the exiting thread's
+/// for good; see [`give_stack`] for why nobody else is on it then.
 ///
 /// # Safety
 /// Runs on vCPU `v` with LTN = 0.
 unsafe fn take_stack(v: usize, size: usize) -> Option<(usize, usize)> {
     // SAFETY: forwarded contract.
-    if let Stack::Ready(base, len) = unsafe { VCPUS[v].pool.take_stack(size) } {
-        return Some((base, len));
+    if let Some(stack) = unsafe { VCPUS[v].pool.take_free_stack(size) } {
+        return Some(stack);
     }
-    {
+    if STACKS_KEPT.load(Ordering::Relaxed) != 0 {
         let mut pool = STACKS.lock();
         if let Some(i) = pool.iter().rposition(|&(s, _, _)| s == size) {
             let (_, base, len) = pool.swap_remove(i);
+            STACKS_KEPT.store(pool.len(), Ordering::Relaxed);
             return Some((base, len));
         }
     }
+    // SAFETY: forwarded contract.
+    if let Stack::Ready(base, len) = unsafe { VCPUS[v].pool.carve_stack(size) } {
+        return Some((base, len));
+    }
+    STACKS_MADE.fetch_add(1, core::sync::atomic::Ordering::Relaxed);
     platform::alloc_stack(size)
 }
 
-/// Gives back the stack of a thread that asked for `size` bytes, on vCPU `v`.
+/// Gives back the stack of a thread that asked for `size` bytes, on vCPU `v`: to `v`'s pool,
+/// else to the shared overflow list (from which any vCPU may take it at once), else to the
+/// platform.
+///
+/// When a stack is free: its thread has exited and the vCPU it exited on has left it. Only the
+/// exit hop calls this, on vCPU `v`, for the thread that just ended there: `thread_main` ran to
+/// its end on the thread's own stack (its joiner woken, its unjoined children published, the
+/// next thread prepared), then moved to another stack with `call_on_stack`, and nothing of it
+/// comes back. Nobody else is on the stack: a thread runs only on its own vCPU's stack (it was
+/// RUNNING here, so no other vCPU holds it), a child run inline (`run_inline`) runs on its
+/// joiner's stack and has none of its own (`stack` stays (0, 0), so its end frees nothing),
+/// a task record promoted to a thread (`crate::join`) lives in its joiner's frame, which the
+/// joiner leaves only after the record is complete, and a thread blocked in the kernel or parked
+/// in place has not exited. The joiner frees only the ThMB, by its reference count.
 ///
 /// # Safety
-/// Runs on vCPU `v` with LTN = 0; nothing runs on the stack any more.
+/// Runs on vCPU `v` with LTN = 0, not on the stack; nothing runs on the stack any more.
 unsafe fn give_stack(v: usize, size: usize, base: usize, len: usize) {
+    // The caller's frame is on another stack (a look at the part of the contract that can be
+    // checked here).
+    debug_assert!(
+        !(base..base + len).contains(&(&size as *const usize as usize)),
+        "libuthread: a stack freed while the freeing code runs on it"
+    );
     // SAFETY: forwarded contract.
     if unsafe { VCPUS[v].pool.give_stack(size, base, len) } {
         return;
@@ -872,6 +913,7 @@ unsafe fn give_stack(v: usize, size: usize, base: usize, len: usize) {
         let mut pool = STACKS.lock();
         if pool.len() < STACK_POOL_MAX {
             pool.push((size, base, len));
+            STACKS_KEPT.store(pool.len(), Ordering::Relaxed);
             return;
         }
     }
