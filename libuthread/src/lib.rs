@@ -217,6 +217,8 @@ pub use thread::{
 
 #[cfg(target_os = "none")]
 mod heap;
+#[cfg(any(test, target_os = "none"))]
+mod size_class;
 #[cfg(target_os = "none")]
 pub mod io;
 #[cfg(target_os = "none")]
