@@ -12,8 +12,10 @@
 //!   the thread at user level and runs another, and the thread comes back (`UNBLOCKED`) owning
 //!   the lock, which the kernel acquired for it when the holder released (Auto Lock) — no
 //!   retry. A release with no waiter never enters the kernel.
-//! - [`SharedBarrier::wait`]: arrivals count in user mode; the waiters sleep in the kernel and
-//!   the last arrival releases them all with one `s3_wake`.
+//! - [`SharedBarrier::wait`]: arrivals count in user mode (every one adds one to the word);
+//!   one waiter per program and round sleeps in the kernel, the program's other waiters of the
+//!   round wait on it in the library (`gather`), and the last arrival releases every program's
+//!   sleeper with one `s3_wake`, each of which then releases its program's waiters in a batch.
 //! - When the kernel's holder table is full (`EAGAIN`), both wait in software (spin, then
 //!   yield) and try the kernel again between rounds; [`fallbacks`] counts those.
 //! - [`SoftMutex`] keeps the soft-sync baselines the benchmarks compare with: spin,
@@ -36,6 +38,7 @@ use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use tsumugi_abi::s3::{barrier, OWNER_DIED};
 use tsumugi_abi::syscall::Errno;
 
+use super::gather::{Join, GATHER};
 use crate::platform;
 use crate::sys;
 
@@ -228,13 +231,29 @@ impl SharedBarrier {
             }
             return Ok(true);
         }
+        // One kernel waiter per program per round: the program's first arrival here waits in
+        // the kernel for all of its later ones (`gather`).
+        match GATHER.join(self.word(), round) {
+            Join::Done(false) => Ok(false),
+            Join::Done(true) => Err(BarrierBroken),
+            Join::Lead(slot) => {
+                let r = self.sleep(round);
+                GATHER.release(slot, r.is_err());
+                r.map(|()| false)
+            }
+            Join::Alone => self.sleep(round).map(|()| false),
+        }
+    }
+
+    /// Waits in the kernel until round `round` is over (or the barrier broke).
+    fn sleep(&self, round: u64) -> Result<(), BarrierBroken> {
         loop {
             let now = self.word.load(Ordering::Acquire);
             if now & barrier::BROKEN != 0 {
                 return Err(BarrierBroken);
             }
             if now / barrier::ROUND != round {
-                return Ok(false);
+                return Ok(());
             }
             if (now & barrier::ARRIVED) as usize >= self.count {
                 // The last arrival counted itself and is about to open the next round (its
