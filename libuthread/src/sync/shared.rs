@@ -212,21 +212,25 @@ impl SharedBarrier {
     /// Waits until `count` threads arrived in this round; `Ok(true)` for the round's last
     /// arrival (its leader), which released the others.
     pub fn wait(&self) -> Result<bool, BarrierBroken> {
-        let before = self.word.fetch_add(1, Ordering::AcqRel);
-        if before & barrier::BROKEN != 0 {
-            return Err(BarrierBroken);
-        }
-        let round = before / barrier::ROUND;
-        if (before & barrier::ARRIVED) as usize + 1 >= self.count {
-            let mut now = before + 1;
-            loop {
-                let next = (now & !(barrier::ARRIVED | barrier::SLEEPERS)) + barrier::ROUND;
-                match self.word.compare_exchange(now, next, Ordering::AcqRel, Ordering::Acquire) {
-                    Ok(_) => break,
-                    Err(seen) => now = seen,
-                }
+        // One compare-exchange arrives: it counts a non-last arrival, or — for the last — opens
+        // the next round at once (arrivals and `SLEEPERS` cleared). So the word never shows a
+        // complete round that is not yet open, which a waiter could only wait out by spinning
+        // (on QEMU's round-robin CPUs, whole time slices: aarch64 phase_v8_g4).
+        let mut now = self.word.load(Ordering::Relaxed);
+        let (before, last) = loop {
+            if now & barrier::BROKEN != 0 {
+                return Err(BarrierBroken);
             }
-            if now & barrier::SLEEPERS != 0 && sys::s3_wake(self.word(), usize::MAX).is_ok_and(|n| n > 0) {
+            let last = (now & barrier::ARRIVED) as usize + 1 >= self.count;
+            let next = if last { (now & !(barrier::ARRIVED | barrier::SLEEPERS)) + barrier::ROUND } else { now + 1 };
+            match self.word.compare_exchange_weak(now, next, Ordering::AcqRel, Ordering::Relaxed) {
+                Ok(_) => break (now, last),
+                Err(seen) => now = seen,
+            }
+        };
+        let round = before / barrier::ROUND;
+        if last {
+            if before & barrier::SLEEPERS != 0 && sys::s3_wake(self.word(), usize::MAX).is_ok_and(|n| n > 0) {
                 platform::drain_from_thread();
             }
             return Ok(true);
@@ -256,9 +260,9 @@ impl SharedBarrier {
                 return Ok(());
             }
             if (now & barrier::ARRIVED) as usize >= self.count {
-                // The last arrival counted itself and is about to open the next round (its
-                // compare-exchange): nothing to sleep on (the kernel refuses a complete round
-                // with EINVAL). Let it run — it may be waiting for this vCPU.
+                // A complete round that is not open: only a program arriving with another
+                // count (or an older library's two-step arrival) leaves one; the kernel refuses
+                // to sleep on it (EINVAL). Let whoever opens it run.
                 crate::yield_now();
                 continue;
             }
