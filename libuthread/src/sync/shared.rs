@@ -236,7 +236,11 @@ impl SharedBarrier {
             return Ok(true);
         }
         // One kernel waiter per program per round: the program's first arrival here waits in
-        // the kernel for all of its later ones (`gather`).
+        // the kernel for all of its later ones (`gather`). A caller that is no user thread of
+        // the runtime (LTN 0) cannot park in the library: it sleeps in the kernel itself.
+        if platform::ltn().is_null() {
+            return self.sleep(round).map(|()| false);
+        }
         match GATHER.join(self.word(), round) {
             Join::Done(false) => Ok(false),
             Join::Done(true) => Err(BarrierBroken),
