@@ -21,7 +21,7 @@
 //! are all in use an arrival waits in the kernel itself ([`Join::Alone`]), as before.
 
 use crate::sched::blocking::{self, WaitList, WaitNode};
-use crate::spin::SpinLock;
+use crate::spin::{Critical, SpinLock};
 
 /// Rounds a program gathers at once, over all its shared barriers.
 pub(crate) const SLOTS: usize = 8;
@@ -103,19 +103,25 @@ impl Gather {
     /// The leader of slot `slot` ends its gathering: the slot is free again, and every thread
     /// that waited on it is told `broken` and made ready.
     pub(crate) fn release(&self, slot: usize, broken: bool) {
+        // One critical section for the slot edit and the whole batch: each thread goes on this
+        // vCPU's own queue (`wake_from`) with no critical section of its own.
+        let mut critical = Critical::enter();
+        let me = critical.waiter();
         let list = {
-            let mut slots = self.slots.lock();
+            // SAFETY: inside `critical` until the guard goes.
+            let mut slots = unsafe { self.slots.lock_in_critical() };
             slots[slot].word = 0;
             slots[slot].waiters.take_all()
         };
         for node in list {
             // SAFETY: taken off the slot, so this call owns the node's wake-up; the node lives
-            // (on its thread's stack) until then.
+            // (on its thread's stack) until then; LTN = 0 (`critical`), `me` the caller.
             unsafe {
                 (*node).data = broken;
-                blocking::wake((*node).waiter);
+                blocking::wake_from(me, (*node).waiter);
             }
         }
+        critical.leave();
     }
 }
 
