@@ -578,6 +578,7 @@ pub fn s3_suite(name: &'static str, smp: u8) -> Suite {
             exited("s3_waiter"),
             exited("s3_holder"),
             Check::LogContains("s3_waiter: the holder ended holding a lock: the waiter got it, inherited true; its barrier: Err(BarrierBroken)".to_string()),
+            Check::LogContains("s3_waiter: both of this program's threads at that barrier got [Err(BarrierBroken), Err(BarrierBroken)]".to_string()),
             Check::LogContains("s3_waiter: all checks passed".to_string()),
             Check::GroupFramesBalanced("s3_lock".to_string()),
             Check::GroupFramesBalanced("s3_waiter+s3_holder".to_string()),

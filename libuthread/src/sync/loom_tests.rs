@@ -107,6 +107,56 @@ fn loom_barrier_releases_the_batch() {
     });
 }
 
+/// A shared barrier's gathering (`gather`): two waiters of one program at a round and the
+/// round's last arrival. The "kernel wait" of whoever leads is modelled as waiting for the
+/// round flag the last arrival sets; a waiter may join the leader's slot before or after the
+/// round ended, or find the slot released and lead a gathering of its own. Every waiter
+/// returns (no lost wake-up) only after the round ended, each with the outcome its leader saw,
+/// and the slots are all free at the end.
+#[test]
+fn loom_gather_releases_every_local_waiter() {
+    use super::gather::{Gather, Join};
+    const WORD: usize = 8;
+    fn arrive(gather: &Gather, over: &AtomicUsize) -> bool {
+        match gather.join(WORD, 1) {
+            Join::Done(broken) => broken,
+            Join::Lead(slot) => {
+                // The leader's kernel wait: until the last arrival opens the next round.
+                while over.load(Ordering::Acquire) == 0 {
+                    loom::thread::yield_now();
+                }
+                let broken = over.load(Ordering::Acquire) == 2;
+                gather.release(slot, broken);
+                broken
+            }
+            Join::Alone => unreachable!("two waiters fit the slots"),
+        }
+    }
+    for outcome in [1, 2] {
+        model(move || {
+            let gather = Arc::new(Gather::new());
+            let over = Arc::new(AtomicUsize::new(0));
+            let waiters: std::vec::Vec<_> = (0..2)
+                .map(|_| {
+                    let (gather, over) = (gather.clone(), over.clone());
+                    loom::thread::spawn(move || {
+                        let broken = arrive(&gather, &over);
+                        assert_ne!(over.load(Ordering::Acquire), 0, "released before the round ended");
+                        broken
+                    })
+                })
+                .collect();
+            // The last arrival: the round is over (2: the barrier broke).
+            over.store(outcome, Ordering::Release);
+            for w in waiters {
+                assert_eq!(w.join().unwrap(), outcome == 2);
+            }
+            // Every slot is free again: a new round gathers afresh.
+            assert!(matches!(gather.join(WORD, 2), Join::Lead(_)));
+        });
+    }
+}
+
 /// A writer and a reader: the reader never sees a half-done write, and both finish.
 #[test]
 fn loom_rwlock_writer_and_reader() {

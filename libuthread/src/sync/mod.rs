@@ -20,6 +20,8 @@
 
 mod barrier;
 mod condvar;
+#[cfg(any(loom, target_os = "none"))]
+mod gather;
 mod mutex;
 mod once;
 mod rwlock;

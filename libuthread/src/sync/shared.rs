@@ -12,8 +12,10 @@
 //!   the thread at user level and runs another, and the thread comes back (`UNBLOCKED`) owning
 //!   the lock, which the kernel acquired for it when the holder released (Auto Lock) — no
 //!   retry. A release with no waiter never enters the kernel.
-//! - [`SharedBarrier::wait`]: arrivals count in user mode; the waiters sleep in the kernel and
-//!   the last arrival releases them all with one `s3_wake`.
+//! - [`SharedBarrier::wait`]: arrivals count in user mode (every one adds one to the word);
+//!   one waiter per program and round sleeps in the kernel, the program's other waiters of the
+//!   round wait on it in the library (`gather`), and the last arrival releases every program's
+//!   sleeper with one `s3_wake`, each of which then releases its program's waiters in a batch.
 //! - When the kernel's holder table is full (`EAGAIN`), both wait in software (spin, then
 //!   yield) and try the kernel again between rounds; [`fallbacks`] counts those.
 //! - [`SoftMutex`] keeps the soft-sync baselines the benchmarks compare with: spin,
@@ -36,6 +38,7 @@ use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use tsumugi_abi::s3::{barrier, OWNER_DIED};
 use tsumugi_abi::syscall::Errno;
 
+use super::gather::{Join, GATHER};
 use crate::platform;
 use crate::sys;
 
@@ -209,37 +212,61 @@ impl SharedBarrier {
     /// Waits until `count` threads arrived in this round; `Ok(true)` for the round's last
     /// arrival (its leader), which released the others.
     pub fn wait(&self) -> Result<bool, BarrierBroken> {
-        let before = self.word.fetch_add(1, Ordering::AcqRel);
-        if before & barrier::BROKEN != 0 {
-            return Err(BarrierBroken);
-        }
-        let round = before / barrier::ROUND;
-        if (before & barrier::ARRIVED) as usize + 1 >= self.count {
-            let mut now = before + 1;
-            loop {
-                let next = (now & !(barrier::ARRIVED | barrier::SLEEPERS)) + barrier::ROUND;
-                match self.word.compare_exchange(now, next, Ordering::AcqRel, Ordering::Acquire) {
-                    Ok(_) => break,
-                    Err(seen) => now = seen,
-                }
+        // One compare-exchange arrives: it counts a non-last arrival, or — for the last — opens
+        // the next round at once (arrivals and `SLEEPERS` cleared). So the word never shows a
+        // complete round that is not yet open, which a waiter could only wait out by spinning
+        // (on QEMU's round-robin CPUs, whole time slices: aarch64 phase_v8_g4).
+        let mut now = self.word.load(Ordering::Relaxed);
+        let (before, last) = loop {
+            if now & barrier::BROKEN != 0 {
+                return Err(BarrierBroken);
             }
-            if now & barrier::SLEEPERS != 0 && sys::s3_wake(self.word(), usize::MAX).is_ok_and(|n| n > 0) {
+            let last = (now & barrier::ARRIVED) as usize + 1 >= self.count;
+            let next = if last { (now & !(barrier::ARRIVED | barrier::SLEEPERS)) + barrier::ROUND } else { now + 1 };
+            match self.word.compare_exchange_weak(now, next, Ordering::AcqRel, Ordering::Relaxed) {
+                Ok(_) => break (now, last),
+                Err(seen) => now = seen,
+            }
+        };
+        let round = before / barrier::ROUND;
+        if last {
+            if before & barrier::SLEEPERS != 0 && sys::s3_wake(self.word(), usize::MAX).is_ok_and(|n| n > 0) {
                 platform::drain_from_thread();
             }
             return Ok(true);
         }
+        // One kernel waiter per program per round: the program's first arrival here waits in
+        // the kernel for all of its later ones (`gather`). A caller that is no user thread of
+        // the runtime (LTN 0) cannot park in the library: it sleeps in the kernel itself.
+        if platform::ltn().is_null() {
+            return self.sleep(round).map(|()| false);
+        }
+        match GATHER.join(self.word(), round) {
+            Join::Done(false) => Ok(false),
+            Join::Done(true) => Err(BarrierBroken),
+            Join::Lead(slot) => {
+                let r = self.sleep(round);
+                GATHER.release(slot, r.is_err());
+                r.map(|()| false)
+            }
+            Join::Alone => self.sleep(round).map(|()| false),
+        }
+    }
+
+    /// Waits in the kernel until round `round` is over (or the barrier broke).
+    fn sleep(&self, round: u64) -> Result<(), BarrierBroken> {
         loop {
             let now = self.word.load(Ordering::Acquire);
             if now & barrier::BROKEN != 0 {
                 return Err(BarrierBroken);
             }
             if now / barrier::ROUND != round {
-                return Ok(false);
+                return Ok(());
             }
             if (now & barrier::ARRIVED) as usize >= self.count {
-                // The last arrival counted itself and is about to open the next round (its
-                // compare-exchange): nothing to sleep on (the kernel refuses a complete round
-                // with EINVAL). Let it run — it may be waiting for this vCPU.
+                // A complete round that is not open: only a program arriving with another
+                // count (or an older library's two-step arrival) leaves one; the kernel refuses
+                // to sleep on it (EINVAL). Let whoever opens it run.
                 crate::yield_now();
                 continue;
             }

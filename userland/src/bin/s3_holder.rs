@@ -40,8 +40,8 @@ fn main() -> i32 {
             })
             .collect();
         workers.into_iter().for_each(|w| w.join().unwrap());
-        // One thread at `broken` (count 3), waiting in the kernel: the sleepers bit is its (the
-        // waiter's thread arrives only once it saw it).
+        // One thread at `broken` (count 4), waiting in the kernel: the sleepers bit is its (the
+        // waiter's threads arrive only once they saw it).
         let _waiting = libuthread::spawn(move || s.broken.wait());
         until(|| word(s.broken.word()) & barrier::SLEEPERS != 0);
         sys::lookup_wait(END_KEY);
