@@ -243,8 +243,9 @@ impl RawMutex {
             // on this stack, so this function needs no frame and ends in a tail call to the
             // park).
             if self.state.compare_exchange(LOCKED, LOCKED | WAITERS | LIST, Ordering::Acquire, Ordering::Relaxed).is_ok() {
-                // SAFETY: `LIST` is ours, so is the list; `me` is the calling thread.
-                unsafe { self.enqueue(me) };
+                // SAFETY: `LIST` is ours, so is the list; `WAITERS` was clear, so the list is
+                // empty; `me` is the calling thread.
+                unsafe { self.enqueue_first(me) };
                 true
             } else {
                 self.publish_contended(me)
@@ -264,6 +265,19 @@ impl RawMutex {
     unsafe fn enqueue(&self, me: Waiter) {
         // SAFETY: per the contract.
         unsafe { (*self.waiters.get()).push_back(me as *mut WaiterCell) };
+        self.state.store(LOCKED | WAITERS, Ordering::Release);
+    }
+
+    /// [`RawMutex::enqueue`] into the empty list: the first waiter. The CAS that took `LIST`
+    /// found `WAITERS` clear, and `WAITERS` is set exactly while the list is not empty (both
+    /// change only under `LIST`), so the list is known empty without looking at it.
+    ///
+    /// # Safety
+    /// As for `enqueue`, and the list is empty.
+    #[inline(always)]
+    unsafe fn enqueue_first(&self, me: Waiter) {
+        // SAFETY: per the contract.
+        unsafe { (*self.waiters.get()).push_into_empty(me as *mut WaiterCell) };
         self.state.store(LOCKED | WAITERS, Ordering::Release);
     }
 
