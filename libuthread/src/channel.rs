@@ -85,7 +85,23 @@ impl<T> Chan<T> {
     /// [`Chan::send_unbounded_rest`].
     #[inline(never)]
     fn send_unbounded(&self, value: T) -> Result<(), TrySendError<T>> {
-        let critical = Critical::enter();
+        // By a user thread (the common case) inline, where its `Critical` is known to name it
+        // (so the wake-up's test of it folds away); otherwise the same steps out of line.
+        match Critical::enter_sorted() {
+            Ok(critical) => self.send_unbounded_in(critical, value),
+            Err(critical) => self.send_unbounded_outside(critical, value),
+        }
+    }
+
+    /// [`Chan::send_unbounded`] when no user thread entered the critical section.
+    #[inline(never)]
+    fn send_unbounded_outside(&self, critical: Critical, value: T) -> Result<(), TrySendError<T>> {
+        self.send_unbounded_in(critical, value)
+    }
+
+    /// [`Chan::send_unbounded`] inside the critical section `critical`, which it ends.
+    #[inline(always)]
+    fn send_unbounded_in(&self, critical: Critical, value: T) -> Result<(), TrySendError<T>> {
         // SAFETY: inside `critical` (LTN = 0), left below after the guard is dropped.
         let mut state = unsafe { self.state.lock_in_critical() };
         let receiver = state.receiving.front();
@@ -228,12 +244,18 @@ impl<T> Chan<T> {
     fn recv(&self, block: bool) -> Result<T, TryRecvError> {
         let mut node = core::mem::MaybeUninit::<WaitNode<Slot<T>>>::uninit();
         let mut outcome = None;
-        blocking::block(|me| self.publish_recv(node.as_mut_ptr(), me, block, &mut outcome));
+        // (`block_waited`: on the waiting path `outcome` is known to be `None`, so it is not
+        // looked at again — x86_64 -icount: three instructions fewer per receive that waits.)
+        if blocking::block_waited(|me| self.publish_recv(node.as_mut_ptr(), me, block, &mut outcome)) {
+            // SAFETY: the publish step queued the node (it returned `true`: `outcome` is still
+            // `None`); `block_waited` returned, so whoever took it off has woken us and is done
+            // with it.
+            return unsafe { (*node.as_mut_ptr()).data.0.take() }.ok_or(TryRecvError::Disconnected);
+        }
         match outcome {
             Some(result) => result,
-            // SAFETY: `outcome` is still `None`, so `publish_recv` wrote and queued the node;
-            // `block` returned, so whoever took it off has woken us and is done with it.
-            None => unsafe { (*node.as_mut_ptr()).data.0.take() }.ok_or(TryRecvError::Disconnected),
+            // `publish_recv` sets `outcome` whenever it returns `false`.
+            None => unreachable!("libuthread: a receive that did not wait has no outcome"),
         }
     }
 

@@ -1426,11 +1426,21 @@ unsafe fn queue_woken(me: *mut Thmb, t: *mut Thmb, home: usize) {
 /// of its own before the tail call to [`park_current`].
 #[inline(always)]
 pub(crate) fn block_current(publish: impl FnOnce(*mut Thmb) -> bool) {
+    // (The result dropped, the park is a tail call where `block` ends its caller.)
+    block_current_waited(publish);
+}
+
+/// [`block_current`], returning whether the thread waited (`publish` returned `true`, and the
+/// matching wake-up came): a caller whose publish step leaves a result only when it did not
+/// queue the thread needs no second look at that result on the waiting path.
+#[inline(always)]
+pub(crate) fn block_current_waited(publish: impl FnOnce(*mut Thmb) -> bool) -> bool {
     let t = platform::ltn();
     if t.is_null() {
         // (A function that returns, so this is a tail call where `block` ends its caller:
         // `RawMutex::lock_slow` then makes no call that returns, and needs no stack frame.)
-        return blocking_outside_thread();
+        blocking_outside_thread();
+        return false;
     }
     platform::set_ltn(ptr::null_mut());
     // SAFETY: `t` is the calling thread; from here until it runs again it is in the library.
@@ -1439,10 +1449,11 @@ pub(crate) fn block_current(publish: impl FnOnce(*mut Thmb) -> bool) {
         if !publish(t) {
             (*t).state.cancel_park();
             platform::set_ltn(t);
-            return;
+            return false;
         }
         park_current(t);
     }
+    true
 }
 
 /// [`block_current`] called outside a user thread or inside a library critical section: a

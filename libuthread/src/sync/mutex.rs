@@ -328,7 +328,23 @@ impl RawMutex {
     /// one CAS and makes no call before the wake.
     #[cold]
     fn unlock_slow(&self) {
-        let critical = Critical::enter();
+        // By a user thread (the common case) inline, where its `Critical` is known to name it;
+        // otherwise the same steps out of line.
+        match Critical::enter_sorted() {
+            Ok(critical) => self.unlock_slow_in(critical),
+            Err(critical) => self.unlock_slow_outside(critical),
+        }
+    }
+
+    /// [`RawMutex::unlock_slow`] when no user thread entered the critical section.
+    #[inline(never)]
+    fn unlock_slow_outside(&self, critical: Critical) {
+        self.unlock_slow_in(critical)
+    }
+
+    /// [`RawMutex::unlock_slow`] inside the critical section `critical`, which it ends.
+    #[inline(always)]
+    fn unlock_slow_in(&self, critical: Critical) {
         if self.state.compare_exchange(LOCKED | WAITERS, LOCKED | WAITERS | LIST, Ordering::Acquire, Ordering::Relaxed).is_ok() {
             // SAFETY: `LIST` is ours, with LTN = 0 (`critical`).
             unsafe { self.hand_off(critical) }
