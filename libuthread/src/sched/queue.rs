@@ -95,6 +95,21 @@ impl<N: Linked> Fifo<N> {
         self.tail = node;
     }
 
+    /// [`Fifo::pop_front`] from a list the caller knows is not empty (the head is not tested:
+    /// a primitive whose state word says there are waiters saves the test).
+    ///
+    /// # Safety
+    /// The list is not empty.
+    #[inline(always)]
+    pub(crate) unsafe fn pop_front_nonempty(&mut self) -> *mut N {
+        let node = self.head;
+        debug_assert!(!node.is_null());
+        // SAFETY: nodes in the list are live (push_back's contract); per the contract there is
+        // one.
+        self.head = unsafe { *N::next_link(node) };
+        node
+    }
+
     /// Removes and returns the first node, or null.
     pub(crate) fn pop_front(&mut self) -> *mut N {
         let node = self.head;

@@ -393,8 +393,9 @@ impl RawMutex {
         // SAFETY: per the contract the list is ours.
         let list = unsafe { &mut *self.waiters.get() };
         // (Its link is read here, before the store that lets others at the list.)
-        let waiter: Waiter = list.pop_front();
-        debug_assert!(!waiter.is_null());
+        // SAFETY: `WAITERS` is set exactly while the list is not empty (both change only under
+        // `LIST`, which is ours), so there is a first waiter: not tested again.
+        let waiter: Waiter = unsafe { list.pop_front_nonempty() };
         let state = if list.is_empty() { LOCKED } else { LOCKED | WAITERS };
         self.state.store(state, Ordering::Release);
         // SAFETY: we took the node off the list, so the wake-up is ours; we are inside the
