@@ -161,8 +161,8 @@ impl RunState {
     /// (`PARKED`), so it becomes `READY` and the waker queues it (a mutex or a message handed
     /// to its waiter); `true` then. `false`: nothing changed, and the wake-up is still the
     /// caller's to make, with [`RunState::wake_contended`]. (A hand-off path tests this inline
-    /// and leaves everything else to an out-of-line function it tail-calls, so it makes no
-    /// call of its own and needs no stack frame: x86_64 -icount, see `sched::wake_from_leave`.)
+    /// and leaves everything else to an out-of-line function it tail-calls: see
+    /// `sched::wake_from_leave`.)
     #[inline(always)]
     pub(crate) fn wake_parked(&self) -> bool {
         self.0.compare_exchange(PARKED, READY, Ordering::AcqRel, Ordering::Acquire).is_ok()
