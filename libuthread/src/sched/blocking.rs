@@ -80,6 +80,16 @@ pub(crate) fn block(publish: impl FnOnce(Waiter) -> bool) {
     crate::sched::block_current(publish)
 }
 
+/// [`block`], returning whether the caller waited: `true` when `publish` returned `true` (and
+/// so the matching [`wake`] came), `false` when it returned `false`. For a primitive whose
+/// publish step leaves a result exactly when it does not queue the caller (a receive): the
+/// waiting path then knows there is none without looking.
+#[cfg(not(loom))]
+#[inline(always)]
+pub(crate) fn block_waited(publish: impl FnOnce(Waiter) -> bool) -> bool {
+    crate::sched::block_current_waited(publish)
+}
+
 /// Makes a thread blocked in [`block`] runnable again. Call once per published node, after
 /// taking it off its list; the node may be gone as soon as this returns.
 ///
@@ -134,7 +144,7 @@ pub(crate) unsafe fn wake_all<D>(list: WaitList<D>) {
 }
 
 #[cfg(loom)]
-pub(crate) use loom_impl::{block, wake, wake_from, wake_from_leave};
+pub(crate) use loom_impl::{block, block_waited, wake, wake_from, wake_from_leave};
 
 #[cfg(loom)]
 mod loom_impl {
@@ -160,13 +170,19 @@ mod loom_impl {
 
     /// `block` for loom: the waiter lives on the blocked thread's stack.
     pub(crate) fn block(publish: impl FnOnce(Waiter) -> bool) {
+        block_waited(publish);
+    }
+
+    /// `block_waited` for loom.
+    pub(crate) fn block_waited(publish: impl FnOnce(Waiter) -> bool) -> bool {
         let me = LoomWaiter { thread: loom::thread::current(), woken: AtomicBool::new(false), next: core::cell::Cell::new(core::ptr::null_mut()) };
         if !publish(&me) {
-            return;
+            return false;
         }
         while !me.woken.load(Ordering::Acquire) {
             loom::thread::park();
         }
+        true
     }
 
     /// `wake_from` for loom: `wake` (the queue the waiter goes on is the scheduler's matter).

@@ -81,6 +81,35 @@ impl<N: Linked> Fifo<N> {
         self.tail = node;
     }
 
+    /// [`Fifo::push_back`] into a list the caller knows is empty (it is not looked at: a
+    /// primitive whose state word says so saves the test).
+    ///
+    /// # Safety
+    /// As for `push_back`, and the list is empty.
+    #[inline(always)]
+    pub(crate) unsafe fn push_into_empty(&mut self, node: *mut N) {
+        debug_assert!(self.head.is_null());
+        // SAFETY: the caller hands us a live node that no other list links.
+        unsafe { *N::next_link(node) = ptr::null_mut() };
+        self.head = node;
+        self.tail = node;
+    }
+
+    /// [`Fifo::pop_front`] from a list the caller knows is not empty (the head is not tested:
+    /// a primitive whose state word says there are waiters saves the test).
+    ///
+    /// # Safety
+    /// The list is not empty.
+    #[inline(always)]
+    pub(crate) unsafe fn pop_front_nonempty(&mut self) -> *mut N {
+        let node = self.head;
+        debug_assert!(!node.is_null());
+        // SAFETY: nodes in the list are live (push_back's contract); per the contract there is
+        // one.
+        self.head = unsafe { *N::next_link(node) };
+        node
+    }
+
     /// Removes and returns the first node, or null.
     pub(crate) fn pop_front(&mut self) -> *mut N {
         let node = self.head;

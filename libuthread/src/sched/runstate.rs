@@ -151,14 +151,28 @@ impl RunState {
     /// wait list, or owns its timer entry).
     #[inline(always)]
     pub(crate) fn wake(&self) -> Wake {
-        // The common case first, as one CAS whose success the caller's match resolves at
-        // compile time: the thread has left its vCPU (`PARKED`), so the waker queues it (a
-        // mutex or a message handed to its waiter). x86_64 -icount: about 10 instructions less
-        // per wake-up than the load, compare chain and action dispatch below.
-        let mut state = match self.0.compare_exchange(PARKED, READY, Ordering::AcqRel, Ordering::Acquire) {
-            Ok(_) => return Wake::Enqueue,
-            Err(now) => now,
-        };
+        if self.wake_parked() {
+            return Wake::Enqueue;
+        }
+        self.wake_contended()
+    }
+
+    /// [`RunState::wake`]'s common case alone, as one CAS: the thread has left its vCPU
+    /// (`PARKED`), so it becomes `READY` and the waker queues it (a mutex or a message handed
+    /// to its waiter); `true` then. `false`: nothing changed, and the wake-up is still the
+    /// caller's to make, with [`RunState::wake_contended`]. (A hand-off path tests this inline
+    /// and leaves everything else to an out-of-line function it tail-calls: see
+    /// `sched::wake_from_leave`.)
+    #[inline(always)]
+    pub(crate) fn wake_parked(&self) -> bool {
+        self.0.compare_exchange(PARKED, READY, Ordering::AcqRel, Ordering::Acquire).is_ok()
+    }
+
+    /// [`RunState::wake`] after [`RunState::wake_parked`] found the thread not `PARKED` (or any
+    /// time: it starts from a fresh load): the whole table of the module docs.
+    #[inline(never)]
+    pub(crate) fn wake_contended(&self) -> Wake {
+        let mut state = self.0.load(Ordering::Acquire);
         loop {
             let (next, action) = match state {
                 PARKING => (NOTIFIED, Wake::Notified),

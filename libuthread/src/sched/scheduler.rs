@@ -1340,35 +1340,72 @@ pub(crate) unsafe fn wake_from(me: *mut Thmb, t: *mut Thmb) {
 /// LTN itself).
 #[inline(always)]
 pub(crate) unsafe fn wake_from_leave(me: *mut Thmb, t: *mut Thmb) {
+    // The common case inline — the thread has left its vCPU (`PARKED`), the waker is a user
+    // thread on a vCPU — and everything else in [`wake_from_leave_rest`], tail-called: the
+    // common path falls through after its CAS, does not read the thread's old `vcpu` (after a
+    // successful CAS the thread is READY and ours, so it could wait; here it is not needed at
+    // all), and no path makes a call that returns (x86_64 -icount, with the mutex's list
+    // change: mutex_handoff 160 -> 154).
+    // SAFETY: blocked, so live.
+    if !unsafe { (*t).state.wake_parked() } {
+        // SAFETY: forwarded contract; the wake-up is still ours (nothing changed).
+        return unsafe { wake_from_leave_rest(me, t) };
+    }
+    if me.is_null() || !platform::on_vcpu_thread() {
+        // SAFETY: `t` is READY and ours until queued.
+        return unsafe { enqueue_leave(me, t) };
+    }
+    // SAFETY: `me` is the calling thread, on vCPU `v` with LTN = 0 (as in `queue_woken`); `t`
+    // is READY and ours until queued (so its `vcpu` is not read: it is overwritten).
+    unsafe {
+        let v = (*me).vcpu.load(Ordering::Relaxed) % MAX_VCPUS;
+        (*t).vcpu.store(v, Ordering::Relaxed);
+        VCPUS[v].local.push(t);
+        if IDLE.any() {
+            offer_work_leave(v, me);
+        } else {
+            platform::set_ltn(me);
+        }
+    }
+}
+
+/// [`wake_from_leave`] when the thread was not `PARKED` (still `PARKING`, parked in place, or
+/// `PARKED` after a retry): the whole of [`RunState::wake`](super::runstate::RunState::wake)'s
+/// table, then the end of `me`'s critical section.
+///
+/// # Safety
+/// As for `wake_from_leave`.
+#[inline(never)]
+unsafe fn wake_from_leave_rest(me: *mut Thmb, t: *mut Thmb) {
     // SAFETY: blocked, so live; read before the state change, as in `wake`.
     let home = unsafe { (*t).vcpu.load(Ordering::Relaxed) };
     // SAFETY: as above.
-    match unsafe { (*t).state.wake() } {
+    match unsafe { (*t).state.wake_contended() } {
         Wake::Notified => leave_to(me),
         Wake::Enqueue => {
-            if me.is_null() || !platform::on_vcpu_thread() {
-                make_ready(t, home);
-                leave_to(me);
-                return;
-            }
-            // SAFETY: `me` is the calling thread, on vCPU `v` with LTN = 0 (as in
-            // `queue_woken`); `t` is READY and ours until queued.
-            unsafe {
-                let v = (*me).vcpu.load(Ordering::Relaxed) % MAX_VCPUS;
-                (*t).vcpu.store(v, Ordering::Relaxed);
-                VCPUS[v].local.push(t);
-                if IDLE.any() {
-                    offer_work_leave(v, me);
-                } else {
-                    platform::set_ltn(me);
-                }
-            }
+            // SAFETY: `t` is READY and ours until queued; `me` as the caller's.
+            unsafe { queue_woken(me, t, home) };
+            leave_to(me);
         }
         Wake::UnparkInPlace => {
             leave_to(me);
             platform::unpark(home);
         }
     }
+}
+
+/// [`wake_from_leave`] for a `t` made READY by a waker that is not a user thread on a vCPU:
+/// [`make_ready`], then the end of `me`'s critical section.
+///
+/// # Safety
+/// `t` is READY and ours until queued; LTN = 0, `me` as for `wake_from_leave`.
+#[cold]
+#[inline(never)]
+unsafe fn enqueue_leave(me: *mut Thmb, t: *mut Thmb) {
+    // SAFETY: READY and ours, so nobody else writes its `vcpu`.
+    let home = unsafe { (*t).vcpu.load(Ordering::Relaxed) };
+    make_ready(t, home);
+    leave_to(me);
 }
 
 /// Restores LTN = `me` when `me` is not null (the end of a critical section entered by `me`).
@@ -1432,8 +1469,22 @@ unsafe fn queue_woken(me: *mut Thmb, t: *mut Thmb, home: usize) {
 /// of its own before the tail call to [`park_current`].
 #[inline(always)]
 pub(crate) fn block_current(publish: impl FnOnce(*mut Thmb) -> bool) {
+    // (The result dropped, the park is a tail call where `block` ends its caller.)
+    block_current_waited(publish);
+}
+
+/// [`block_current`], returning whether the thread waited (`publish` returned `true`, and the
+/// matching wake-up came): a caller whose publish step leaves a result only when it did not
+/// queue the thread needs no second look at that result on the waiting path.
+#[inline(always)]
+pub(crate) fn block_current_waited(publish: impl FnOnce(*mut Thmb) -> bool) -> bool {
     let t = platform::ltn();
-    assert!(!t.is_null(), "libuthread: a blocking call outside a user thread or inside a library critical section");
+    if t.is_null() {
+        // (A function that returns, so where `block` ends its caller, as in
+        // `RawMutex::lock_slow`, this is a tail jump, not a call on that path.)
+        blocking_outside_thread();
+        return false;
+    }
     platform::set_ltn(ptr::null_mut());
     // SAFETY: `t` is the calling thread; from here until it runs again it is in the library.
     unsafe {
@@ -1441,10 +1492,20 @@ pub(crate) fn block_current(publish: impl FnOnce(*mut Thmb) -> bool) {
         if !publish(t) {
             (*t).state.cancel_park();
             platform::set_ltn(t);
-            return;
+            return false;
         }
         park_current(t);
     }
+    true
+}
+
+/// [`block_current`] called outside a user thread or inside a library critical section: a
+/// misuse, reported by a panic. Declared to return (it never does) so that the call is a tail
+/// call where `block_current` ends its caller (see there).
+#[cold]
+#[inline(never)]
+fn blocking_outside_thread() {
+    panic!("libuthread: a blocking call outside a user thread or inside a library critical section");
 }
 
 /// Takes the published, `PARKING` thread `t` (the caller) off its vCPU until woken. Called with

@@ -190,6 +190,30 @@ fn loom_rendezvous_channel() {
     });
 }
 
+/// The unbounded channel's round trip (`uthread_bench`'s `channel_round_trip`): each value is
+/// handed straight into the slot of a receiver that may be queueing, waiting or not yet there
+/// (`send_unbounded` racing `recv`'s publish step and `block_waited`), both ways, twice; every
+/// value arrives once and in order, and neither side sleeps through its wake-up.
+#[test]
+fn loom_channel_round_trip_hands_off() {
+    model(|| {
+        let (tx, rx) = mpsc::channel::<usize>();
+        let (tx2, rx2) = mpsc::channel::<usize>();
+        let echo = loom::thread::spawn(move || {
+            for v in rx.iter() {
+                tx2.send(v + 1).unwrap();
+            }
+        });
+        for i in 0..2 {
+            tx.send(10 * i).unwrap();
+            assert_eq!(rx2.recv().unwrap(), 10 * i + 1);
+        }
+        drop(tx);
+        echo.join().unwrap();
+        assert!(rx2.recv().is_err());
+    });
+}
+
 /// A receiver waiting on an empty channel learns that the last sender is gone.
 #[test]
 fn loom_channel_disconnect_wakes_the_receiver() {

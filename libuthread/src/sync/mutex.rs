@@ -243,8 +243,9 @@ impl RawMutex {
             // on this stack, so this function needs no frame and ends in a tail call to the
             // park).
             if self.state.compare_exchange(LOCKED, LOCKED | WAITERS | LIST, Ordering::Acquire, Ordering::Relaxed).is_ok() {
-                // SAFETY: `LIST` is ours, so is the list; `me` is the calling thread.
-                unsafe { self.enqueue(me) };
+                // SAFETY: `LIST` is ours, so is the list; `WAITERS` was clear, so the list is
+                // empty; `me` is the calling thread.
+                unsafe { self.enqueue_first(me) };
                 true
             } else {
                 self.publish_contended(me)
@@ -264,6 +265,19 @@ impl RawMutex {
     unsafe fn enqueue(&self, me: Waiter) {
         // SAFETY: per the contract.
         unsafe { (*self.waiters.get()).push_back(me as *mut WaiterCell) };
+        self.state.store(LOCKED | WAITERS, Ordering::Release);
+    }
+
+    /// [`RawMutex::enqueue`] into the empty list: the first waiter. The CAS that took `LIST`
+    /// found `WAITERS` clear, and `WAITERS` is set exactly while the list is not empty (both
+    /// change only under `LIST`), so the list is known empty without looking at it.
+    ///
+    /// # Safety
+    /// As for `enqueue`, and the list is empty.
+    #[inline(always)]
+    unsafe fn enqueue_first(&self, me: Waiter) {
+        // SAFETY: per the contract.
+        unsafe { (*self.waiters.get()).push_into_empty(me as *mut WaiterCell) };
         self.state.store(LOCKED | WAITERS, Ordering::Release);
     }
 
@@ -314,7 +328,23 @@ impl RawMutex {
     /// one CAS and makes no call before the wake.
     #[cold]
     fn unlock_slow(&self) {
-        let critical = Critical::enter();
+        // By a user thread (the common case) inline, where its `Critical` is known to name it;
+        // otherwise the same steps out of line.
+        match Critical::enter_sorted() {
+            Ok(critical) => self.unlock_slow_in(critical),
+            Err(critical) => self.unlock_slow_outside(critical),
+        }
+    }
+
+    /// [`RawMutex::unlock_slow`] when no user thread entered the critical section.
+    #[inline(never)]
+    fn unlock_slow_outside(&self, critical: Critical) {
+        self.unlock_slow_in(critical)
+    }
+
+    /// [`RawMutex::unlock_slow`] inside the critical section `critical`, which it ends.
+    #[inline(always)]
+    fn unlock_slow_in(&self, critical: Critical) {
         if self.state.compare_exchange(LOCKED | WAITERS, LOCKED | WAITERS | LIST, Ordering::Acquire, Ordering::Relaxed).is_ok() {
             // SAFETY: `LIST` is ours, with LTN = 0 (`critical`).
             unsafe { self.hand_off(critical) }
@@ -363,8 +393,9 @@ impl RawMutex {
         // SAFETY: per the contract the list is ours.
         let list = unsafe { &mut *self.waiters.get() };
         // (Its link is read here, before the store that lets others at the list.)
-        let waiter: Waiter = list.pop_front();
-        debug_assert!(!waiter.is_null());
+        // SAFETY: `WAITERS` is set exactly while the list is not empty (both change only under
+        // `LIST`, which is ours), so there is a first waiter: not tested again.
+        let waiter: Waiter = unsafe { list.pop_front_nonempty() };
         let state = if list.is_empty() { LOCKED } else { LOCKED | WAITERS };
         self.state.store(state, Ordering::Release);
         // SAFETY: we took the node off the list, so the wake-up is ours; we are inside the
