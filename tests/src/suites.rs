@@ -558,14 +558,15 @@ pub fn views_suite(name: &'static str, smp: u8) -> Suite {
 }
 
 /// S3 synchronisation across programs (issue 16 part 1): bad arguments, Auto Lock hand-off,
-/// barriers, the holder table filled to the program's share, and a program ending with a lock
-/// held and a thread at a barrier, on `smp` CPUs.
+/// barriers, the holder table filled to the program's share, barrier waiters that sleep in the
+/// kernel outside their program's gathering (every slot in use; callers with LTN 0), and a
+/// program ending with a lock held and a thread at a barrier, on `smp` CPUs.
 pub fn s3_suite(name: &'static str, smp: u8) -> Suite {
     let exited = |p: &str| Check::DomainExited { program: p.to_string(), status: 0 };
     Suite {
         name,
         smp,
-        boot_words: format!("{}=s3_lock,s3_waiter+s3_holder", bootopt::RUN),
+        boot_words: format!("{}=s3_lock,s3_gather,s3_waiter+s3_holder", bootopt::RUN),
         timeout: KERNEL_SUITE_TIMEOUT,
         expected: Expected::Status(0),
         checks: vec![
@@ -575,14 +576,22 @@ pub fn s3_suite(name: &'static str, smp: u8) -> Suite {
             Check::LogContains("s3_lock: 48 waiters in the kernel's holder table (the program's share); the next waits in software".to_string()),
             Check::LogContains("s3_lock: 49 of 49 waiters got their lock with the holder's value".to_string()),
             Check::LogContains("s3_lock: all checks passed".to_string()),
+            exited("s3_gather"),
+            Check::LogContains("s3_gather: the main thread outside the runtime (LTN 0) waited in the kernel: Ok(false), after its releaser: true, 1 waits outside".to_string()),
+            Check::LogContains("s3_gather: a user thread released the kernel thread asleep at a barrier: Ok(true), it was back before: 0".to_string()),
+            Check::LogContains("s3_gather: round 3: 12 barriers gathered at once: 8 waits without a slot (0 before the slots filled), 0 back before release, 24 of 24 released right, 24 returns, 12 releasers Ok(true)".to_string()),
+            Check::LogContains("s3_gather: the kernel thread (LTN 0): Ok(3) (3: released the main thread, and was released), 2 waits outside".to_string()),
+            Check::LogContains("s3_gather: all checks passed".to_string()),
             exited("s3_waiter"),
             exited("s3_holder"),
             Check::LogContains("s3_waiter: the holder ended holding a lock: the waiter got it, inherited true; its barrier: Err(BarrierBroken)".to_string()),
             Check::LogContains("s3_waiter: both of this program's threads at that barrier got [Err(BarrierBroken), Err(BarrierBroken)]".to_string()),
             Check::LogContains("s3_waiter: all checks passed".to_string()),
             Check::GroupFramesBalanced("s3_lock".to_string()),
+            Check::GroupFramesBalanced("s3_gather".to_string()),
             Check::GroupFramesBalanced("s3_waiter+s3_holder".to_string()),
             Check::GroupHeapBalanced { group: "s3_lock".to_string(), slack: HEAP_CACHE_SLACK },
+            Check::GroupHeapBalanced { group: "s3_gather".to_string(), slack: HEAP_CACHE_SLACK },
             Check::GroupHeapBalanced { group: "s3_waiter+s3_holder".to_string(), slack: HEAP_CACHE_SLACK },
             Check::Halting(0),
         ],

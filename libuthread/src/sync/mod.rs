@@ -36,7 +36,7 @@ pub use mutex::{MappedMutexGuard, Mutex, MutexGuard, TryLockError, TryLockResult
 pub use once::{Once, OnceState};
 pub use rwlock::{MappedRwLockWriteGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 #[cfg(all(target_os = "none", not(loom)))]
-pub use shared::{fallbacks, BarrierBroken, SharedBarrier, SharedMutex, SharedMutexGuard, SoftMutex, SoftStrategy};
+pub use shared::{fallbacks, solo_sleeps, BarrierBroken, SharedBarrier, SharedMutex, SharedMutexGuard, SoftMutex, SoftStrategy, SoloSleeps};
 
 #[cfg(all(test, loom))]
 mod loom_tests;

@@ -53,6 +53,25 @@ pub fn fallbacks() -> usize {
     FALLBACKS.load(Ordering::Relaxed)
 }
 
+static SLOTS_FULL: AtomicUsize = AtomicUsize::new(0);
+static OUTSIDE: AtomicUsize = AtomicUsize::new(0);
+
+/// How many waits at a [`SharedBarrier`] of this program slept in the kernel on their own,
+/// outside the program's gathering (both are rare paths; the `s3_gather` test checks them).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SoloSleeps {
+    /// Every gathering slot of the program was in use.
+    pub slots_full: usize,
+    /// The caller was no user thread of the runtime (LTN 0: a program's main thread outside
+    /// [`run`](crate::run), or a kernel thread of its own).
+    pub outside: usize,
+}
+
+/// This program's [`SoloSleeps`] so far.
+pub fn solo_sleeps() -> SoloSleeps {
+    SoloSleeps { slots_full: SLOTS_FULL.load(Ordering::Relaxed), outside: OUTSIDE.load(Ordering::Relaxed) }
+}
+
 fn tag() -> u64 {
     crate::current().id().as_usize() as u64
 }
@@ -239,7 +258,7 @@ impl SharedBarrier {
         // the kernel for all of its later ones (`gather`). A caller that is no user thread of
         // the runtime (LTN 0) cannot park in the library: it sleeps in the kernel itself.
         if platform::ltn().is_null() {
-            return self.sleep(round).map(|()| false);
+            return self.sleep_alone(round, &OUTSIDE);
         }
         match GATHER.join(self.word(), round) {
             Join::Done(false) => Ok(false),
@@ -249,8 +268,17 @@ impl SharedBarrier {
                 GATHER.release(slot, r.is_err());
                 r.map(|()| false)
             }
-            Join::Alone => self.sleep(round).map(|()| false),
+            Join::Alone => self.sleep_alone(round, &SLOTS_FULL),
         }
+    }
+
+    /// A waiter that sleeps in the kernel outside the gathering (`why` counts it): kept out of
+    /// line, off the gathering's paths.
+    #[cold]
+    #[inline(never)]
+    fn sleep_alone(&self, round: u64, why: &AtomicUsize) -> Result<bool, BarrierBroken> {
+        why.fetch_add(1, Ordering::Relaxed);
+        self.sleep(round).map(|()| false)
     }
 
     /// Waits in the kernel until round `round` is over (or the barrier broke).
