@@ -131,6 +131,23 @@ static CACHES: Caches = Caches(
     }; tsumugi_abi::kn::MAX_VCPUS],
 );
 
+/// Runs `f` on the calling vCPU's cache, inside a library critical section (LTN = 0, so the
+/// vCPU cannot change and its cache is ours: module docs); `None` outside a user thread.
+#[cfg(mn_core)]
+#[inline(always)]
+fn with_own_cache<R>(f: impl FnOnce(&VcpuCache) -> Option<R>) -> Option<R> {
+    let me = crate::platform::ltn();
+    if me.is_null() {
+        return None;
+    }
+    crate::platform::set_ltn(core::ptr::null_mut());
+    // SAFETY: `me` is the calling thread, live; its `vcpu` is exact with LTN = 0.
+    let v = unsafe { (*me).vcpu.load(core::sync::atomic::Ordering::Relaxed) } % tsumugi_abi::kn::MAX_VCPUS;
+    let r = f(&CACHES.0[v]);
+    crate::platform::set_ltn(me);
+    r
+}
+
 #[cfg(mn_core)]
 impl RegionHeap {
     /// A block of class `c`: from the calling vCPU's cache, else from the locked heap.
@@ -139,25 +156,20 @@ impl RegionHeap {
     /// As `GlobalAlloc::alloc` for a layout of class `c`.
     #[inline(always)]
     unsafe fn alloc_small(&self, c: usize) -> *mut u8 {
-        let me = crate::platform::ltn();
-        if !me.is_null() {
-            crate::platform::set_ltn(core::ptr::null_mut());
-            // SAFETY: `me` is the calling thread; with LTN = 0 its vCPU cannot change and that
-            // vCPU's cache is ours (module docs). A listed block is free and ours to take.
-            unsafe {
-                let v = (*me).vcpu.load(core::sync::atomic::Ordering::Relaxed) % tsumugi_abi::kn::MAX_VCPUS;
-                let cache = &CACHES.0[v];
-                let head = cache.heads[c].get();
-                if !head.is_null() {
-                    cache.heads[c].set((*head).next);
-                    cache.counts[c].set(cache.counts[c].get() - 1);
-                    crate::platform::set_ltn(me);
-                    return head.cast();
-                }
+        let cached = with_own_cache(|cache| {
+            let head = cache.heads[c].get();
+            if head.is_null() {
+                return None;
             }
-            crate::platform::set_ltn(me);
+            // SAFETY: a listed block is free and ours to take (the cache is ours).
+            cache.heads[c].set(unsafe { (*head).next });
+            cache.counts[c].set(cache.counts[c].get() - 1);
+            Some(head)
+        });
+        match cached {
+            Some(block) => block.cast(),
+            None => self.alloc_locked(class_layout(c)),
         }
-        self.alloc_locked(class_layout(c))
     }
 
     /// Frees a block of class `c`: onto the calling vCPU's cache, else to the locked heap.
@@ -166,28 +178,23 @@ impl RegionHeap {
     /// As `GlobalAlloc::dealloc` for a layout of class `c`.
     #[inline(always)]
     unsafe fn dealloc_small(&self, ptr: *mut u8, c: usize) {
-        let me = crate::platform::ltn();
-        if !me.is_null() {
-            crate::platform::set_ltn(core::ptr::null_mut());
-            // SAFETY: as in `alloc_small`; the block is the caller's, at least 16 bytes and
-            // 16-aligned (its class's layout in the locked heap), so it holds the link.
-            unsafe {
-                let v = (*me).vcpu.load(core::sync::atomic::Ordering::Relaxed) % tsumugi_abi::kn::MAX_VCPUS;
-                let cache = &CACHES.0[v];
-                let count = cache.counts[c].get();
-                if count < CACHE_MAX {
-                    let block = ptr.cast::<FreeBlock>();
-                    (*block).next = cache.heads[c].get();
-                    cache.heads[c].set(block);
-                    cache.counts[c].set(count + 1);
-                    crate::platform::set_ltn(me);
-                    return;
-                }
+        let cached = with_own_cache(|cache| {
+            let count = cache.counts[c].get();
+            if count >= CACHE_MAX {
+                return None;
             }
-            crate::platform::set_ltn(me);
+            let block = ptr.cast::<FreeBlock>();
+            // SAFETY: the block is the caller's, at least 16 bytes and 16-aligned (its class's
+            // layout in the locked heap), so it holds the link.
+            unsafe { (*block).next = cache.heads[c].get() };
+            cache.heads[c].set(block);
+            cache.counts[c].set(count + 1);
+            Some(())
+        });
+        if cached.is_none() {
+            // SAFETY: a block of class `c` came from the locked heap with the class's layout.
+            unsafe { self.dealloc_locked(ptr, class_layout(c)) }
         }
-        // SAFETY: a block of class `c` came from the locked heap with the class's layout.
-        unsafe { self.dealloc_locked(ptr, class_layout(c)) }
     }
 }
 
