@@ -1,10 +1,13 @@
 //! Performance counters are per thread (a thread sees only its own events) and an event the
 //! machine cannot count says so instead of reading zero. Both threads are pinned to one CPU, so
-//! each yield switches to the other whatever the number of CPUs and the host's load.
+//! each yield switches to the other whatever the number of CPUs and the host's load. The
+//! counting starts only once the second thread is pinned there: before that it may start on
+//! another CPU, and the first thread's yields would find nobody to switch to (seen on aarch64
+//! with 4 CPUs: 42 and 41 switches of 100).
 #![no_std]
 #![no_main]
 
-use core::sync::atomic::{AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use libuthread::{println, sys, Errno};
 use tsumugi_abi::perf::Event;
 
@@ -12,8 +15,15 @@ const YIELDS: usize = 100;
 
 static OTHER_SWITCHES: AtomicUsize = AtomicUsize::new(0);
 
+/// Set by the second thread once it is pinned to the first one's CPU (or could not be).
+static OTHER_PINNED: AtomicBool = AtomicBool::new(false);
+
 fn other(cpu: usize) -> usize {
-    if sys::thread_pin(Some(cpu)).is_err() {
+    let pinned = sys::thread_pin(Some(cpu));
+    // Set even when the pin failed: the first thread then counts no switch of this one and
+    // fails, instead of waiting for ever.
+    OTHER_PINNED.store(true, Ordering::Release);
+    if pinned.is_err() {
         return 1;
     }
     let Ok(h) = sys::perf_open(Event::ContextSwitches) else { return 1 };
@@ -58,12 +68,17 @@ fn main() -> i32 {
         println!("perf_test: FAILED: could not pin to cpu {cpu}");
         return 1;
     }
+    let Ok(t) = sys::spawn(other, cpu, 16 * 1024, false) else { return 1 };
+    // Wait (yielding, which does nothing until it is here) for the other thread to be on this
+    // CPU; its thread_pin moves it here if it started elsewhere.
+    while !OTHER_PINNED.load(Ordering::Acquire) {
+        sys::yield_now();
+    }
     let Ok(switches) = sys::perf_open(Event::ContextSwitches) else { return 1 };
     let Ok(cycles) = sys::perf_open(Event::Cycles) else { return 1 };
     let _ = sys::perf_start(switches);
     let _ = sys::perf_start(cycles);
     let t0 = sys::clock(libuthread::Clock::Cycles).unwrap_or(0);
-    let Ok(t) = sys::spawn(other, cpu, 16 * 1024, false) else { return 1 };
     for _ in 0..YIELDS {
         sys::yield_now();
     }
