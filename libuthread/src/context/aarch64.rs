@@ -12,7 +12,7 @@
 //! | `libuthread_switch_window` | `(from: *mut Thmb, to: *mut Thmb, vcpu: usize)` | save window into `from` (FP part per `FP_LIVE[vcpu]`), mask = WINDOW (release), then as `libuthread_resume_window(to, to)`; returns when `from` is resumed |
 //! | `libuthread_resume_window` | `(to: *mut Thmb, ltn: *mut Thmb) -> !` | LTN = `ltn`, restore window, jump |
 //! | `libuthread_switch_out_full` | as `libuthread_switch_out` | the full-save baseline: `x0`..`x30`, `sp`, NZCV and q0..q31, FPCR, FPSR into the FP area, mask = FULL\|FP |
-//! | `libuthread_resume_full` | `(to: *mut Thmb, write_ltn: u64, fp_format: u64) -> !` | [FP from the FP area], [LTN = `to`], restore `to.resume` entirely, jump through `x18` |
+//! | `libuthread_resume_full` | `(to: *mut Thmb, fp_format: u64) -> !` | [FP from the FP area], LTN = `to`, restore `to.resume` entirely, jump through `x18` |
 //! | `libuthread_thread_start` | (jumped to by a window resume) | first instruction of every user thread |
 //!
 //! `Entry` is `unsafe extern "C" fn(usize, usize) -> !`.
@@ -393,7 +393,7 @@ core::arch::global_asm!(
     ".hidden libuthread_resume_window_end",
     "libuthread_resume_window_end:",
     // ---------------------------------------------------------------------------------------
-    // libuthread_resume_full(to = x0, write_ltn = x1, fp_format = x2) -> !
+    // libuthread_resume_full(to = x0, fp_format = x1) -> !
     // Restores every general-purpose register, sp, NZCV and pc from `to.resume` without
     // entering the kernel and without touching the thread's stack (memory below its sp may be
     // live: nothing is pushed). x18 is the one register the thread does not own (Tsumugi's
@@ -411,7 +411,7 @@ core::arch::global_asm!(
     ".type libuthread_resume_full, %function",
     ".p2align 4",
     "libuthread_resume_full:",
-    "    cbz x2, 3f",                             // 0. FP/SIMD state saved with the frame?
+    "    cbz x1, 3f",                             // 0. FP/SIMD state saved with the frame?
     "    ldr x9, [x0, #{fp_area}]",
     "    ldp q0, q1, [x9, #0]",
     "    ldp q2, q3, [x9, #32]",
@@ -438,9 +438,7 @@ core::arch::global_asm!(
     "    ldr x9, [x18, #{r_pstate}]",             // 1. NZCV (bits 31..28 of the saved PSTATE)
     "    and x9, x9, #{nzcv_bits}",
     "    msr nzcv, x9",
-    "    cbz x1, 2f",
     "    msr tpidr_el0, x0",                      // 2. LTN = to
-    "2:",
     "    ldr x9, [x18, #{r_sp}]",                 // 3. the thread's stack, nothing stored on it
     "    mov sp, x9",
     "    ldp x0, x1, [x18, #{rx0}]",

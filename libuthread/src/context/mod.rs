@@ -241,7 +241,7 @@ pub(crate) unsafe fn resume_full(to: *mut Thmb, fp: bool) -> ! {
     #[cfg(not(target_os = "none"))]
     crate::platform::set_full_resume_base(to);
     // SAFETY: forwarded contract.
-    unsafe { raw::libuthread_resume_full(to, 1, format) }
+    unsafe { raw::libuthread_resume_full(to, format) }
 }
 
 /// The instruction ranges of the two resume sequences (see [`interrupted_resume`]).
@@ -299,7 +299,7 @@ pub(crate) mod raw {
         /// End of the window resume sequences (a label, not a function).
         pub(crate) fn libuthread_resume_window_end();
         /// See the module table.
-        pub(crate) fn libuthread_resume_full(to: *mut Thmb, always_1: u64, fp_format: u64) -> !;
+        pub(crate) fn libuthread_resume_full(to: *mut Thmb, fp_format: u64) -> !;
         /// See the module table.
         pub(crate) fn libuthread_switch_out_full(from: *mut Thmb, stack_top: usize, entry: Entry, a0: usize, a1: usize);
         /// End of the full resume sequence (a label, not a function).

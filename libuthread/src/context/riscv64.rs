@@ -12,7 +12,7 @@
 //! | `libuthread_switch_window` | `(from: *mut Thmb, to: *mut Thmb, vcpu: usize)` | save window into `from` (FP part per `FP_LIVE[vcpu]`), fence, mask = WINDOW, then as `libuthread_resume_window(to, to)`; returns when `from` is resumed |
 //! | `libuthread_resume_window` | `(to: *mut Thmb, ltn: *mut Thmb) -> !` | [FP part of the window], LTN = `ltn`, restore window, jump |
 //! | `libuthread_switch_out_full` | as `libuthread_switch_out` | the full-save baseline: `x1`..`x31`, and `f0`..`f31` + `fcsr` into the FP area, mask = FULL\|FP |
-//! | `libuthread_resume_full` | `(to: *mut Thmb, write_ltn: u64, fp_format: u64) -> !` | [FP from the FP area], [LTN = `to`], restore `to.resume` but `gp`, jump through `gp` |
+//! | `libuthread_resume_full` | `(to: *mut Thmb, fp_format: u64) -> !` | [FP from the FP area], LTN = `to`, restore `to.resume` but `gp`, jump through `gp` |
 //! | `libuthread_thread_start` | (jumped to by a window resume) | first instruction of every user thread |
 //!
 //! `Entry` is `unsafe extern "C" fn(usize, usize) -> !`.
@@ -464,7 +464,7 @@ core::arch::global_asm!(
     ".hidden libuthread_resume_window_end",
     "libuthread_resume_window_end:",
     // ---------------------------------------------------------------------------------------
-    // libuthread_resume_full(to = a0, write_ltn = a1, fp_format = a2) -> !
+    // libuthread_resume_full(to = a0, fp_format = a1) -> !
     // Restores x1..x31 but gp (and tp, which is LTN = `to`) from `to.resume` and jumps to its
     // pc without entering the kernel and without touching the thread's stack:
     //   0. the FP state from the FP area if it was saved with the frame — while LTN is still 0,
@@ -480,7 +480,7 @@ core::arch::global_asm!(
     ".type libuthread_resume_full, @function",
     ".p2align 2",
     "libuthread_resume_full:",
-    "    beqz a2, 3f",                            // 0. FP state saved with the frame?
+    "    beqz a1, 3f",                            // 0. FP state saved with the frame?
     "    ld t0, {fp_area}(a0)",
     "    fld f0, 0*8(t0)",
     "    fld f1, 1*8(t0)",
@@ -517,9 +517,7 @@ core::arch::global_asm!(
     "    ld t1, {fp_fcsr}(t0)",
     "    fscsr t1",
     "3:",
-    "    beqz a1, 2f",
     "    mv tp, a0",                              // 1. LTN = to
-    "2:",
     "    ld x1, {r}+1*8(tp)",                     // 2. every register but gp (x3) and tp (x4)
     "    ld x2, {r}+2*8(tp)",                     //    (sp: the thread's stack, untouched)
     "    ld x5, {r}+5*8(tp)",

@@ -12,7 +12,7 @@
 //! | `libuthread_switch_window` | `(from: *mut Thmb, to: *mut Thmb, vcpu: usize)` | save window into `from` (FP part per `FP_LIVE[vcpu]`), mask = WINDOW, then as `libuthread_resume_window(to, to)`; returns when `from` is resumed |
 //! | `libuthread_resume_window` | `(to: *mut Thmb, ltn: *mut Thmb) -> !` | LTN = `ltn`, restore window, `ret` |
 //! | `libuthread_switch_out_full` | as `libuthread_switch_out` | the full-save baseline: every GPR, rflags and the FP/SIMD state (`xsave64`/`fxsave64` into the FP area), mask = FULL\|FP |
-//! | `libuthread_resume_full` | `(to: *mut Thmb, _: u64, fp_format: u64) -> !` | [FP from the FP area], LTN = `to`, restore `to.resume` entirely, jump |
+//! | `libuthread_resume_full` | `(to: *mut Thmb, fp_format: u64) -> !` | [FP from the FP area], LTN = `to`, restore `to.resume` entirely, jump |
 //! | `libuthread_thread_start` | (returned to by a window resume, from the stack slot `init_window` wrote) | first instruction of every user thread |
 //!
 //! `Entry` is `unsafe extern "C" fn(usize, usize) -> !`.
@@ -466,7 +466,7 @@ core::arch::global_asm!(
     ".hidden libuthread_resume_window_end",
     "libuthread_resume_window_end:",
     // ---------------------------------------------------------------------------------------
-    // libuthread_resume_full(to = rdi, rsi unused, fp_format = rdx) -> !
+    // libuthread_resume_full(to = rdi, fp_format = rsi) -> !
     // Restores every general-purpose register, rflags, rsp and rip from `to.resume` without
     // entering the kernel and without touching the thread's stack (its red zone below rsp may
     // hold live data). GS base = `to` gives an addressing base that needs no register:
@@ -487,11 +487,11 @@ core::arch::global_asm!(
     ".type libuthread_resume_full, @function",
     ".p2align 4",
     "libuthread_resume_full:",
-    "    test rdx, rdx",                          // 0. FP/SIMD state saved with the frame?
+    "    test rsi, rsi",                          // 0. FP/SIMD state saved with the frame?
     "    jz 3f",                                  //    (LTN is still 0: a stop here resumes
     "    mov rcx, [rdi + {fp_area}]",             //    in place, FP registers kept)
     "    ldmxcsr dword ptr [rcx + {fp_mxcsr}]",   //    take the #NM first (see below)
-    "    cmp rdx, {fmt_xsave}",
+    "    cmp rsi, {fmt_xsave}",
     "    jne 4f",
     "    mov eax, {xcomponents}",                 //    x87 | SSE | AVX
     "    xor edx, edx",
