@@ -113,6 +113,14 @@ pub fn gdb_command(gdb: &Path, arch: Arch, artifacts: &Artifacts, port: u16, bat
         .args(["-ex", "set pagination off", "-ex", "set confirm off"])
         .args(["-ex".to_string(), format!("set architecture {}", gdb_architecture(arch))])
         .args(["-ex".to_string(), format!("file {}", artifacts.kernel.display())])
+        .args([
+            "-ex".to_string(),
+            format!(
+                "set substitute-path {} {}",
+                crate::build::REMAPPED_ROOT,
+                crate::cmd::workspace_root().display()
+            ),
+        ])
         .args(["-ex".to_string(), format!("python tsumugi_programs = {{{}}}", programs.join(", "))])
         .args(["-ex".to_string(), format!("source {}", extension().display())])
         .args(["-ex".to_string(), format!("target remote 127.0.0.1:{port}")]);
