@@ -1,6 +1,14 @@
-//! The program heap on Tsumugi (every port): linked-list allocators, one per zero-on-touch
-//! region, a region added when none has room (regions are not contiguous: each keeps its own
-//! free list), behind per-vCPU caches of small blocks.
+//! The program heap on Tsumugi (every port): one TLSF allocator (`rlsf`) over zero-on-touch
+//! regions, a region added when no free block fits (regions are not contiguous: each is a pool
+//! of its own inside the one allocator), behind per-vCPU caches of small blocks.
+//!
+//! Why TLSF: allocation and free take constant time whatever the heap's history (two bitmap
+//! scans and a list head), where the first-fit linked list this replaced walked its holes under
+//! the lock — so a block's cost depended on everything allocated before it: the StackThreads
+//! `cky` run moved by 4–5 % between builds that differed only in where the checkout lived, and a
+//! second suspend-everywhere `fib` run took twice the first (9.4 M → 19.8 M instructions) once a
+//! large block had been freed earlier. `rlsf` is a small, maintained `no_std` TLSF (the
+//! algorithm of Masmano et al., as in RTOS heaps), with no allocation of its own and no atomics.
 //!
 //! The caches: a block of at most 256 bytes and alignment at most 16 is one of 16 size classes
 //! (16-byte steps, `size_class.rs`). Each vCPU keeps a free list per class,
@@ -13,13 +21,12 @@
 //! empty, the block goes to or comes from the locked heap, with the class's size and alignment
 //! (the class follows from the layout alone, so the free finds the size the allocation used).
 //! Outside a user thread (LTN = 0 already: scheduler code) everything goes to the locked heap.
-//! Why: the first-fit heap walks its free list under a lock; a `Box::new(u64)` and its drop cost
-//! 289 instructions on x86_64 (-icount) through it and 88 through a cache, a channel's creation
-//! and drop 412 and 177.
+//! Why the caches: the heap is one allocator under a lock; a `Box::new(u64)` and its drop cost
+//! 289 instructions on x86_64 (-icount) through the locked first-fit heap and 88 through a
+//! cache, a channel's creation and drop 412 and 177.
 
 use core::alloc::{GlobalAlloc, Layout};
 use core::ptr::NonNull;
-use linked_list_allocator::Heap;
 
 use tsumugi_abi::syscall::{region_flags, rights};
 
@@ -30,13 +37,18 @@ use crate::sys;
 /// Bytes of each heap region added when the heap runs out.
 const HEAP_CHUNK: usize = 4 << 20;
 
-/// Most heap regions.
-const MAX_BLOCKS: usize = 64;
+/// The allocator: first-level classes up to `32 << 28` bytes (8 GiB, beyond any region a
+/// program can have), 16 second-level classes each (a request is rounded up by at most 1/16 to
+/// find a block in constant time).
+type Tlsf = rlsf::Tlsf<'static, u32, u16, 28, 16>;
 
 struct Blocks {
-    heaps: [Heap; MAX_BLOCKS],
-    used: usize,
+    tlsf: Tlsf,
 }
+
+// SAFETY: the allocator's pointers lead only into the heap's own regions, which any thread may
+// touch; it is reached only under the heap lock.
+unsafe impl Send for Blocks {}
 
 /// A spinlock held with LTN = 0 (in a critical section of the M:N core). A thread holding the
 /// heap lock must not be stopped and replaced on its vCPU: the kernel would save it with a
@@ -71,8 +83,8 @@ impl<T> Lock<T> {
 
 struct RegionHeap(Lock<Blocks>);
 
-// SAFETY: every allocation and free goes through the locked blocks; a pointer is freed into
-// the block whose range holds it, which is the block it came from.
+// SAFETY: every allocation and free goes through the locked allocator (or a vCPU cache of
+// blocks that came from it, freed back with their class's layout).
 unsafe impl GlobalAlloc for RegionHeap {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         #[cfg(mn_core)]
@@ -216,39 +228,40 @@ impl RegionHeap {
 }
 
 fn alloc_in(b: &mut Blocks, layout: Layout) -> *mut u8 {
-        let used = b.used;
-        for heap in b.heaps[..used].iter_mut().rev() {
-            if let Ok(p) = heap.allocate_first_fit(layout) {
-                return p.as_ptr();
-            }
-        }
-        if used == MAX_BLOCKS {
-            return core::ptr::null_mut();
-        }
-        let chunk = (layout.size() + layout.align() + 64).div_ceil(HEAP_CHUNK) * HEAP_CHUNK;
-        let Ok(region) = sys::region_create(chunk, rights::READ | rights::WRITE, region_flags::LAZY) else {
-            return core::ptr::null_mut();
-        };
-        // SAFETY: a fresh writable region nobody else uses.
-        unsafe { b.heaps[used].init(region as *mut u8, chunk) };
-        b.used += 1;
-        b.heaps[used].allocate_first_fit(layout).map_or(core::ptr::null_mut(), NonNull::as_ptr)
+    if let Some(p) = b.tlsf.allocate(layout) {
+        return p.as_ptr();
+    }
+    // No free block fits: a new region, with room for the request however TLSF rounds it (at
+    // most 1/16 up), its alignment, and the pool's header and sentinel.
+    let Some(need) = layout
+        .size()
+        .checked_add(layout.size() / 8)
+        .and_then(|n| n.checked_add(layout.align() + 256))
+        .and_then(|n| n.checked_next_multiple_of(HEAP_CHUNK))
+    else {
+        return core::ptr::null_mut();
+    };
+    let Ok(region) = sys::region_create(need, rights::READ | rights::WRITE, region_flags::LAZY) else {
+        return core::ptr::null_mut();
+    };
+    let Some(start) = NonNull::new(region as *mut u8) else {
+        return core::ptr::null_mut();
+    };
+    // SAFETY: a fresh writable region of `need` bytes that nobody else uses and that lives as
+    // long as the program (heap regions are never given back).
+    unsafe { b.tlsf.insert_free_block_ptr(NonNull::slice_from_raw_parts(start, need)) };
+    b.tlsf.allocate(layout).map_or(core::ptr::null_mut(), NonNull::as_ptr)
 }
 
 fn dealloc_in(b: &mut Blocks, ptr: *mut u8, layout: Layout) {
-        let used = b.used;
-        for heap in b.heaps[..used].iter_mut() {
-            let start = heap.bottom() as usize;
-            if (start..start + heap.size()).contains(&(ptr as usize)) {
-                // SAFETY: allocated from this block with this layout.
-                unsafe { heap.deallocate(NonNull::new_unchecked(ptr), layout) };
-                return;
-            }
-        }
+    if let Some(ptr) = NonNull::new(ptr) {
+        // SAFETY: `ptr` came from `alloc_in` (this allocator) with `layout`.
+        unsafe { b.tlsf.deallocate(ptr, layout.align()) };
+    }
 }
 
 #[global_allocator]
 static HEAP: RegionHeap = RegionHeap(Lock {
     held: core::sync::atomic::AtomicBool::new(false),
-    value: core::cell::UnsafeCell::new(Blocks { heaps: [const { Heap::empty() }; MAX_BLOCKS], used: 0 }),
+    value: core::cell::UnsafeCell::new(Blocks { tlsf: Tlsf::new() }),
 });
