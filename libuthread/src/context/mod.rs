@@ -171,30 +171,7 @@ pub(crate) unsafe fn switch_out_window(from: *mut Thmb, stack_top: usize, entry:
 #[inline(always)]
 pub(crate) unsafe fn switch_window(from: *mut Thmb, to: *mut Thmb, vcpu: usize) {
     // SAFETY: forwarded contract.
-    #[cfg(not(all(target_arch = "x86_64", not(target_os = "none"))))]
-    unsafe {
-        raw::libuthread_switch_window(from, to, vcpu)
-    }
-    // Hosted x86_64: a `call` without the return-stack push (the switch leaves with `pop` +
-    // `jmp`, see `switch_return!` in `context/x86_64.rs`). The stack looks as after a `call`:
-    // the asm is not `nostack`, so rsp is 16-aligned here and the red zone holds nothing.
-    // Callee-saved registers come back as they were (the switch saves and restores them);
-    // the rest are clobbered as by a call.
-    // SAFETY: forwarded contract; the switch returns to label 2 with rsp as before the push.
-    #[cfg(all(target_arch = "x86_64", not(target_os = "none")))]
-    unsafe {
-        core::arch::asm!(
-            "lea rax, [rip + 2f]",
-            "push rax",
-            "jmp {switch}",
-            "2:",
-            switch = sym raw::libuthread_switch_window,
-            in("rdi") from,
-            in("rsi") to,
-            in("rdx") vcpu,
-            clobber_abi("C"),
-        )
-    }
+    unsafe { arch::switch_window(from, to, vcpu) }
 }
 
 /// Where a full frame resumes.

@@ -106,6 +106,16 @@ pub(crate) fn bytes_saved() -> (usize, usize) {
     (offset_of!(Window, fcsr), core::mem::size_of::<FullFrame>() + FP_AREA_SIZE)
 }
 
+/// `context::switch_window` on this port: a plain call of the assembly (see the module table).
+///
+/// # Safety
+/// As `context::switch_window`.
+#[inline(always)]
+pub(crate) unsafe fn switch_window(from: *mut Thmb, to: *mut Thmb, vcpu: usize) {
+    // SAFETY: forwarded contract.
+    unsafe { super::raw::libuthread_switch_window(from, to, vcpu) }
+}
+
 /// Where a full frame resumes (`pc`, in slot 0).
 ///
 /// # Safety

@@ -161,6 +161,39 @@ pub(crate) fn bytes_saved() -> (usize, usize) {
     (7 * 8 + 4 + 2, core::mem::size_of::<FullFrame>() + FP_BYTES.load(core::sync::atomic::Ordering::Relaxed))
 }
 
+/// `context::switch_window` on x86_64. On Tsumugi a plain call of the assembly. Hosted, a
+/// `call` without the return-stack push: the switch leaves with `pop` + `jmp` (see
+/// `switch_return!`), so the return-stack predictor stays in step across the switch. The stack
+/// looks as after a `call`: the asm is not `nostack`, so rsp is 16-aligned here and the red zone
+/// holds nothing. Callee-saved registers come back as they were (the switch saves and restores
+/// them); the rest are clobbered as by a call.
+///
+/// # Safety
+/// As `context::switch_window`.
+#[inline(always)]
+pub(crate) unsafe fn switch_window(from: *mut Thmb, to: *mut Thmb, vcpu: usize) {
+    // SAFETY: forwarded contract.
+    #[cfg(target_os = "none")]
+    unsafe {
+        super::raw::libuthread_switch_window(from, to, vcpu)
+    }
+    // SAFETY: forwarded contract; the switch returns to label 2 with rsp as before the push.
+    #[cfg(not(target_os = "none"))]
+    unsafe {
+        core::arch::asm!(
+            "lea rax, [rip + 2f]",
+            "push rax",
+            "jmp {switch}",
+            "2:",
+            switch = sym super::raw::libuthread_switch_window,
+            in("rdi") from,
+            in("rsi") to,
+            in("rdx") vcpu,
+            clobber_abi("C"),
+        )
+    }
+}
+
 /// Where a full frame resumes (`rip`).
 ///
 /// # Safety
