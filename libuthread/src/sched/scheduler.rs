@@ -229,7 +229,7 @@ impl Vcpu {
     /// [`Vcpu::unusual_here`], or some vCPU idle (then work is to be offered).
     #[inline(always)]
     fn unusual(&self) -> u64 {
-        self.unusual_here() as u64 | SHARED.idle.bits()
+        self.unusual_here() as u64 | IDLE.bits()
     }
 
     /// Puts the never-run thread `t`, spawned on this vCPU, on the unpublished list.
@@ -374,7 +374,7 @@ impl Vcpu {
     /// The caller is `t`, on vCPU `v` (this one) with LTN = 0, the list not empty.
     #[inline(never)]
     unsafe fn keep_unpublished(&self, t: *mut Thmb, v: usize) -> bool {
-        if SHARED.idle.any() {
+        if IDLE.any() {
             return false;
         }
         let head = self.fresh.load(Ordering::Relaxed);
@@ -676,7 +676,7 @@ const DEFER_BLOCKS: usize = 8;
 /// The caller runs on vCPU `v` with LTN = 0.
 #[inline(always)]
 unsafe fn take_next(v: usize) -> *mut Thmb {
-    let vcpu = &SHARED.vcpus[v];
+    let vcpu = &VCPUS[v];
     // A Relaxed look: the lock in `drain_shared` orders what it takes. A thread pushed just
     // now that this look misses is found at the next switch, or by the idle re-check (which
     // follows a SeqCst fence) before this vCPU parks.
@@ -699,7 +699,7 @@ unsafe fn take_next(v: usize) -> *mut Thmb {
 /// As for [`take_next`].
 #[inline(never)]
 unsafe fn drain_shared(v: usize) {
-    let vcpu = &SHARED.vcpus[v];
+    let vcpu = &VCPUS[v];
     let mut queue = vcpu.queue.lock();
     loop {
         let t = queue.pop_front();
@@ -724,7 +724,7 @@ unsafe fn drain_shared(v: usize) {
 /// The caller runs on vCPU `v` with LTN = 0.
 #[inline(always)]
 unsafe fn offer_work(v: usize) {
-    if SHARED.idle.any() {
+    if IDLE.any() {
         // SAFETY: forwarded contract.
         unsafe { offer_work_slow(v) }
     }
@@ -736,7 +736,7 @@ unsafe fn offer_work(v: usize) {
 /// As for `offer_work`.
 #[inline(never)]
 unsafe fn offer_work_slow(v: usize) {
-    let vcpu = &SHARED.vcpus[v];
+    let vcpu = &VCPUS[v];
     if !vcpu.local.is_empty() {
         let mut queue = vcpu.queue.lock();
         let newer = queue.take_all();
@@ -756,7 +756,7 @@ unsafe fn offer_work_slow(v: usize) {
         vcpu.len.store(usize::from(!queue.is_empty()), Ordering::Release);
     }
     if vcpu.has_work() {
-        if let Some(w) = SHARED.idle.claim(v) {
+        if let Some(w) = IDLE.claim(v) {
             platform::unpark(w);
         }
     }
@@ -767,17 +767,7 @@ struct RootCell(core::cell::UnsafeCell<Thmb>);
 // SAFETY: only vCPU 0 touches it, at `run`'s start and at shutdown (one runtime at a time).
 unsafe impl Sync for RootCell {}
 
-/// The vCPUs' scheduler state and the idle set, in one static so that one address reaches
-/// both: a PIE loads a static's address from the GOT, and the common paths that look at a
-/// vCPU's words also look at the idle bits (`Vcpu::unusual`, a wake-up's offer of work), so one
-/// GOT load serves both (x86_64 -icount: one instruction per such path).
-#[repr(C)]
-struct Shared {
-    vcpus: [Vcpu; MAX_VCPUS],
-    idle: IdleSet,
-}
-
-static SHARED: Shared = Shared { vcpus: [const { Vcpu::new() }; MAX_VCPUS], idle: IdleSet::new() };
+static VCPUS: [Vcpu; MAX_VCPUS] = [const { Vcpu::new() }; MAX_VCPUS];
 
 /// Sets or clears `flag` in every vCPU's copy of the switch flags (`Vcpu::flags`), after
 /// `context::set_switch_flag` has done so in the original. A read-modify-write per copy, as
@@ -785,7 +775,7 @@ static SHARED: Shared = Shared { vcpus: [const { Vcpu::new() }; MAX_VCPUS], idle
 /// the fast path's look, which was a hint before (a switch that misses a change sees it at the
 /// next one).
 pub(crate) fn mirror_switch_flag(flag: usize, on: bool) {
-    for vcpu in &SHARED.vcpus {
+    for vcpu in &VCPUS {
         if on {
             vcpu.flags.fetch_or(flag, Ordering::Relaxed);
         } else {
@@ -804,6 +794,7 @@ static REVOKED: AtomicU64 = AtomicU64::new(0);
 /// Revocations of each vCPU taken in ([`adopt_revoked`]), compared with the count a
 /// `VCPU_GRANTED` upcall carries ([`rejoin`]).
 static REVOCATIONS_SEEN: [AtomicU64; MAX_VCPUS] = [const { AtomicU64::new(0) }; MAX_VCPUS];
+static IDLE: IdleSet = IdleSet::new();
 /// Set when the main thread has exited.
 static SHUTDOWN: AtomicBool = AtomicBool::new(false);
 /// Counts runtimes, so late events of an earlier one (a hosted sleep timer) can be dropped.
@@ -827,7 +818,7 @@ pub(crate) fn fatal(message: &str) -> ! {
 /// How many times threads were resumed from a saved window (or started) and from a full frame,
 /// over every vCPU since the program started.
 pub fn resume_counts() -> (u64, u64) {
-    SHARED.vcpus.iter().fold((0, 0), |(w, f), v| {
+    VCPUS.iter().fold((0, 0), |(w, f), v| {
         (w + v.resumed_window.load(Ordering::Relaxed), f + v.resumed_full.load(Ordering::Relaxed))
     })
 }
@@ -845,7 +836,7 @@ pub(crate) fn generation() -> u64 {
 }
 
 fn vcpus() -> &'static [Vcpu] {
-    &SHARED.vcpus[..vcpu_count()]
+    &VCPUS[..vcpu_count()]
 }
 
 fn work_anywhere() -> bool {
@@ -874,7 +865,7 @@ pub(crate) static STACKS_MADE: core::sync::atomic::AtomicUsize = core::sync::ato
 /// Runs on vCPU `v` with LTN = 0.
 unsafe fn take_stack(v: usize, size: usize) -> Option<(usize, usize)> {
     // SAFETY: forwarded contract.
-    if let Some(stack) = unsafe { SHARED.vcpus[v].pool.take_free_stack(size) } {
+    if let Some(stack) = unsafe { VCPUS[v].pool.take_free_stack(size) } {
         return Some(stack);
     }
     if STACKS_KEPT.load(Ordering::Relaxed) != 0 {
@@ -886,7 +877,7 @@ unsafe fn take_stack(v: usize, size: usize) -> Option<(usize, usize)> {
         }
     }
     // SAFETY: forwarded contract.
-    if let Stack::Ready(base, len) = unsafe { SHARED.vcpus[v].pool.carve_stack(size) } {
+    if let Stack::Ready(base, len) = unsafe { VCPUS[v].pool.carve_stack(size) } {
         return Some((base, len));
     }
     STACKS_MADE.fetch_add(1, core::sync::atomic::Ordering::Relaxed);
@@ -918,7 +909,7 @@ unsafe fn give_stack(v: usize, size: usize, base: usize, len: usize) {
         "libuthread: a stack freed while the freeing code runs on it"
     );
     // SAFETY: forwarded contract.
-    if unsafe { SHARED.vcpus[v].pool.give_stack(size, base, len) } {
+    if unsafe { VCPUS[v].pool.give_stack(size, base, len) } {
         return;
     }
     {
@@ -942,7 +933,7 @@ unsafe fn give_stack(v: usize, size: usize, base: usize, len: usize) {
 pub(crate) unsafe fn alloc_thmb(v: Option<usize>) -> (*mut Thmb, bool) {
     if let Some(v) = v {
         // SAFETY: forwarded contract.
-        let t = unsafe { SHARED.vcpus[v].pool.take_thmb() };
+        let t = unsafe { VCPUS[v].pool.take_thmb() };
         if !t.is_null() {
             return (t, true);
         }
@@ -972,7 +963,7 @@ fn alloc_thmb_from_heap() -> *mut Thmb {
 pub(crate) unsafe fn free_thmb(t: *mut Thmb, v: Option<usize>) {
     if let Some(v) = v {
         // SAFETY: forwarded contract.
-        if unsafe { SHARED.vcpus[v].pool.give_thmb(t) } {
+        if unsafe { VCPUS[v].pool.give_thmb(t) } {
             return;
         }
     }
@@ -1010,9 +1001,9 @@ fn make_ready(t: *mut Thmb, home: usize) {
     let home = route(home);
     // SAFETY: as above.
     unsafe { (*t).vcpu.store(home, Ordering::Relaxed) };
-    SHARED.vcpus[home].push(t);
+    VCPUS[home].push(t);
     // An idle vCPU other than `home` takes it from `home`'s queue by stealing.
-    if let Some(v) = SHARED.idle.claim(home) {
+    if let Some(v) = IDLE.claim(home) {
         platform::unpark(v);
     }
     // `home` revoked after `route` looked (the claim's SeqCst fence orders this load after the
@@ -1067,7 +1058,7 @@ pub(crate) unsafe fn run_inline<T>(t: *mut Thmb) -> Option<crate::task::Outcome<
     // join word: a child on the list never started, so it cannot have exited, and the common
     // case skips the load; one that exited is left to the caller (whose wait returns at once).
     // SAFETY: on `v` with LTN = 0; the caller's reference keeps `t` live.
-    let claimed = unsafe { SHARED.vcpus[v].take_fresh(t) }
+    let claimed = unsafe { VCPUS[v].take_fresh(t) }
         || (unsafe { (*t).join.load(Ordering::Acquire) } != JOIN_EXITED && unsafe { claim_queued(v, t) });
     if !claimed {
         critical.leave();
@@ -1114,11 +1105,11 @@ unsafe fn claim_queued(v: usize, t: *mut Thmb) -> bool {
         if q == v
             && Thmb::mask(t) == mask::NONE
             && (*t).stack.get().0 == 0
-            && SHARED.vcpus[v].local.remove_near_front(t, INLINE_LOOKUP)
+            && VCPUS[v].local.remove_near_front(t, INLINE_LOOKUP)
         {
             return true;
         }
-        let vcpu = &SHARED.vcpus[q.min(MAX_VCPUS - 1)];
+        let vcpu = &VCPUS[q.min(MAX_VCPUS - 1)];
         let mut queue = vcpu.queue.lock();
         let ours = Thmb::mask(t) == mask::NONE
             && (*t).stack.get().0 == 0
@@ -1156,9 +1147,9 @@ where
     unsafe {
         let t = Thmb::new_thread(Some(v), f, name, stack_size, 2);
         (*t).vcpu.store(v, Ordering::Relaxed);
-        SHARED.vcpus[v].push_fresh(t);
-        if SHARED.idle.any() {
-            SHARED.vcpus[v].publish_fresh(v);
+        VCPUS[v].push_fresh(t);
+        if IDLE.any() {
+            VCPUS[v].publish_fresh(v);
         }
         critical.leave();
         t
@@ -1249,9 +1240,9 @@ pub(crate) unsafe fn push_job(h: *const JobHeader) -> bool {
     // the list is ours. The record is live (contract).
     unsafe {
         let v = (*me).vcpu.load(Ordering::Relaxed) % MAX_VCPUS;
-        SHARED.vcpus[v].push_job(h);
-        if SHARED.idle.any() {
-            SHARED.vcpus[v].publish_fresh(v);
+        VCPUS[v].push_job(h);
+        if IDLE.any() {
+            VCPUS[v].publish_fresh(v);
         }
     }
     critical.leave();
@@ -1277,8 +1268,8 @@ pub(crate) unsafe fn take_job(h: *const JobHeader) -> bool {
     // SAFETY: as in `push_job`.
     let v = unsafe { (*me).vcpu.load(Ordering::Relaxed) } % MAX_VCPUS;
     // SAFETY: as in `push_job`.
-    let taken = unsafe { SHARED.vcpus[v].take_job(h) };
-    if !taken && SHARED.vcpus[v].has_fresh() {
+    let taken = unsafe { VCPUS[v].take_job(h) };
+    if !taken && VCPUS[v].has_fresh() {
         // Not near the head: maybe deeper in the list. The caller waits for the record next, and a
         // block may leave the list unpublished ("Deferred promotion"): publish it now, so that the
         // record is a thread by then.
@@ -1297,7 +1288,7 @@ pub(crate) unsafe fn take_job(h: *const JobHeader) -> bool {
 #[inline(never)]
 unsafe fn take_job_missed(v: usize) {
     // SAFETY: forwarded contract.
-    unsafe { SHARED.vcpus[v].publish_fresh(v) }
+    unsafe { VCPUS[v].publish_fresh(v) }
 }
 
 /// Wakes a thread blocked in [`block_current`].
@@ -1372,8 +1363,8 @@ pub(crate) unsafe fn wake_from_leave(me: *mut Thmb, t: *mut Thmb) {
     unsafe {
         let v = (*me).vcpu.load(Ordering::Relaxed) % MAX_VCPUS;
         (*t).vcpu.store(v, Ordering::Relaxed);
-        SHARED.vcpus[v].local.push(t);
-        if SHARED.idle.any() {
+        VCPUS[v].local.push(t);
+        if IDLE.any() {
             offer_work_leave(v, me);
         } else {
             platform::set_ltn(me);
@@ -1471,7 +1462,7 @@ unsafe fn queue_woken(me: *mut Thmb, t: *mut Thmb, home: usize) {
     unsafe {
         let v = (*me).vcpu.load(Ordering::Relaxed) % MAX_VCPUS;
         (*t).vcpu.store(v, Ordering::Relaxed);
-        SHARED.vcpus[v].local.push(t);
+        VCPUS[v].local.push(t);
         offer_work(v);
     }
 }
@@ -1560,7 +1551,7 @@ pub(crate) fn block_current_direct(publish: impl FnOnce(*mut Thmb) -> bool) -> b
         if to.is_null() {
             park_current(t);
         } else {
-            let vcpu = &SHARED.vcpus[v];
+            let vcpu = &VCPUS[v];
             // Still the head: see above.
             debug_assert_eq!(vcpu.local.head.load(Ordering::Relaxed), to as usize);
             vcpu.local.pop_head(to);
@@ -1602,7 +1593,7 @@ unsafe fn park_current(t: *mut Thmb) {
             if !(*t).state.commit_park() {
                 // Woken before the switch: runnable again (behind what is queued).
                 (*t).state.set(READY);
-                SHARED.vcpus[v].local.push(t);
+                VCPUS[v].local.push(t);
             }
             resume_direct(v, t, to);
         }
@@ -1620,7 +1611,7 @@ unsafe fn park_current(t: *mut Thmb) {
 unsafe fn park_slow(t: *mut Thmb, v: usize) {
     // SAFETY: `t` is the calling thread.
     let state = unsafe { &(*t).state };
-    let vcpu = &SHARED.vcpus[v];
+    let vcpu = &VCPUS[v];
     // Task records left unpublished while another thread runs ("Deferred promotion").
     // SAFETY: `t` is the caller on `v` with LTN = 0, the list not empty.
     let keep = vcpu.has_fresh() && !SHUTDOWN.load(Ordering::Relaxed) && unsafe { vcpu.keep_unpublished(t, v) };
@@ -1659,9 +1650,9 @@ unsafe fn park_slow(t: *mut Thmb, v: usize) {
         }
         let mut give_up = false;
         loop {
-            SHARED.idle.announce(v);
+            IDLE.announce(v);
             if state.take_in_place_wake() {
-                SHARED.idle.retract(v);
+                IDLE.retract(v);
                 // SAFETY: on `v` with LTN = 0.
                 unsafe { offer_work(v) };
                 platform::set_ltn(t);
@@ -1670,7 +1661,7 @@ unsafe fn park_slow(t: *mut Thmb, v: usize) {
             if work_anywhere() || SHUTDOWN.load(Ordering::SeqCst) || give_up {
                 // Work arrived for this vCPU, or the kernel wants it back (space sharing):
                 // give it up properly.
-                SHARED.idle.retract(v);
+                IDLE.retract(v);
                 if state.leave_in_place() {
                     break;
                 }
@@ -1693,7 +1684,7 @@ unsafe fn park_slow(t: *mut Thmb, v: usize) {
     }
     // SAFETY: `t` is the caller, the scheduler stack of `v` is free (this vCPU is in the
     // library, not in the loop), and `after_switch` never returns.
-    unsafe { context::switch_out(t, SHARED.vcpus[v].top(), after_switch, v, t as usize | ACTION_BLOCK) };
+    unsafe { context::switch_out(t, VCPUS[v].top(), after_switch, v, t as usize | ACTION_BLOCK) };
 }
 
 /// Lets other ready threads of this vCPU run (returns at once when there are none).
@@ -1716,7 +1707,7 @@ pub(crate) fn yield_current() {
     platform::set_ltn(ptr::null_mut());
     // SAFETY: `t` is the calling thread; its vCPU cannot change with LTN = 0.
     let v = unsafe { (*t).vcpu.load(Ordering::Relaxed) } % MAX_VCPUS;
-    let vcpu = &SHARED.vcpus[v];
+    let vcpu = &VCPUS[v];
     let to = vcpu.local.head.load(Ordering::Relaxed) as *mut Thmb;
     if !to.is_null() {
         // SAFETY: `t` is the caller on `v` with LTN = 0; `to` is the head of `v`'s own queue.
@@ -1731,7 +1722,7 @@ pub(crate) fn yield_current() {
 }
 
 /// [`yield_current`] when there is a thread to yield to, `to` being the head of vCPU `v`'s
-/// own queue (not null) and `vcpu` that vCPU (`&SHARED.vcpus[v]`, which the caller has computed
+/// own queue (not null) and `vcpu` that vCPU (`&VCPUS[v]`, which the caller has computed
 /// already: not indexed again here).
 ///
 /// Inlined into [`yield_current`]'s caller (see there). The common case is
@@ -1747,12 +1738,12 @@ pub(crate) fn yield_current() {
 ///
 /// # Safety
 /// `t` is the calling thread, on vCPU `v` (`v < MAX_VCPUS`), with LTN = 0; `to` is the head of
-/// `v`'s own queue, not null; `vcpu` is `&SHARED.vcpus[v]`.
+/// `v`'s own queue, not null; `vcpu` is `&VCPUS[v]`.
 #[inline(always)]
 unsafe fn yield_to_next(t: *mut Thmb, to: *mut Thmb, v: usize, vcpu: &'static Vcpu) {
     // (The first three arguments in the order `libuthread_switch_window` takes them: no
     // register moves.)
-    debug_assert!(!to.is_null() && ptr::eq(vcpu, &SHARED.vcpus[v]));
+    debug_assert!(!to.is_null() && ptr::eq(vcpu, &VCPUS[v]));
     if vcpu.unusual() == 0 && Thmb::mask(to) & !mask::FP == mask::WINDOW {
         // SAFETY: on `v` with LTN = 0: the own queue is ours, its head `to` READY and ours once
         // taken; `t` is the caller (see above for its mask).
@@ -1785,7 +1776,7 @@ unsafe fn yield_to_next(t: *mut Thmb, to: *mut Thmb, v: usize, vcpu: &'static Vc
 /// The caller runs on vCPU `v` with LTN = 0.
 #[inline(always)]
 unsafe fn take_direct(v: usize) -> *mut Thmb {
-    let vcpu = &SHARED.vcpus[v];
+    let vcpu = &VCPUS[v];
     // (Switch flags, unpublished children, shared queue and idle bits: one test.)
     if vcpu.unusual() == 0 {
         let to = vcpu.local.head.load(Ordering::Relaxed) as *mut Thmb;
@@ -1809,7 +1800,7 @@ unsafe fn take_direct(v: usize) -> *mut Thmb {
 /// The caller runs on vCPU `v` with LTN = 0.
 #[inline(always)]
 unsafe fn peek_direct(v: usize) -> *mut Thmb {
-    let vcpu = &SHARED.vcpus[v];
+    let vcpu = &VCPUS[v];
     if vcpu.unusual() == 0 {
         let to = vcpu.local.head.load(Ordering::Relaxed) as *mut Thmb;
         if !to.is_null() && Thmb::mask(to) & !mask::FP == mask::WINDOW {
@@ -1845,13 +1836,13 @@ unsafe fn take_head(v: usize, to: *mut Thmb) {
 #[inline(always)]
 unsafe fn resume_direct(v: usize, from: *mut Thmb, to: *mut Thmb) {
     // SAFETY: forwarded contract.
-    unsafe { resume_direct_on(&SHARED.vcpus[v], v, from, to) }
+    unsafe { resume_direct_on(&VCPUS[v], v, from, to) }
 }
 
-/// [`resume_direct`] with `vcpu` = `&SHARED.vcpus[v]` already at hand.
+/// [`resume_direct`] with `vcpu` = `&VCPUS[v]` already at hand.
 ///
 /// # Safety
-/// As for `resume_direct`; `vcpu` is `&SHARED.vcpus[v]`.
+/// As for `resume_direct`; `vcpu` is `&VCPUS[v]`.
 #[inline(always)]
 unsafe fn resume_direct_on(vcpu: &Vcpu, v: usize, from: *mut Thmb, to: *mut Thmb) {
     Thmb::set_mask(to, mask::NONE);
@@ -1868,7 +1859,7 @@ unsafe fn resume_direct_on(vcpu: &Vcpu, v: usize, from: *mut Thmb, to: *mut Thmb
 /// `t` is the calling thread, on vCPU `v`, with LTN = 0.
 #[inline(never)]
 unsafe fn yield_slow(t: *mut Thmb, v: usize) {
-    let vcpu = &SHARED.vcpus[v];
+    let vcpu = &VCPUS[v];
     // SAFETY: on `v` with LTN = 0.
     unsafe { vcpu.publish_fresh(v) };
     if !SHUTDOWN.load(Ordering::Relaxed) {
@@ -1899,7 +1890,7 @@ unsafe fn yield_slow(t: *mut Thmb, v: usize) {
         return;
     }
     // SAFETY: as in `park_current`.
-    unsafe { context::switch_out(t, SHARED.vcpus[v].top(), after_switch, v, t as usize | ACTION_YIELD) };
+    unsafe { context::switch_out(t, VCPUS[v].top(), after_switch, v, t as usize | ACTION_YIELD) };
 }
 
 /// Blocks the calling, `PARKING` thread `from` and switches to the READY thread `to` (taken off
@@ -1922,13 +1913,13 @@ unsafe fn block_to(v: usize, from: *mut Thmb, to: *mut Thmb) {
             if !(*from).state.commit_park() {
                 // Woken before the switch: runnable again (behind what is queued).
                 (*from).state.set(READY);
-                SHARED.vcpus[v].local.push(from);
+                VCPUS[v].local.push(from);
             }
             switch_direct(v, from, to);
             return;
         }
         let top = prepare(v, to);
-        SHARED.vcpus[v].handoff.store(to as usize, Ordering::Relaxed);
+        VCPUS[v].handoff.store(to as usize, Ordering::Relaxed);
         context::switch_out(from, top, after_switch_to, v, from as usize | ACTION_BLOCK);
     }
 }
@@ -2035,7 +2026,7 @@ unsafe fn prepare_slow(v: usize, t: *mut Thmb) -> usize {
         if Thmb::mask(t) & !mask::FP == mask::WINDOW {
             context::window_sp(&(*t).window)
         } else {
-            SHARED.vcpus[v].top()
+            VCPUS[v].top()
         }
     }
 }
@@ -2051,12 +2042,12 @@ unsafe fn resume_prepared(v: usize, t: *mut Thmb) -> ! {
         match m & !mask::FP {
             mask::WINDOW => {
                 Thmb::set_mask(t, mask::NONE);
-                SHARED.vcpus[v].count_resume(false);
+                VCPUS[v].count_resume(false);
                 context::resume_window(t, t)
             }
             mask::FULL => {
                 Thmb::set_mask(t, mask::NONE);
-                SHARED.vcpus[v].count_resume(true);
+                VCPUS[v].count_resume(true);
                 context::resume_full(t, m & mask::FP != 0)
             }
             _ => fatal("libuthread: a started thread with nothing saved\n"),
@@ -2069,7 +2060,7 @@ unsafe fn resume_prepared(v: usize, t: *mut Thmb) -> ! {
 /// the next one.
 unsafe extern "C" fn after_switch_to(v: usize, word: usize) -> ! {
     let t = (word & !ACTION_MASK) as *mut Thmb;
-    let vcpu = &SHARED.vcpus[v];
+    let vcpu = &VCPUS[v];
     let to = vcpu.handoff.load(Ordering::Relaxed) as *mut Thmb;
     // SAFETY: `t` just left this vCPU and is owned by the scheduler until queued or parked;
     // we are `v` with LTN = 0 (its own queue is ours).
@@ -2119,7 +2110,7 @@ unsafe extern "C" fn thread_main(t: *mut Thmb) -> ! {
     let v = unsafe { (*t).vcpu.load(Ordering::Relaxed) };
     // Children it left unjoined go to the queue like any others.
     // SAFETY: on `v` with LTN = 0.
-    unsafe { SHARED.vcpus[v].publish_fresh(v) };
+    unsafe { VCPUS[v].publish_fresh(v) };
     // SAFETY: `t` is live until released.
     if !unsafe { (*t).is_main } && !SHUTDOWN.load(Ordering::Relaxed) {
         // SAFETY: on `v` with LTN = 0.
@@ -2129,13 +2120,13 @@ unsafe extern "C" fn thread_main(t: *mut Thmb) -> ! {
             // `after_switch_to` once off it.
             unsafe {
                 let top = prepare(v, to);
-                SHARED.vcpus[v].handoff.store(to as usize, Ordering::Relaxed);
+                VCPUS[v].handoff.store(to as usize, Ordering::Relaxed);
                 context::call_on_stack(top, after_switch_to, v, t as usize | ACTION_EXIT)
             }
         }
     }
     // SAFETY: the thread's stack is abandoned; `after_switch` reclaims it.
-    unsafe { context::call_on_stack(SHARED.vcpus[v].top(), after_switch, v, t as usize | ACTION_EXIT) }
+    unsafe { context::call_on_stack(VCPUS[v].top(), after_switch, v, t as usize | ACTION_EXIT) }
 }
 
 // ------------------------------------------------------------------------------------------
@@ -2150,13 +2141,13 @@ unsafe extern "C" fn after_switch(v: usize, word: usize) -> ! {
         match word & ACTION_MASK {
             ACTION_YIELD => {
                 (*t).state.set(READY);
-                SHARED.vcpus[v].local.push(t);
+                VCPUS[v].local.push(t);
             }
             ACTION_BLOCK => {
                 if !(*t).state.commit_park() {
                     // Woken before the switch finished: runnable again (behind what is queued).
                     (*t).state.set(READY);
-                    SHARED.vcpus[v].local.push(t);
+                    VCPUS[v].local.push(t);
                 }
             }
             _ => {
@@ -2190,7 +2181,7 @@ fn vcpu_loop(v: usize) -> ! {
         // What the thread that left this vCPU spawned and did not join (or an upcall
         // interrupted the thread before it entered the scheduler).
         // SAFETY: the loop runs on `v` with LTN = 0.
-        unsafe { SHARED.vcpus[v].publish_fresh(v) };
+        unsafe { VCPUS[v].publish_fresh(v) };
         // SAFETY: on `v` with LTN = 0.
         let t = unsafe { take_next(v) };
         if !t.is_null() {
@@ -2205,21 +2196,21 @@ fn vcpu_loop(v: usize) -> ! {
             // SAFETY: as above.
             unsafe { dispatch(v, t) }
         }
-        SHARED.idle.announce(v);
+        IDLE.announce(v);
         if work_anywhere() || SHUTDOWN.load(Ordering::SeqCst) {
-            SHARED.idle.retract(v);
+            IDLE.retract(v);
             continue;
         }
         platform::perf_resumed(ptr::null_mut());
         platform::park_idle(v);
-        SHARED.idle.retract(v);
+        IDLE.retract(v);
     }
 }
 
 fn steal(v: usize) -> *mut Thmb {
     let n = vcpu_count();
     for i in 1..n {
-        let t = SHARED.vcpus[(v + i) % n].pop();
+        let t = VCPUS[(v + i) % n].pop();
         if !t.is_null() {
             return t;
         }
@@ -2269,9 +2260,9 @@ fn route(home: usize) -> usize {
 #[cold]
 fn rescue(v: usize) {
     let taken = {
-        let mut queue = SHARED.vcpus[v].queue.lock();
+        let mut queue = VCPUS[v].queue.lock();
         let all = queue.take_all();
-        SHARED.vcpus[v].len.store(0, Ordering::Release);
+        VCPUS[v].len.store(0, Ordering::Release);
         all
     };
     for t in taken {
@@ -2299,8 +2290,8 @@ pub unsafe fn adopt_revoked(v: usize, stopped: *mut Thmb, count: u64) {
     }
     REVOKED.fetch_or(1 << v, Ordering::SeqCst);
     crate::prim::fence(Ordering::SeqCst);
-    SHARED.idle.retract(v);
-    let vcpu = &SHARED.vcpus[v];
+    IDLE.retract(v);
+    let vcpu = &VCPUS[v];
     let mut fresh = vcpu.fresh.swap(0, Ordering::Relaxed);
     vcpu.defer_owner.store(0, Ordering::Relaxed);
     let target = route(v);
@@ -2368,7 +2359,7 @@ pub fn enter_vcpu_loop(vcpu: usize) -> ! {
     assert!(vcpu < vcpu_count(), "libuthread: no vCPU {vcpu}");
     // SAFETY: with LTN = 0 nothing of this vCPU's scheduler stack is live (a user thread was
     // running, or the vCPU is new), and `loop_entry` never returns.
-    unsafe { context::call_on_stack(SHARED.vcpus[vcpu].top(), loop_entry, vcpu, 0) }
+    unsafe { context::call_on_stack(VCPUS[vcpu].top(), loop_entry, vcpu, 0) }
 }
 
 /// `t` was stopped by the kernel (mask FULL: `PREEMPTED`, `UNBLOCKED`, or a handled `FAULT`):
@@ -2432,7 +2423,7 @@ where
     SHUTDOWN.store(false, Ordering::SeqCst);
     context::set_switch_flag(context::FLAG_SHUTDOWN, false);
     context::detect_fp();
-    SHARED.idle.clear();
+    IDLE.clear();
     REVOKED.store(0, Ordering::SeqCst);
     for seen in &REVOCATIONS_SEEN {
         seen.store(0, Ordering::Relaxed);
@@ -2442,7 +2433,7 @@ where
     LIVE.store(if platform::VCPUS_JOIN_WHEN_GRANTED { 1 } else { u64::MAX >> (64 - n) }, Ordering::SeqCst);
     GENERATION.fetch_add(1, Ordering::AcqRel);
     VCPU_COUNT.store(n, Ordering::SeqCst);
-    for vcpu in &SHARED.vcpus[..n] {
+    for vcpu in &VCPUS[..n] {
         vcpu.reset();
         vcpu.ensure_stack();
     }
@@ -2452,11 +2443,11 @@ where
     unsafe { (*main).is_main = true };
     // SAFETY: new and ours.
     unsafe { (*main).state.set(READY) };
-    SHARED.vcpus[0].push(main);
+    VCPUS[0].push(main);
     platform::start_vcpus(n, vcpu_main);
     // vCPU 0: park the caller's registers in the root context and run the loop.
     // SAFETY: ROOT is only used here and by `retire(0)`; the scheduler stack is free.
-    unsafe { context::switch_out_window(ROOT.0.get(), SHARED.vcpus[0].top(), loop_entry, 0, 0) };
+    unsafe { context::switch_out_window(ROOT.0.get(), VCPUS[0].top(), loop_entry, 0, 0) };
     // Every vCPU has retired.
     // SAFETY: the main thread exited (so `outcome` is written) and we hold a reference.
     let outcome = unsafe { (*main).task.take::<T>() };
