@@ -1549,7 +1549,12 @@ pub(crate) fn block_current_direct(publish: impl FnOnce(*mut Thmb) -> bool) -> b
             return false;
         }
         if to.is_null() {
-            park_current(t);
+            // The common case did not hold before the publish step, so it is not looked for
+            // again (`park_current`'s `take_direct`): the general path at once (it finds a
+            // thread to run, or parks in place, whatever changed meanwhile). Looking twice
+            // cost a block that misses the common case (a thread with unpublished children,
+            // as in stackthreads' SW leaves) a second `Vcpu::unusual` test and a call.
+            park_slow(t, v);
         } else {
             let vcpu = &VCPUS[v];
             // Still the head: see above.
