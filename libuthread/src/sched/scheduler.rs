@@ -1509,7 +1509,7 @@ pub(crate) fn block_current_waited(publish: impl FnOnce(*mut Thmb) -> bool) -> b
 /// in flight, and leaves with no commit CAS after it (x86_64 -icount: the `PARKING` store, the
 /// commit's CAS and its branch, and the call to [`park_current`] with its second computation
 /// of the vCPU go from every such block). When [`take_direct`]'s common case does not hold, it
-/// is [`block_current_waited`] exactly.
+/// is [`block_current_waited`]'s path, without its second look for that case.
 ///
 /// Why the head looked at before the publish step is still the head after it: the own queue is
 /// this vCPU's alone and LTN = 0 throughout (no upcall, no other code here; nobody stops the
