@@ -330,11 +330,7 @@ pub fn now_nanos() -> u64 {
 /// program.
 pub const STACK_CHUNK: usize = 4 << 20;
 
-/// A stack of `size` bytes (zero-on-touch region). Never inlined: a system call, rare (stacks
-/// are pooled), and inlined into `scheduler::prepare_slow` it cost that function a callee-saved
-/// register, so every resume that goes through it (each full-save switch) two instructions on
-/// aarch64, depending on LLVM's inlining choices elsewhere.
-#[inline(never)]
+/// A stack of `size` bytes (zero-on-touch region).
 pub fn alloc_stack(size: usize) -> Option<(usize, usize)> {
     let size = (size + 4095) & !4095;
     sys::region_create(size, rights::READ | rights::WRITE, region_flags::LAZY).ok().map(|base| (base, size))
