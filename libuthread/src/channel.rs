@@ -276,7 +276,9 @@ impl<T> Chan<T> {
         let mut outcome = None;
         // (`block_waited`: on the waiting path `outcome` is known to be `None`, so it is not
         // looked at again — x86_64 -icount: three instructions fewer per receive that waits.)
-        if blocking::block_waited(|me| self.publish_recv(node.as_mut_ptr(), me, block, &mut outcome)) {
+        // (`block_direct`: when the publish step queues the receiver it wakes nobody; it wakes
+        // a sender only when it takes a value, and then it does not wait.)
+        if blocking::block_direct(|me| self.publish_recv(node.as_mut_ptr(), me, block, &mut outcome)) {
             // SAFETY: the publish step queued the node (it returned `true`: `outcome` is still
             // `None`); `block_waited` returned, so whoever took it off has woken us and is done
             // with it.
@@ -334,7 +336,10 @@ impl<T> Chan<T> {
             unsafe { Self::queue_receiver(state, node, me) };
             return true;
         }
-        Self::publish_recv_rest(state, node, me, block, outcome)
+        // Never waits: so the caller's waiting path (`block_direct`'s switch, decided before
+        // this step) keeps nothing in a callee-saved register across this call.
+        Self::publish_recv_rest(state, me, block, outcome);
+        false
     }
 
     /// Writes the waiting receiver `me`'s node (an empty slot) at `node` and queues it.
@@ -353,16 +358,11 @@ impl<T> Chan<T> {
     }
 
     /// [`Chan::publish_recv`] when the receive need not wait, or may not: takes a buffered or
-    /// a waiting sender's value, or reports the channel empty or disconnected. (Also queues
-    /// the node if called when waiting is due, so it is complete on its own.)
+    /// a waiting sender's value, or reports the channel empty or disconnected (`outcome` set
+    /// in every case). Called only when `publish_recv`'s test for waiting failed, which is
+    /// exactly the condition of the cases here, so it never queues the receiver.
     #[inline(never)]
-    fn publish_recv_rest(
-        mut state: SpinGuard<'_, State<T>>,
-        node: *mut WaitNode<Slot<T>>,
-        me: Waiter,
-        block: bool,
-        outcome: &mut Option<Result<T, TryRecvError>>,
-    ) -> bool {
+    fn publish_recv_rest(mut state: SpinGuard<'_, State<T>>, me: Waiter, block: bool, outcome: &mut Option<Result<T, TryRecvError>>) {
         if let Some(value) = state.buffer.pop_front() {
             // Room freed: move the first waiting sender's value in.
             let sender = state.sending.pop_front();
@@ -375,10 +375,10 @@ impl<T> Chan<T> {
                 };
                 *outcome = Some(Ok(value));
                 Self::hand_off(state, me, waiter);
-                return false;
+                return;
             }
             *outcome = Some(Ok(value));
-            return false;
+            return;
         }
         let sender = state.sending.pop_front();
         if !sender.is_null() {
@@ -389,19 +389,17 @@ impl<T> Chan<T> {
                 (*sender).waiter
             };
             Self::hand_off(state, me, waiter);
-            return false;
+            return;
         }
         if state.senders == 0 {
             *outcome = Some(Err(TryRecvError::Disconnected));
-            return false;
+            return;
         }
-        if !block {
-            *outcome = Some(Err(TryRecvError::Empty));
-            return false;
+        if block {
+            // Nothing buffered, no sender waiting, senders left: `publish_recv` queues then.
+            unreachable!("libuthread: publish_recv_rest for a receive that must wait");
         }
-        // SAFETY: as in `publish_recv`.
-        unsafe { Self::queue_receiver(state, node, me) };
-        true
+        *outcome = Some(Err(TryRecvError::Empty));
     }
 
     fn add_sender(&self) {

@@ -80,14 +80,15 @@ pub(crate) fn block(publish: impl FnOnce(Waiter) -> bool) {
     crate::sched::block_current(publish)
 }
 
-/// [`block`], returning whether the caller waited: `true` when `publish` returned `true` (and
-/// so the matching [`wake`] came), `false` when it returned `false`. For a primitive whose
-/// publish step leaves a result exactly when it does not queue the caller (a receive): the
-/// waiting path then knows there is none without looking.
+/// [`block`], returning whether the caller waited (`true` when `publish` returned `true`, and
+/// so the matching [`wake`] came), for a publish step that, when it returns `true`, has woken
+/// no thread (it only queued the caller): the scheduler may then decide the switch before the publish step
+/// and skip the park's commit (`sched::block_current_direct`). A step that hands a value or a
+/// lock to another waiter and still waits (a condition variable's wait) must use [`block`].
 #[cfg(not(loom))]
 #[inline(always)]
-pub(crate) fn block_waited(publish: impl FnOnce(Waiter) -> bool) -> bool {
-    crate::sched::block_current_waited(publish)
+pub(crate) fn block_direct(publish: impl FnOnce(Waiter) -> bool) -> bool {
+    crate::sched::block_current_direct(publish)
 }
 
 /// Makes a thread blocked in [`block`] runnable again. Call once per published node, after
@@ -144,7 +145,7 @@ pub(crate) unsafe fn wake_all<D>(list: WaitList<D>) {
 }
 
 #[cfg(loom)]
-pub(crate) use loom_impl::{block, block_waited, wake, wake_from, wake_from_leave};
+pub(crate) use loom_impl::{block, block_waited as block_direct, wake, wake_from, wake_from_leave};
 
 #[cfg(loom)]
 mod loom_impl {

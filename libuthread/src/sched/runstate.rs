@@ -86,6 +86,17 @@ impl RunState {
         self.set(PARKING);
     }
 
+    /// The running thread decides to block *and* to leave its vCPU by a direct switch, before
+    /// it becomes visible to a waker: `→ PARKED` at once, with no `PARKING` step and so no
+    /// commit after the switch (`sched::block_current_direct`). Its mask must say "in flight"
+    /// before this store (release): a waker then makes it `READY` and queues it, and whoever
+    /// takes it waits for the switch's save (`wait_published`), as after a committed park.
+    #[cfg_attr(loom, allow(dead_code))]
+    #[inline(always)]
+    pub(crate) fn park_direct(&self) {
+        self.set(PARKED);
+    }
+
     /// The thread found it need not block after all (it never became visible to a waker).
     #[cfg_attr(loom, allow(dead_code))]
     #[inline]
@@ -356,7 +367,11 @@ mod loom_tests {
     /// and the window as a cell loom checks for races: the thread is queued exactly once (no
     /// lost wake-up, no double queueing), a thief never sees the mask of the running thread
     /// (NONE: it would take it for a thread that never ran), and it reads a complete window.
-    fn model_direct_switch(block: bool) {
+    ///
+    /// `direct`: the block of `sched::block_current_direct`, which decides the switch before
+    /// it publishes the thread: the mask in flight, then `PARKED` at once, then the publication
+    /// — no `PARKING`, no commit after it.
+    fn model_direct_switch(block: bool, direct: bool) {
         use loom::cell::UnsafeCell;
         use loom::sync::atomic::{AtomicBool, AtomicU64};
         use loom::sync::Mutex;
@@ -382,7 +397,11 @@ mod loom_tests {
             let switcher = {
                 let (t, queue, published) = (t.clone(), queue.clone(), published.clone());
                 loom::thread::spawn(move || {
-                    if block {
+                    if block && direct {
+                        t.mask.store(IN_FLIGHT, Ordering::Relaxed);
+                        t.state.park_direct();
+                        published.store(true, Ordering::Release); // on a wait list now
+                    } else if block {
                         t.state.begin_park();
                         published.store(true, Ordering::Release); // on a wait list now
                         t.mask.store(IN_FLIGHT, Ordering::Relaxed);
@@ -445,11 +464,16 @@ mod loom_tests {
 
     #[test]
     fn loom_direct_yield_publishes_before_the_save() {
-        model_direct_switch(false);
+        model_direct_switch(false, false);
     }
 
     #[test]
     fn loom_direct_block_loses_no_wakeup() {
-        model_direct_switch(true);
+        model_direct_switch(true, false);
+    }
+
+    #[test]
+    fn loom_block_decided_before_publishing_loses_no_wakeup() {
+        model_direct_switch(true, true);
     }
 }

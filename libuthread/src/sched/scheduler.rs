@@ -132,8 +132,11 @@ const ACTION_MASK: usize = 63;
 /// once the window is complete. Whoever takes such a thread to run it waits for that store
 /// ([`wait_published`]); the switching vCPU runs with LTN = 0 and touches nothing of the thread
 /// after the store, so the wait is a few instructions long. A library-only value: the kernel
-/// writes a ThMB's mask only while LTN names it, and LTN is 0 for the whole switch.
-const MASK_IN_FLIGHT: u64 = 1 << 63;
+/// writes a ThMB's mask only while LTN names it, and LTN is 0 for the whole switch. A bit the
+/// ABI's masks do not use (`mask::{WINDOW, FULL, FP}` are bits 0 to 2), low enough to be the
+/// immediate of a single store (x86_64: `1 << 63` took a `movabs` and a store; riscv64 two
+/// instructions to build it; one instruction fewer per direct switch that publishes a thread).
+const MASK_IN_FLIGHT: u64 = 1 << 30;
 
 /// One vCPU's scheduler state. Aligned to 16 bytes so that its size (296 bytes of fields, 304 padded) is
 /// a multiple of 16, which x86_64 indexes with one `imul`; at 264 LLVM indexes with `shl` +
@@ -1499,6 +1502,71 @@ pub(crate) fn block_current_waited(publish: impl FnOnce(*mut Thmb) -> bool) -> b
     true
 }
 
+/// [`block_current_waited`] for a publish step that, when it returns `true` (the thread waits),
+/// has made no thread ready and touched no run queue (the mutex's lock, a channel's receive):
+/// the direct switch is decided *before* the publish step, so the thread goes straight to
+/// `PARKED` ([`RunState::park_direct`](super::runstate::RunState::park_direct)) with its mask
+/// in flight, and leaves with no commit CAS after it (x86_64 -icount: the `PARKING` store, the
+/// commit's CAS and its branch, and the call to [`park_current`] with its second computation
+/// of the vCPU go from every such block). When [`take_direct`]'s common case does not hold, it
+/// is [`block_current_waited`]'s path, without its second look for that case.
+///
+/// Why the head looked at before the publish step is still the head after it: the own queue is
+/// this vCPU's alone and LTN = 0 throughout (no upcall, no other code here; nobody stops the
+/// vCPU and adopts its queue before the switch writes LTN), and the only code that runs, the
+/// publish step, touches no queue when it returns `true` (its contract). A publish step that
+/// returns `false` may wake threads (a receive that takes a waiting sender's value): then the
+/// thread is running again, unpublished, and nothing else was decided.
+#[inline(always)]
+pub(crate) fn block_current_direct(publish: impl FnOnce(*mut Thmb) -> bool) -> bool {
+    let t = platform::ltn();
+    if t.is_null() {
+        blocking_outside_thread();
+        return false;
+    }
+    platform::set_ltn(ptr::null_mut());
+    // SAFETY: `t` is the calling thread; from here until it runs again it is in the library,
+    // on vCPU `v` with LTN = 0 (its vCPU cannot change inside the critical section).
+    unsafe {
+        let v = (*t).vcpu.load(Ordering::Relaxed) % MAX_VCPUS;
+        let to = peek_direct(v);
+        if to.is_null() {
+            (*t).state.begin_park();
+        } else {
+            // The mask before the state (a release store): a waker that finds the thread
+            // `PARKED` queues it with its mask in flight, so whoever takes it waits for the
+            // switch's save (as after `park_current`'s commit).
+            Thmb::set_mask(t, MASK_IN_FLIGHT);
+            (*t).state.park_direct();
+        }
+        if !publish(t) {
+            // Never visible to a waker: plain stores undo the decision (a running thread's
+            // mask is NONE, so it is stored whatever was decided: `to` need not be kept
+            // across the publish step for this, which may make calls on this path).
+            (*t).state.cancel_park();
+            Thmb::set_mask(t, mask::NONE);
+            platform::set_ltn(t);
+            return false;
+        }
+        if to.is_null() {
+            // The common case did not hold before the publish step, so it is not looked for
+            // again (`park_current`'s `take_direct`): the general path at once (it finds a
+            // thread to run, or parks in place, whatever changed meanwhile). Looking twice
+            // cost a block that misses the common case (a thread with unpublished children,
+            // as in stackthreads' SW leaves) a second `Vcpu::unusual` test and a call.
+            park_slow(t, v);
+        } else {
+            let vcpu = &VCPUS[v];
+            // Still the head: see above.
+            debug_assert_eq!(vcpu.local.head.load(Ordering::Relaxed), to as usize);
+            vcpu.local.pop_head(to);
+            take_head(v, to);
+            resume_direct_on(vcpu, v, t, to);
+        }
+    }
+    true
+}
+
 /// [`block_current`] called outside a user thread or inside a library critical section: a
 /// misuse, reported by a panic. Declared to return (it never does) so that the call is a tail
 /// call where `block_current` ends its caller (see there).
@@ -1724,6 +1792,23 @@ unsafe fn take_direct(v: usize) -> *mut Thmb {
                 vcpu.local.pop_head(to);
                 take_head(v, to);
             }
+            return to;
+        }
+    }
+    ptr::null_mut()
+}
+
+/// [`take_direct`]'s test alone: the head of vCPU `v`'s own queue when the common case of a
+/// voluntary switch holds (see there), left on the queue; else null.
+///
+/// # Safety
+/// The caller runs on vCPU `v` with LTN = 0.
+#[inline(always)]
+unsafe fn peek_direct(v: usize) -> *mut Thmb {
+    let vcpu = &VCPUS[v];
+    if vcpu.unusual() == 0 {
+        let to = vcpu.local.head.load(Ordering::Relaxed) as *mut Thmb;
+        if !to.is_null() && Thmb::mask(to) & !mask::FP == mask::WINDOW {
             return to;
         }
     }

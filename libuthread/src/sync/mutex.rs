@@ -235,7 +235,8 @@ impl<T: ?Sized> Mutex<T> {
 impl RawMutex {
     #[cold]
     fn lock_slow(&self) {
-        blocking::block(|me| {
+        // (`block_direct`: the publish step only queues the caller, it wakes nobody.)
+        blocking::block_direct(|me| {
             // `block`'s publish step runs inside its critical section (LTN = 0), where `LIST`
             // may be held. The common case first, with no call (so no callee-saved register
             // is saved on it): held, nobody waiting, list free — announce a waiter and take
