@@ -138,9 +138,10 @@ const ACTION_MASK: usize = 63;
 /// instructions to build it; one instruction fewer per direct switch that publishes a thread).
 const MASK_IN_FLIGHT: u64 = 1 << 30;
 
-/// One vCPU's scheduler state. Aligned to 16 bytes so that its size (296 bytes of fields, 304 padded) is
-/// a multiple of 16, which x86_64 indexes with one `imul`; at 264 LLVM indexes with `shl` +
-/// `lea` + a move (x86_64 -icount: +12 instructions per yield round trip).
+/// One vCPU's scheduler state. Aligned to 16 bytes and padded so that its size (288 bytes of
+/// fields, 304 with `_pad`) is a multiple of 16 that x86_64 indexes with one `imul`; at 264
+/// LLVM indexes with `shl` + `lea` + a move (x86_64 -icount: +12 instructions per yield round
+/// trip), at 288 (9 × 32) with `lea` + `shl`.
 #[repr(align(16))]
 struct Vcpu {
     /// This vCPU's own ready threads (owner-only: no lock, see [`Local`]).
@@ -151,10 +152,13 @@ struct Vcpu {
     /// upcall, a hosted timer) and the threads this vCPU offers to idle vCPUs; thieves take
     /// from here. Linked through the ThMBs.
     queue: SpinLock<Fifo<Thmb>>,
-    /// 1 while `queue` is not empty, else 0 (a word, not a count: every look only asks whether
-    /// there is work), for looks without the lock (ordered against the idle bits by the fences
-    /// in `idle`).
-    len: AtomicUsize,
+    /// Bit [`QUEUED`]: set while `queue` is not empty (every look only asks whether there is
+    /// work), for looks without the lock (ordered against the idle bits by the fences in
+    /// `idle`); changed only under `queue`'s lock. The other bits: a copy of
+    /// `context::switch_flags` (written by [`mirror_switch_flag`] after every change there).
+    /// One word, so that [`Vcpu::unusual_here`] tests both with one load (both change by
+    /// read-modify-writes, so neither overwrites the other).
+    attention: AtomicUsize,
     /// The scheduler stack `(base, len)`, allocated on first use and kept for later runs.
     stack_base: AtomicUsize,
     stack_len: AtomicUsize,
@@ -180,13 +184,17 @@ struct Vcpu {
     defer_owner: AtomicUsize,
     defer_head: AtomicUsize,
     defer_left: AtomicUsize,
-    /// A copy of `context::switch_flags` (written by [`mirror_switch_flag`] after every change
-    /// there), so that [`Vcpu::unusual_here`] reads it beside the other words instead of
-    /// through a global's address (x86_64: one load fewer, riscv64 and aarch64: two).
-    flags: AtomicUsize,
+    /// Padding to a size x86_64 indexes with one `imul` (see the type's documentation).
+    _pad: [usize; 2],
 }
 
 const _: () = assert!(core::mem::size_of::<Vcpu>() % 16 == 0);
+#[cfg(all(target_pointer_width = "64", not(loom)))]
+const _: () = assert!(core::mem::size_of::<Vcpu>() == 304);
+
+/// [`Vcpu::attention`]'s bit for a non-empty shared queue: clear of the switch flags.
+const QUEUED: usize = 4;
+const _: () = assert!(QUEUED & (context::FLAG_FULL_SAVE | context::FLAG_SHUTDOWN) == 0);
 
 impl Vcpu {
     const fn new() -> Vcpu {
@@ -194,7 +202,7 @@ impl Vcpu {
             local: Local::new(),
             pops: AtomicUsize::new(0),
             queue: SpinLock::new(Fifo::new()),
-            len: AtomicUsize::new(0),
+            attention: AtomicUsize::new(0),
             stack_base: AtomicUsize::new(0),
             stack_len: AtomicUsize::new(0),
             resumed_window: AtomicU64::new(0),
@@ -205,7 +213,7 @@ impl Vcpu {
             defer_owner: AtomicUsize::new(0),
             defer_head: AtomicUsize::new(0),
             defer_left: AtomicUsize::new(0),
-            flags: AtomicUsize::new(0),
+            _pad: [0; 2],
         }
     }
 
@@ -216,14 +224,30 @@ impl Vcpu {
     }
 
     /// Non-zero if a voluntary switch on this vCPU has more to do than switch to the head of
-    /// its own queue: a switch flag ([`context::switch_flags`]: full-save baseline, shutdown),
-    /// unpublished children, or threads on the shared queue. (The flags from this vCPU's copy,
-    /// `flags`.) One value ORed from the three
-    /// words, tested with one branch (x86_64: an `or` per word instead of a `test` and a branch
-    /// each). Relaxed looks, hints as in [`take_direct`].
+    /// its own queue: a switch flag ([`context::switch_flags`]: full-save baseline, shutdown)
+    /// or threads on the shared queue (both in `attention`), or unpublished children. One
+    /// value ORed from the two words, tested with one branch (x86_64: an `or` per word instead
+    /// of a `test` and a branch each; flags and queue bit in one word: one load and one `or`
+    /// fewer per look than as two). Relaxed looks, hints as in [`take_direct`].
     #[inline(always)]
     fn unusual_here(&self) -> usize {
-        self.flags.load(Ordering::Relaxed) | self.fresh.load(Ordering::Relaxed) | self.len.load(Ordering::Relaxed)
+        self.attention.load(Ordering::Relaxed) | self.fresh.load(Ordering::Relaxed)
+    }
+
+    /// Whether the shared queue holds a thread (a hint without its lock).
+    #[inline(always)]
+    fn queued(&self, order: Ordering) -> bool {
+        self.attention.load(order) & QUEUED != 0
+    }
+
+    /// Records whether the shared queue holds a thread; called under its lock after a change.
+    #[inline(always)]
+    fn set_queued(&self, queued: bool) {
+        if queued {
+            self.attention.fetch_or(QUEUED, Ordering::Release);
+        } else {
+            self.attention.fetch_and(!QUEUED, Ordering::Release);
+        }
     }
 
     /// [`Vcpu::unusual_here`], or some vCPU idle (then work is to be offered).
@@ -418,7 +442,7 @@ impl Vcpu {
     /// Whether neither of this vCPU's ready queues holds a thread (the shared one: a hint).
     #[inline(always)]
     fn nothing_ready(&self) -> bool {
-        self.local.is_empty() && self.len.load(Ordering::Relaxed) == 0
+        self.local.is_empty() && !self.queued(Ordering::Relaxed)
     }
 
     /// Moves the spawned children (untagged entries) of the unpublished list whose head is
@@ -478,22 +502,22 @@ impl Vcpu {
         // SAFETY: a READY thread is in no other queue and stays live while queued (its own
         // reference is dropped only at exit).
         unsafe { queue.push_back(t) };
-        self.len.store(usize::from(!queue.is_empty()), Ordering::Release);
+        self.set_queued(!queue.is_empty());
     }
 
     /// Takes the oldest ready thread, or null.
     fn pop(&self) -> *mut Thmb {
-        if self.len.load(Ordering::Acquire) == 0 {
+        if !self.queued(Ordering::Acquire) {
             return ptr::null_mut();
         }
         let mut queue = self.queue.lock();
         let t = queue.pop_front();
-        self.len.store(usize::from(!queue.is_empty()), Ordering::Release);
+        self.set_queued(!queue.is_empty());
         t
     }
 
     fn has_work(&self) -> bool {
-        self.len.load(Ordering::Acquire) > 0
+        self.queued(Ordering::Acquire)
     }
 
     /// Forgets whatever a previous runtime left queued (those threads were abandoned).
@@ -502,7 +526,7 @@ impl Vcpu {
         self.local.clear();
         self.fresh.store(0, Ordering::Relaxed);
         self.defer_owner.store(0, Ordering::Relaxed);
-        self.len.store(0, Ordering::Release);
+        self.set_queued(false);
     }
 
     /// The top of the scheduler stack (allocated on first use).
@@ -676,11 +700,12 @@ const DEFER_BLOCKS: usize = 8;
 /// The caller runs on vCPU `v` with LTN = 0.
 #[inline(always)]
 unsafe fn take_next(v: usize) -> *mut Thmb {
-    let vcpu = &VCPUS[v];
+    // SAFETY: `v` is a vCPU number (see `vcpu_at`).
+    let vcpu = unsafe { vcpu_at(v) };
     // A Relaxed look: the lock in `drain_shared` orders what it takes. A thread pushed just
     // now that this look misses is found at the next switch, or by the idle re-check (which
     // follows a SeqCst fence) before this vCPU parks.
-    if vcpu.len.load(Ordering::Relaxed) != 0 {
+    if vcpu.queued(Ordering::Relaxed) {
         let pops = vcpu.pops.load(Ordering::Relaxed) + 1;
         vcpu.pops.store(pops, Ordering::Relaxed);
         if vcpu.local.is_empty() || pops >= DRAIN_EVERY {
@@ -699,7 +724,8 @@ unsafe fn take_next(v: usize) -> *mut Thmb {
 /// As for [`take_next`].
 #[inline(never)]
 unsafe fn drain_shared(v: usize) {
-    let vcpu = &VCPUS[v];
+    // SAFETY: `v` is a vCPU number (see `vcpu_at`).
+    let vcpu = unsafe { vcpu_at(v) };
     let mut queue = vcpu.queue.lock();
     loop {
         let t = queue.pop_front();
@@ -712,7 +738,7 @@ unsafe fn drain_shared(v: usize) {
             vcpu.local.push(t);
         }
     }
-    vcpu.len.store(0, Ordering::Release);
+    vcpu.set_queued(false);
 }
 
 /// If a vCPU is idle, offers vCPU `v`'s backlog to it: moves `v`'s own queue to the front of
@@ -736,7 +762,8 @@ unsafe fn offer_work(v: usize) {
 /// As for `offer_work`.
 #[inline(never)]
 unsafe fn offer_work_slow(v: usize) {
-    let vcpu = &VCPUS[v];
+    // SAFETY: `v` is a vCPU number (see `vcpu_at`).
+    let vcpu = unsafe { vcpu_at(v) };
     if !vcpu.local.is_empty() {
         let mut queue = vcpu.queue.lock();
         let newer = queue.take_all();
@@ -753,7 +780,7 @@ unsafe fn offer_work_slow(v: usize) {
                 queue.push_back(t);
             }
         }
-        vcpu.len.store(usize::from(!queue.is_empty()), Ordering::Release);
+        vcpu.set_queued(!queue.is_empty());
     }
     if vcpu.has_work() {
         if let Some(w) = IDLE.claim(v) {
@@ -769,7 +796,34 @@ unsafe impl Sync for RootCell {}
 
 static VCPUS: [Vcpu; MAX_VCPUS] = [const { Vcpu::new() }; MAX_VCPUS];
 
-/// Sets or clears `flag` in every vCPU's copy of the switch flags (`Vcpu::flags`), after
+/// vCPU `v`'s state, with no bounds check. Every vCPU number the scheduler hands around, and
+/// every ThMB's `vcpu` word, is below `MAX_VCPUS`: they come from the runtime's own vCPU loop
+/// (`0..vcpu_count()`), from [`route`], from an upcall's vCPU (the kernel gives numbers below
+/// the count the program asked for) or from another such word, and nothing else writes them.
+/// The `% MAX_VCPUS` each look used to clamp with cost an instruction per look (x86_64
+/// -icount: one per block, per wake-up and per yield).
+///
+/// # Safety
+/// `v < MAX_VCPUS`.
+#[inline(always)]
+unsafe fn vcpu_at(v: usize) -> &'static Vcpu {
+    debug_assert!(v < MAX_VCPUS);
+    // SAFETY: per the contract.
+    unsafe { VCPUS.get_unchecked(v) }
+}
+
+/// The vCPU number of thread `t` (the one running it, or the last one that did), unclamped:
+/// see [`vcpu_at`].
+///
+/// # Safety
+/// `t` is live.
+#[inline(always)]
+unsafe fn vcpu_of(t: *const Thmb) -> usize {
+    // SAFETY: per the contract.
+    unsafe { (*t).vcpu.load(Ordering::Relaxed) }
+}
+
+/// Sets or clears `flag` in every vCPU's copy of the switch flags (`Vcpu::attention`), after
 /// `context::set_switch_flag` has done so in the original. A read-modify-write per copy, as
 /// there, so that changes of different flags at once cannot leave a stale copy; Relaxed, as
 /// the fast path's look, which was a hint before (a switch that misses a change sees it at the
@@ -777,9 +831,9 @@ static VCPUS: [Vcpu; MAX_VCPUS] = [const { Vcpu::new() }; MAX_VCPUS];
 pub(crate) fn mirror_switch_flag(flag: usize, on: bool) {
     for vcpu in &VCPUS {
         if on {
-            vcpu.flags.fetch_or(flag, Ordering::Relaxed);
+            vcpu.attention.fetch_or(flag, Ordering::Relaxed);
         } else {
-            vcpu.flags.fetch_and(!flag, Ordering::Relaxed);
+            vcpu.attention.fetch_and(!flag, Ordering::Relaxed);
         }
     }
 }
@@ -865,7 +919,7 @@ pub(crate) static STACKS_MADE: core::sync::atomic::AtomicUsize = core::sync::ato
 /// Runs on vCPU `v` with LTN = 0.
 unsafe fn take_stack(v: usize, size: usize) -> Option<(usize, usize)> {
     // SAFETY: forwarded contract.
-    if let Some(stack) = unsafe { VCPUS[v].pool.take_free_stack(size) } {
+    if let Some(stack) = unsafe { vcpu_at(v).pool.take_free_stack(size) } {
         return Some(stack);
     }
     if STACKS_KEPT.load(Ordering::Relaxed) != 0 {
@@ -877,7 +931,7 @@ unsafe fn take_stack(v: usize, size: usize) -> Option<(usize, usize)> {
         }
     }
     // SAFETY: forwarded contract.
-    if let Stack::Ready(base, len) = unsafe { VCPUS[v].pool.carve_stack(size) } {
+    if let Stack::Ready(base, len) = unsafe { vcpu_at(v).pool.carve_stack(size) } {
         return Some((base, len));
     }
     STACKS_MADE.fetch_add(1, core::sync::atomic::Ordering::Relaxed);
@@ -909,7 +963,7 @@ unsafe fn give_stack(v: usize, size: usize, base: usize, len: usize) {
         "libuthread: a stack freed while the freeing code runs on it"
     );
     // SAFETY: forwarded contract.
-    if unsafe { VCPUS[v].pool.give_stack(size, base, len) } {
+    if unsafe { vcpu_at(v).pool.give_stack(size, base, len) } {
         return;
     }
     {
@@ -933,7 +987,7 @@ unsafe fn give_stack(v: usize, size: usize, base: usize, len: usize) {
 pub(crate) unsafe fn alloc_thmb(v: Option<usize>) -> (*mut Thmb, bool) {
     if let Some(v) = v {
         // SAFETY: forwarded contract.
-        let t = unsafe { VCPUS[v].pool.take_thmb() };
+        let t = unsafe { vcpu_at(v).pool.take_thmb() };
         if !t.is_null() {
             return (t, true);
         }
@@ -963,7 +1017,7 @@ fn alloc_thmb_from_heap() -> *mut Thmb {
 pub(crate) unsafe fn free_thmb(t: *mut Thmb, v: Option<usize>) {
     if let Some(v) = v {
         // SAFETY: forwarded contract.
-        if unsafe { VCPUS[v].pool.give_thmb(t) } {
+        if unsafe { vcpu_at(v).pool.give_thmb(t) } {
             return;
         }
     }
@@ -1001,7 +1055,8 @@ fn make_ready(t: *mut Thmb, home: usize) {
     let home = route(home);
     // SAFETY: as above.
     unsafe { (*t).vcpu.store(home, Ordering::Relaxed) };
-    VCPUS[home].push(t);
+    // SAFETY: `home` is a vCPU number (see `vcpu_at`).
+    unsafe { vcpu_at(home) }.push(t);
     // An idle vCPU other than `home` takes it from `home`'s queue by stealing.
     if let Some(v) = IDLE.claim(home) {
         platform::unpark(v);
@@ -1052,13 +1107,13 @@ pub(crate) unsafe fn run_inline<T>(t: *mut Thmb) -> Option<crate::task::Outcome<
         return None;
     }
     // SAFETY: `me` is the calling thread; its vCPU cannot change with LTN = 0.
-    let v = unsafe { (*me).vcpu.load(Ordering::Relaxed) } % MAX_VCPUS;
+    let v = unsafe { vcpu_of(me) };
     // The common case: `t` is still on this vCPU's unpublished list (it was spawned here and
     // nobody else can see it), usually at its head. Taking it off is the claim. Only then the
     // join word: a child on the list never started, so it cannot have exited, and the common
     // case skips the load; one that exited is left to the caller (whose wait returns at once).
     // SAFETY: on `v` with LTN = 0; the caller's reference keeps `t` live.
-    let claimed = unsafe { VCPUS[v].take_fresh(t) }
+    let claimed = unsafe { vcpu_at(v).take_fresh(t) }
         || (unsafe { (*t).join.load(Ordering::Acquire) } != JOIN_EXITED && unsafe { claim_queued(v, t) });
     if !claimed {
         critical.leave();
@@ -1079,7 +1134,7 @@ pub(crate) unsafe fn run_inline<T>(t: *mut Thmb) -> Option<crate::task::Outcome<
         // the word reset when it is reused).
         // Back to the joiner, on the vCPU the child is on now.
         platform::set_ltn(ptr::null_mut());
-        let v = (*t).vcpu.load(Ordering::Relaxed) % MAX_VCPUS;
+        let v = vcpu_of(t);
         (*me).vcpu.store(v, Ordering::Relaxed);
         // The join: both references are ours (the handle's and the finished run's), so no
         // count to decrement; the ThMB goes straight to this vCPU's pool (LTN = 0 here).
@@ -1105,7 +1160,7 @@ unsafe fn claim_queued(v: usize, t: *mut Thmb) -> bool {
         if q == v
             && Thmb::mask(t) == mask::NONE
             && (*t).stack.get().0 == 0
-            && VCPUS[v].local.remove_near_front(t, INLINE_LOOKUP)
+            && vcpu_at(v).local.remove_near_front(t, INLINE_LOOKUP)
         {
             return true;
         }
@@ -1115,7 +1170,7 @@ unsafe fn claim_queued(v: usize, t: *mut Thmb) -> bool {
             && (*t).stack.get().0 == 0
             && queue.remove_near_front(t, INLINE_LOOKUP);
         if ours {
-            vcpu.len.store(usize::from(!queue.is_empty()), Ordering::Release);
+            vcpu.set_queued(!queue.is_empty());
             // It runs on `v` now (`run_inline` reads it back after the run).
             (*t).vcpu.store(v, Ordering::Relaxed);
         }
@@ -1138,7 +1193,7 @@ where
     // (A user thread exists only inside `run`, so the runtime runs.)
     // Read the spawner's vCPU inside the critical section: it cannot change there.
     // SAFETY: `me` is the live calling thread.
-    let v = unsafe { (*me).vcpu.load(Ordering::Relaxed) } % MAX_VCPUS;
+    let v = unsafe { vcpu_of(me) };
     // A new ThMB's state is READY already. It goes on this vCPU's unpublished list — no lock,
     // no fence —, where a join on this vCPU finds it (`run_inline`); it is published to the
     // ready queue when this vCPU next enters the scheduler, or right now if a vCPU is idle
@@ -1147,9 +1202,9 @@ where
     unsafe {
         let t = Thmb::new_thread(Some(v), f, name, stack_size, 2);
         (*t).vcpu.store(v, Ordering::Relaxed);
-        VCPUS[v].push_fresh(t);
+        vcpu_at(v).push_fresh(t);
         if IDLE.any() {
-            VCPUS[v].publish_fresh(v);
+            vcpu_at(v).publish_fresh(v);
         }
         critical.leave();
         t
@@ -1239,10 +1294,10 @@ pub(crate) unsafe fn push_job(h: *const JobHeader) -> bool {
     // SAFETY: `me` is the live calling thread; its vCPU cannot change with LTN = 0, and on it
     // the list is ours. The record is live (contract).
     unsafe {
-        let v = (*me).vcpu.load(Ordering::Relaxed) % MAX_VCPUS;
-        VCPUS[v].push_job(h);
+        let v = vcpu_of(me);
+        vcpu_at(v).push_job(h);
         if IDLE.any() {
-            VCPUS[v].publish_fresh(v);
+            vcpu_at(v).publish_fresh(v);
         }
     }
     critical.leave();
@@ -1266,10 +1321,11 @@ pub(crate) unsafe fn take_job(h: *const JobHeader) -> bool {
         return false;
     }
     // SAFETY: as in `push_job`.
-    let v = unsafe { (*me).vcpu.load(Ordering::Relaxed) } % MAX_VCPUS;
+    let v = unsafe { vcpu_of(me) };
     // SAFETY: as in `push_job`.
-    let taken = unsafe { VCPUS[v].take_job(h) };
-    if !taken && VCPUS[v].has_fresh() {
+    let taken = unsafe { vcpu_at(v).take_job(h) };
+    // SAFETY: `v` is a vCPU number (see `vcpu_at`).
+    if !taken && unsafe { vcpu_at(v) }.has_fresh() {
         // Not near the head: maybe deeper in the list. The caller waits for the record next, and a
         // block may leave the list unpublished ("Deferred promotion"): publish it now, so that the
         // record is a thread by then.
@@ -1288,7 +1344,7 @@ pub(crate) unsafe fn take_job(h: *const JobHeader) -> bool {
 #[inline(never)]
 unsafe fn take_job_missed(v: usize) {
     // SAFETY: forwarded contract.
-    unsafe { VCPUS[v].publish_fresh(v) }
+    unsafe { vcpu_at(v).publish_fresh(v) }
 }
 
 /// Wakes a thread blocked in [`block_current`].
@@ -1361,9 +1417,9 @@ pub(crate) unsafe fn wake_from_leave(me: *mut Thmb, t: *mut Thmb) {
     // SAFETY: `me` is the calling thread, on vCPU `v` with LTN = 0 (as in `queue_woken`); `t`
     // is READY and ours until queued (so its `vcpu` is not read: it is overwritten).
     unsafe {
-        let v = (*me).vcpu.load(Ordering::Relaxed) % MAX_VCPUS;
+        let v = vcpu_of(me);
         (*t).vcpu.store(v, Ordering::Relaxed);
-        VCPUS[v].local.push(t);
+        vcpu_at(v).local.push(t);
         if IDLE.any() {
             offer_work_leave(v, me);
         } else {
@@ -1460,9 +1516,9 @@ unsafe fn queue_woken(me: *mut Thmb, t: *mut Thmb, home: usize) {
     // SAFETY: `me` is the calling thread, on vCPU `v` with LTN = 0 (its vCPU cannot change
     // inside the critical section); `t` is READY and ours until queued.
     unsafe {
-        let v = (*me).vcpu.load(Ordering::Relaxed) % MAX_VCPUS;
+        let v = vcpu_of(me);
         (*t).vcpu.store(v, Ordering::Relaxed);
-        VCPUS[v].local.push(t);
+        vcpu_at(v).local.push(t);
         offer_work(v);
     }
 }
@@ -1528,7 +1584,7 @@ pub(crate) fn block_current_direct(publish: impl FnOnce(*mut Thmb) -> bool) -> b
     // SAFETY: `t` is the calling thread; from here until it runs again it is in the library,
     // on vCPU `v` with LTN = 0 (its vCPU cannot change inside the critical section).
     unsafe {
-        let v = (*t).vcpu.load(Ordering::Relaxed) % MAX_VCPUS;
+        let v = vcpu_of(t);
         let to = peek_direct(v);
         if to.is_null() {
             (*t).state.begin_park();
@@ -1556,7 +1612,7 @@ pub(crate) fn block_current_direct(publish: impl FnOnce(*mut Thmb) -> bool) -> b
             // as in stackthreads' SW leaves) a second `Vcpu::unusual` test and a call.
             park_slow(t, v);
         } else {
-            let vcpu = &VCPUS[v];
+            let vcpu = vcpu_at(v);
             // Still the head: see above.
             debug_assert_eq!(vcpu.local.head.load(Ordering::Relaxed), to as usize);
             vcpu.local.pop_head(to);
@@ -1585,7 +1641,7 @@ fn blocking_outside_thread() {
 #[inline(never)]
 unsafe fn park_current(t: *mut Thmb) {
     // SAFETY: `t` is the calling thread; the vCPU cannot change inside the critical section.
-    let v = unsafe { (*t).vcpu.load(Ordering::Relaxed) } % MAX_VCPUS;
+    let v = unsafe { vcpu_of(t) };
     // SAFETY: on `v` with LTN = 0.
     let to = unsafe { take_direct(v) };
     if !to.is_null() {
@@ -1598,7 +1654,7 @@ unsafe fn park_current(t: *mut Thmb) {
             if !(*t).state.commit_park() {
                 // Woken before the switch: runnable again (behind what is queued).
                 (*t).state.set(READY);
-                VCPUS[v].local.push(t);
+                vcpu_at(v).local.push(t);
             }
             resume_direct(v, t, to);
         }
@@ -1616,7 +1672,8 @@ unsafe fn park_current(t: *mut Thmb) {
 unsafe fn park_slow(t: *mut Thmb, v: usize) {
     // SAFETY: `t` is the calling thread.
     let state = unsafe { &(*t).state };
-    let vcpu = &VCPUS[v];
+    // SAFETY: `v` is a vCPU number (see `vcpu_at`).
+    let vcpu = unsafe { vcpu_at(v) };
     // Task records left unpublished while another thread runs ("Deferred promotion").
     // SAFETY: `t` is the caller on `v` with LTN = 0, the list not empty.
     let keep = vcpu.has_fresh() && !SHUTDOWN.load(Ordering::Relaxed) && unsafe { vcpu.keep_unpublished(t, v) };
@@ -1689,7 +1746,7 @@ unsafe fn park_slow(t: *mut Thmb, v: usize) {
     }
     // SAFETY: `t` is the caller, the scheduler stack of `v` is free (this vCPU is in the
     // library, not in the loop), and `after_switch` never returns.
-    unsafe { context::switch_out(t, VCPUS[v].top(), after_switch, v, t as usize | ACTION_BLOCK) };
+    unsafe { context::switch_out(t, vcpu_at(v).top(), after_switch, v, t as usize | ACTION_BLOCK) };
 }
 
 /// Lets other ready threads of this vCPU run (returns at once when there are none).
@@ -1711,8 +1768,9 @@ pub(crate) fn yield_current() {
     }
     platform::set_ltn(ptr::null_mut());
     // SAFETY: `t` is the calling thread; its vCPU cannot change with LTN = 0.
-    let v = unsafe { (*t).vcpu.load(Ordering::Relaxed) } % MAX_VCPUS;
-    let vcpu = &VCPUS[v];
+    let v = unsafe { vcpu_of(t) };
+    // SAFETY: `v` is a vCPU number (see `vcpu_at`).
+    let vcpu = unsafe { vcpu_at(v) };
     let to = vcpu.local.head.load(Ordering::Relaxed) as *mut Thmb;
     if !to.is_null() {
         // SAFETY: `t` is the caller on `v` with LTN = 0; `to` is the head of `v`'s own queue.
@@ -1727,7 +1785,7 @@ pub(crate) fn yield_current() {
 }
 
 /// [`yield_current`] when there is a thread to yield to, `to` being the head of vCPU `v`'s
-/// own queue (not null) and `vcpu` that vCPU (`&VCPUS[v]`, which the caller has computed
+/// own queue (not null) and `vcpu` that vCPU (`vcpu_at(v)`, which the caller has computed
 /// already: not indexed again here).
 ///
 /// Inlined into [`yield_current`]'s caller (see there). The common case is
@@ -1743,12 +1801,13 @@ pub(crate) fn yield_current() {
 ///
 /// # Safety
 /// `t` is the calling thread, on vCPU `v` (`v < MAX_VCPUS`), with LTN = 0; `to` is the head of
-/// `v`'s own queue, not null; `vcpu` is `&VCPUS[v]`.
+/// `v`'s own queue, not null; `vcpu` is `vcpu_at(v)`.
 #[inline(always)]
 unsafe fn yield_to_next(t: *mut Thmb, to: *mut Thmb, v: usize, vcpu: &'static Vcpu) {
     // (The first three arguments in the order `libuthread_switch_window` takes them: no
     // register moves.)
-    debug_assert!(!to.is_null() && ptr::eq(vcpu, &VCPUS[v]));
+    // SAFETY: `v` is a vCPU number (see `vcpu_at`).
+    debug_assert!(!to.is_null() && ptr::eq(vcpu, unsafe { vcpu_at(v) }));
     if vcpu.unusual() == 0 && Thmb::mask(to) & !mask::FP == mask::WINDOW {
         // SAFETY: on `v` with LTN = 0: the own queue is ours, its head `to` READY and ours once
         // taken; `t` is the caller (see above for its mask).
@@ -1781,7 +1840,8 @@ unsafe fn yield_to_next(t: *mut Thmb, to: *mut Thmb, v: usize, vcpu: &'static Vc
 /// The caller runs on vCPU `v` with LTN = 0.
 #[inline(always)]
 unsafe fn take_direct(v: usize) -> *mut Thmb {
-    let vcpu = &VCPUS[v];
+    // SAFETY: `v` is a vCPU number (see `vcpu_at`).
+    let vcpu = unsafe { vcpu_at(v) };
     // (Switch flags, unpublished children, shared queue and idle bits: one test.)
     if vcpu.unusual() == 0 {
         let to = vcpu.local.head.load(Ordering::Relaxed) as *mut Thmb;
@@ -1805,7 +1865,8 @@ unsafe fn take_direct(v: usize) -> *mut Thmb {
 /// The caller runs on vCPU `v` with LTN = 0.
 #[inline(always)]
 unsafe fn peek_direct(v: usize) -> *mut Thmb {
-    let vcpu = &VCPUS[v];
+    // SAFETY: `v` is a vCPU number (see `vcpu_at`).
+    let vcpu = unsafe { vcpu_at(v) };
     if vcpu.unusual() == 0 {
         let to = vcpu.local.head.load(Ordering::Relaxed) as *mut Thmb;
         if !to.is_null() && Thmb::mask(to) & !mask::FP == mask::WINDOW {
@@ -1841,13 +1902,13 @@ unsafe fn take_head(v: usize, to: *mut Thmb) {
 #[inline(always)]
 unsafe fn resume_direct(v: usize, from: *mut Thmb, to: *mut Thmb) {
     // SAFETY: forwarded contract.
-    unsafe { resume_direct_on(&VCPUS[v], v, from, to) }
+    unsafe { resume_direct_on(vcpu_at(v), v, from, to) }
 }
 
-/// [`resume_direct`] with `vcpu` = `&VCPUS[v]` already at hand.
+/// [`resume_direct`] with `vcpu` = `vcpu_at(v)` already at hand.
 ///
 /// # Safety
-/// As for `resume_direct`; `vcpu` is `&VCPUS[v]`.
+/// As for `resume_direct`; `vcpu` is `vcpu_at(v)`.
 #[inline(always)]
 unsafe fn resume_direct_on(vcpu: &Vcpu, v: usize, from: *mut Thmb, to: *mut Thmb) {
     Thmb::set_mask(to, mask::NONE);
@@ -1864,7 +1925,8 @@ unsafe fn resume_direct_on(vcpu: &Vcpu, v: usize, from: *mut Thmb, to: *mut Thmb
 /// `t` is the calling thread, on vCPU `v`, with LTN = 0.
 #[inline(never)]
 unsafe fn yield_slow(t: *mut Thmb, v: usize) {
-    let vcpu = &VCPUS[v];
+    // SAFETY: `v` is a vCPU number (see `vcpu_at`).
+    let vcpu = unsafe { vcpu_at(v) };
     // SAFETY: on `v` with LTN = 0.
     unsafe { vcpu.publish_fresh(v) };
     if !SHUTDOWN.load(Ordering::Relaxed) {
@@ -1895,7 +1957,7 @@ unsafe fn yield_slow(t: *mut Thmb, v: usize) {
         return;
     }
     // SAFETY: as in `park_current`.
-    unsafe { context::switch_out(t, VCPUS[v].top(), after_switch, v, t as usize | ACTION_YIELD) };
+    unsafe { context::switch_out(t, vcpu_at(v).top(), after_switch, v, t as usize | ACTION_YIELD) };
 }
 
 /// Blocks the calling, `PARKING` thread `from` and switches to the READY thread `to` (taken off
@@ -1918,13 +1980,13 @@ unsafe fn block_to(v: usize, from: *mut Thmb, to: *mut Thmb) {
             if !(*from).state.commit_park() {
                 // Woken before the switch: runnable again (behind what is queued).
                 (*from).state.set(READY);
-                VCPUS[v].local.push(from);
+                vcpu_at(v).local.push(from);
             }
             switch_direct(v, from, to);
             return;
         }
         let top = prepare(v, to);
-        VCPUS[v].handoff.store(to as usize, Ordering::Relaxed);
+        vcpu_at(v).handoff.store(to as usize, Ordering::Relaxed);
         context::switch_out(from, top, after_switch_to, v, from as usize | ACTION_BLOCK);
     }
 }
@@ -2031,7 +2093,7 @@ unsafe fn prepare_slow(v: usize, t: *mut Thmb) -> usize {
         if Thmb::mask(t) & !mask::FP == mask::WINDOW {
             context::window_sp(&(*t).window)
         } else {
-            VCPUS[v].top()
+            vcpu_at(v).top()
         }
     }
 }
@@ -2047,12 +2109,12 @@ unsafe fn resume_prepared(v: usize, t: *mut Thmb) -> ! {
         match m & !mask::FP {
             mask::WINDOW => {
                 Thmb::set_mask(t, mask::NONE);
-                VCPUS[v].count_resume(false);
+                vcpu_at(v).count_resume(false);
                 context::resume_window(t, t)
             }
             mask::FULL => {
                 Thmb::set_mask(t, mask::NONE);
-                VCPUS[v].count_resume(true);
+                vcpu_at(v).count_resume(true);
                 context::resume_full(t, m & mask::FP != 0)
             }
             _ => fatal("libuthread: a started thread with nothing saved\n"),
@@ -2065,7 +2127,8 @@ unsafe fn resume_prepared(v: usize, t: *mut Thmb) -> ! {
 /// the next one.
 unsafe extern "C" fn after_switch_to(v: usize, word: usize) -> ! {
     let t = (word & !ACTION_MASK) as *mut Thmb;
-    let vcpu = &VCPUS[v];
+    // SAFETY: `v` is a vCPU number (see `vcpu_at`).
+    let vcpu = unsafe { vcpu_at(v) };
     let to = vcpu.handoff.load(Ordering::Relaxed) as *mut Thmb;
     // SAFETY: `t` just left this vCPU and is owned by the scheduler until queued or parked;
     // we are `v` with LTN = 0 (its own queue is ours).
@@ -2115,7 +2178,7 @@ unsafe extern "C" fn thread_main(t: *mut Thmb) -> ! {
     let v = unsafe { (*t).vcpu.load(Ordering::Relaxed) };
     // Children it left unjoined go to the queue like any others.
     // SAFETY: on `v` with LTN = 0.
-    unsafe { VCPUS[v].publish_fresh(v) };
+    unsafe { vcpu_at(v).publish_fresh(v) };
     // SAFETY: `t` is live until released.
     if !unsafe { (*t).is_main } && !SHUTDOWN.load(Ordering::Relaxed) {
         // SAFETY: on `v` with LTN = 0.
@@ -2125,13 +2188,13 @@ unsafe extern "C" fn thread_main(t: *mut Thmb) -> ! {
             // `after_switch_to` once off it.
             unsafe {
                 let top = prepare(v, to);
-                VCPUS[v].handoff.store(to as usize, Ordering::Relaxed);
+                vcpu_at(v).handoff.store(to as usize, Ordering::Relaxed);
                 context::call_on_stack(top, after_switch_to, v, t as usize | ACTION_EXIT)
             }
         }
     }
     // SAFETY: the thread's stack is abandoned; `after_switch` reclaims it.
-    unsafe { context::call_on_stack(VCPUS[v].top(), after_switch, v, t as usize | ACTION_EXIT) }
+    unsafe { context::call_on_stack(vcpu_at(v).top(), after_switch, v, t as usize | ACTION_EXIT) }
 }
 
 // ------------------------------------------------------------------------------------------
@@ -2146,13 +2209,13 @@ unsafe extern "C" fn after_switch(v: usize, word: usize) -> ! {
         match word & ACTION_MASK {
             ACTION_YIELD => {
                 (*t).state.set(READY);
-                VCPUS[v].local.push(t);
+                vcpu_at(v).local.push(t);
             }
             ACTION_BLOCK => {
                 if !(*t).state.commit_park() {
                     // Woken before the switch finished: runnable again (behind what is queued).
                     (*t).state.set(READY);
-                    VCPUS[v].local.push(t);
+                    vcpu_at(v).local.push(t);
                 }
             }
             _ => {
@@ -2186,7 +2249,7 @@ fn vcpu_loop(v: usize) -> ! {
         // What the thread that left this vCPU spawned and did not join (or an upcall
         // interrupted the thread before it entered the scheduler).
         // SAFETY: the loop runs on `v` with LTN = 0.
-        unsafe { VCPUS[v].publish_fresh(v) };
+        unsafe { vcpu_at(v).publish_fresh(v) };
         // SAFETY: on `v` with LTN = 0.
         let t = unsafe { take_next(v) };
         if !t.is_null() {
@@ -2265,9 +2328,11 @@ fn route(home: usize) -> usize {
 #[cold]
 fn rescue(v: usize) {
     let taken = {
-        let mut queue = VCPUS[v].queue.lock();
+        // SAFETY: `v` is a vCPU number (see `vcpu_at`).
+        let mut queue = unsafe { vcpu_at(v) }.queue.lock();
         let all = queue.take_all();
-        VCPUS[v].len.store(0, Ordering::Release);
+        // SAFETY: `v` is a vCPU number (see `vcpu_at`).
+        unsafe { vcpu_at(v) }.set_queued(false);
         all
     };
     for t in taken {
@@ -2296,7 +2361,8 @@ pub unsafe fn adopt_revoked(v: usize, stopped: *mut Thmb, count: u64) {
     REVOKED.fetch_or(1 << v, Ordering::SeqCst);
     crate::prim::fence(Ordering::SeqCst);
     IDLE.retract(v);
-    let vcpu = &VCPUS[v];
+    // SAFETY: `v` is a vCPU number (see `vcpu_at`).
+    let vcpu = unsafe { vcpu_at(v) };
     let mut fresh = vcpu.fresh.swap(0, Ordering::Relaxed);
     vcpu.defer_owner.store(0, Ordering::Relaxed);
     let target = route(v);
