@@ -204,11 +204,34 @@ pub fn cross_cargo(tools: &Tools, triple: &str, subcommand: &str, extra_rustflag
 
 /// [`cross_cargo`] into a flavor's target folder.
 pub fn cross_cargo_for(tools: &Tools, triple: &str, subcommand: &str, extra_rustflags: &[&str], flavor: Flavor) -> Cmd {
+    cross_cargo_with(tools, triple, subcommand, extra_rustflags, flavor, FramePointers::Forced)
+}
+
+/// Whether a target build keeps a frame pointer in every function.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FramePointers {
+    /// `-C force-frame-pointers=yes`: the kernel (its panic backtraces walk them) and debug
+    /// builds of programs.
+    Forced,
+    /// The compiler's choice (Rust's release default): release builds of programs, whose hot
+    /// paths lose a `push`/`mov`/`pop` per call that needs no frame (x86_64 -icount:
+    /// mutex_handoff -4, channel_round_trip -14, create_exit -4). Nothing walks a program's
+    /// frame pointers (the kernel's backtraces are its own).
+    Omitted,
+}
+
+/// [`cross_cargo_for`] with the frame-pointer choice made by the caller.
+pub fn cross_cargo_with(
+    tools: &Tools,
+    triple: &str,
+    subcommand: &str,
+    extra_rustflags: &[&str],
+    flavor: Flavor,
+    frame_pointers: FramePointers,
+) -> Cmd {
     let toolchain = &tools.toolchain;
-    let mut rustflags = format!(
-        "-C force-frame-pointers=yes -C linker={}",
-        tools.linker.display()
-    );
+    let forced = if frame_pointers == FramePointers::Forced { "-C force-frame-pointers=yes " } else { "" };
+    let mut rustflags = format!("{forced}-C linker={}", tools.linker.display());
     for flag in remap_path_flags().iter().map(String::as_str).chain(extra_rustflags.iter().copied()) {
         rustflags.push(' ');
         rustflags.push_str(flag);
@@ -388,6 +411,16 @@ mod tests {
                  -- -C relocation-model=static -C code-model=kernel"
             )
         );
+    }
+
+    #[test]
+    fn release_programs_leave_frame_pointers_to_the_compiler() {
+        let release = userland_command(&debian_tools(), Arch::X86_64, true).display();
+        assert!(!release.contains("force-frame-pointers"), "{release}");
+        let debug = userland_command(&debian_tools(), Arch::X86_64, false).display();
+        assert!(debug.contains("-C force-frame-pointers=yes"), "{debug}");
+        let kernel = kernel_command_for(&debian_tools(), Arch::X86_64, true, Flavor::Plain).display();
+        assert!(kernel.contains("-C force-frame-pointers=yes"), "{kernel}");
     }
 
     #[test]

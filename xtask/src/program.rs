@@ -238,7 +238,8 @@ pub fn check_elf(bytes: &[u8], arch: Arch) -> Result<()> {
 pub fn build_command_for(tools: &Tools, arch: Arch, release: bool, dir: &Path, flavor: build::Flavor) -> Cmd {
     let mut rustflags = arch.user_rustflags().to_vec();
     rustflags.extend(arch.user_reserved_register_flags(tools.toolchain.build_std()));
-    let mut cmd = build::cross_cargo_for(tools, arch.triple(), "build", &rustflags, flavor)
+    let frame_pointers = if release { build::FramePointers::Omitted } else { build::FramePointers::Forced };
+    let mut cmd = build::cross_cargo_with(tools, arch.triple(), "build", &rustflags, flavor, frame_pointers)
         .arg("--manifest-path")
         .arg(dir.join("Cargo.toml"))
         .arg("--bins");
