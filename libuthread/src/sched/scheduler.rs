@@ -1537,14 +1537,7 @@ pub(crate) fn block_current(publish: impl FnOnce(*mut Thmb) -> bool) {
 /// queue the thread needs no second look at that result on the waiting path.
 #[inline(always)]
 pub(crate) fn block_current_waited(publish: impl FnOnce(*mut Thmb) -> bool) -> bool {
-    let t = platform::ltn();
-    if t.is_null() {
-        // (A function that returns, so where `block` ends its caller, as in
-        // `RawMutex::lock_slow`, this is a tail jump, not a call on that path.)
-        blocking_outside_thread();
-        return false;
-    }
-    platform::set_ltn(ptr::null_mut());
+    let Some(t) = enter_block() else { return false };
     // SAFETY: `t` is the calling thread; from here until it runs again it is in the library.
     unsafe {
         (*t).state.begin_park();
@@ -1575,12 +1568,7 @@ pub(crate) fn block_current_waited(publish: impl FnOnce(*mut Thmb) -> bool) -> b
 /// thread is running again, unpublished, and nothing else was decided.
 #[inline(always)]
 pub(crate) fn block_current_direct(publish: impl FnOnce(*mut Thmb) -> bool) -> bool {
-    let t = platform::ltn();
-    if t.is_null() {
-        blocking_outside_thread();
-        return false;
-    }
-    platform::set_ltn(ptr::null_mut());
+    let Some(t) = enter_block() else { return false };
     // SAFETY: `t` is the calling thread; from here until it runs again it is in the library,
     // on vCPU `v` with LTN = 0 (its vCPU cannot change inside the critical section).
     unsafe {
@@ -1621,6 +1609,21 @@ pub(crate) fn block_current_direct(publish: impl FnOnce(*mut Thmb) -> bool) -> b
         }
     }
     true
+}
+
+/// The start of every block: the calling thread, LTN = 0 from here; `None` (after reporting
+/// the misuse) outside a user thread or inside a library critical section.
+#[inline(always)]
+fn enter_block() -> Option<*mut Thmb> {
+    let t = platform::ltn();
+    if t.is_null() {
+        // (A function that returns, so where `block` ends its caller, as in
+        // `RawMutex::lock_slow`, this is a tail jump, not a call on that path.)
+        blocking_outside_thread();
+        return None;
+    }
+    platform::set_ltn(ptr::null_mut());
+    Some(t)
 }
 
 /// [`block_current`] called outside a user thread or inside a library critical section: a
