@@ -310,7 +310,14 @@ pub fn kernel_command_for(tools: &Tools, arch: Arch, release: bool, flavor: Flav
         flavor.kernel_features(),
     ]);
     if release {
-        cmd = cmd.arg("--release");
+        // The release kernel is one fat-LTO unit with `arch` and the ABI crate (the workspace's
+        // release profile stays as it is for the host crates: these variables reach this cargo
+        // only). x86_64 -icount: preemption_to_upcall 398 -> 376, blocking_syscall_to_upcall
+        // 385 -> 376, a same-view kernel switch 309 -> 306; a kernel rebuild takes about 20 s.
+        cmd = cmd
+            .arg("--release")
+            .env("CARGO_PROFILE_RELEASE_LTO", "fat")
+            .env("CARGO_PROFILE_RELEASE_CODEGEN_UNITS", "1");
     }
     cmd.arg("--").args(arch.kernel_rustc_args())
 }
@@ -389,7 +396,8 @@ mod tests {
         let remap: String = remap_path_flags().iter().map(|flag| format!(" {flag}")).collect();
         let env = format!(
             "RUSTC=/usr/bin/rustc RUSTC_BOOTSTRAP=1 \
-             RUSTFLAGS='-C force-frame-pointers=yes -C linker=/usr/bin/ld.lld{remap}' /usr/bin/cargo"
+             RUSTFLAGS='-C force-frame-pointers=yes -C linker=/usr/bin/ld.lld{remap}' \
+             CARGO_PROFILE_RELEASE_LTO=fat CARGO_PROFILE_RELEASE_CODEGEN_UNITS=1 /usr/bin/cargo"
         );
         let common = format!(
             "-Zbuild-std=core,alloc,compiler_builtins -Zbuild-std-features=compiler-builtins-mem \
