@@ -47,14 +47,20 @@ type Slots = [Option<Open>; MAX_OPEN];
 struct Loaded {
     ltn: u64,
     slots: Slots,
+    /// `hw_mask(&slots)`, kept by [`ThreadPerf::set_hw`].
+    hw: u8,
 }
 
 /// A kernel thread's counters and the user thread's it carries.
 struct Counters {
     own: Slots,
+    /// `hw_mask(&own)`, kept by [`ThreadPerf::set_hw`].
+    own_hw: u8,
     /// The counters of the user thread this kernel thread carries now.
     user: Option<Loaded>,
 }
+
+const _: () = assert!(MAX_OPEN <= 8, "slot masks are one byte");
 
 /// A thread's counters.
 pub struct ThreadPerf {
@@ -71,7 +77,7 @@ impl ThreadPerf {
     /// Nothing open.
     pub const fn new() -> Self {
         ThreadPerf {
-            open: Mutex::new(Counters { own: [None; MAX_OPEN], user: None }),
+            open: Mutex::new(Counters { own: [None; MAX_OPEN], own_hw: 0, user: None }),
             tallies: [const { AtomicU64::new(0) }; 4],
             hw_running: AtomicU8::new(0),
         }
@@ -85,10 +91,18 @@ impl ThreadPerf {
         }
     }
 
-    /// Recomputes `hw_running` (under the `open` lock).
-    fn set_hw(&self, c: &Counters) {
-        let user = c.user.as_ref().is_some_and(|l| any_hw(&l.slots));
-        self.hw_running.store(u8::from(any_hw(&c.own)) | (u8::from(user) << 1), Ordering::Relaxed);
+    /// Recomputes the slot masks of `c` and `hw_running` (under the `open` lock, after every
+    /// change of the slots: `with_slots`, `bind`, `close`).
+    fn set_hw(&self, c: &mut Counters) {
+        c.own_hw = hw_mask(&c.own);
+        let user = match c.user.as_mut() {
+            Some(l) => {
+                l.hw = hw_mask(&l.slots);
+                l.hw != 0
+            }
+            None => false,
+        };
+        self.hw_running.store(u8::from(c.own_hw != 0) | (u8::from(user) << 1), Ordering::Relaxed);
     }
 }
 
@@ -142,8 +156,14 @@ fn user_source(t: &Thread, event: Event) -> u64 {
     }
 }
 
-fn any_hw(slots: &Slots) -> bool {
-    slots.iter().flatten().any(|o| o.running && hw(o.event).is_some())
+/// The slots of `slots` whose hardware counter runs, one bit each: what a switch visits (a
+/// loop over all `MAX_OPEN` slots cost each switch of a thread with counters about six
+/// instructions per slot, twice).
+fn hw_mask(slots: &Slots) -> u8 {
+    slots.iter().enumerate().fold(0, |m, (i, o)| match o {
+        Some(o) if o.running && hw(o.event).is_some() => m | 1 << i,
+        _ => m,
+    })
 }
 
 /// The user thread whose counters the caller's calls use: its LTN when non-zero (a user thread
@@ -193,7 +213,7 @@ fn bind(me: &Arc<Thread>, key: Option<(Arc<Domain>, u64)>, create: bool) -> Resu
     if let Some(loaded) = c.user.take() {
         park_loaded(&mut users, me, loaded, true);
     }
-    me.perf.set_hw(&c);
+    me.perf.set_hw(&mut c);
     let Some((domain, ltn)) = key else {
         return Ok(false);
     };
@@ -215,7 +235,7 @@ fn bind(me: &Arc<Thread>, key: Option<(Arc<Domain>, u64)>, create: bool) -> Resu
             let mut theirs = other.perf.open.lock();
             if theirs.user.as_ref().is_some_and(|l| l.ltn == ltn) {
                 let loaded = theirs.user.take().expect("checked");
-                other.perf.set_hw(&theirs);
+                other.perf.set_hw(&mut theirs);
                 drop(theirs);
                 park_loaded(&mut users, &other, loaded, false);
             }
@@ -228,8 +248,8 @@ fn bind(me: &Arc<Thread>, key: Option<(Arc<Domain>, u64)>, create: bool) -> Resu
         }
     }
     users[i].holder = Arc::downgrade(me);
-    c.user = Some(Loaded { ltn, slots });
-    me.perf.set_hw(&c);
+    c.user = Some(Loaded { ltn, slots, hw: 0 });
+    me.perf.set_hw(&mut c);
     Ok(true)
 }
 
@@ -250,7 +270,7 @@ fn with_slots<R>(me: &Arc<Thread>, create: bool, f: impl FnOnce(&Thread, &mut Sl
         (true, Some(loaded)) => f(me, &mut loaded.slots, true),
         (true, None) => Err(Errno::Inval),
     };
-    me.perf.set_hw(&c);
+    me.perf.set_hw(&mut c);
     r
 }
 
@@ -324,7 +344,7 @@ pub fn close(me: &Arc<Thread>, handle: usize) -> Result<usize, Errno> {
         let ltn = loaded.ltn;
         users.retain(|p| !(p.ltn == ltn && p.holder.as_ptr() == Arc::as_ptr(me)));
         c.user = None;
-        me.perf.set_hw(&c);
+        me.perf.set_hw(&mut c);
         if users.is_empty() {
             *users = Vec::new();
         }
@@ -349,9 +369,13 @@ pub fn switch(me: &Arc<Thread>, ltn: usize) -> Result<usize, Errno> {
     Ok(0)
 }
 
-fn pause_hw(slots: &mut Slots) {
-    for o in slots.iter_mut().flatten() {
-        if o.running {
+/// Adds what the running hardware counters of `slots` (those in `mask`, see [`hw_mask`])
+/// counted since they resumed.
+fn pause_hw(slots: &mut Slots, mut mask: u8) {
+    while mask != 0 {
+        let i = mask.trailing_zeros() as usize;
+        mask &= mask - 1;
+        if let Some(o) = slots[i].as_mut() {
             if let Some(h) = hw(o.event) {
                 o.total += arch::pmu::read(h).wrapping_sub(o.base);
             }
@@ -359,9 +383,12 @@ fn pause_hw(slots: &mut Slots) {
     }
 }
 
-fn resume_hw(slots: &mut Slots) {
-    for o in slots.iter_mut().flatten() {
-        if o.running {
+/// Resumes the running hardware counters of `slots` (those in `mask`) from here.
+fn resume_hw(slots: &mut Slots, mut mask: u8) {
+    while mask != 0 {
+        let i = mask.trailing_zeros() as usize;
+        mask &= mask - 1;
+        if let Some(o) = slots[i].as_mut() {
             if let Some(h) = hw(o.event) {
                 o.base = arch::pmu::read(h);
             }
@@ -383,9 +410,10 @@ pub fn switch_out(t: &Thread) {
 #[inline(never)]
 fn switch_out_counting(t: &Thread) {
     let mut c = t.perf.open.lock();
-    pause_hw(&mut c.own);
+    let own = c.own_hw;
+    pause_hw(&mut c.own, own);
     if let Some(l) = c.user.as_mut() {
-        pause_hw(&mut l.slots);
+        pause_hw(&mut l.slots, l.hw);
     }
 }
 
@@ -402,8 +430,9 @@ pub fn switch_in(t: &Thread) {
 #[inline(never)]
 fn switch_in_counting(t: &Thread) {
     let mut c = t.perf.open.lock();
-    resume_hw(&mut c.own);
+    let own = c.own_hw;
+    resume_hw(&mut c.own, own);
     if let Some(l) = c.user.as_mut() {
-        resume_hw(&mut l.slots);
+        resume_hw(&mut l.slots, l.hw);
     }
 }
