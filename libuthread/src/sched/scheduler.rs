@@ -1156,7 +1156,7 @@ unsafe fn claim_queued(v: usize, t: *mut Thmb) -> bool {
     // whose queues hold it. On our own vCPU (`v`, LTN = 0) the own queue is ours to edit; the
     // shared queue's lock makes the look final (a thread in a queue is READY, not running).
     unsafe {
-        let q = (*t).vcpu.load(Ordering::Relaxed);
+        let q = vcpu_of(t);
         if q == v
             && Thmb::mask(t) == mask::NONE
             && (*t).stack.get().0 == 0
@@ -1164,7 +1164,7 @@ unsafe fn claim_queued(v: usize, t: *mut Thmb) -> bool {
         {
             return true;
         }
-        let vcpu = &VCPUS[q.min(MAX_VCPUS - 1)];
+        let vcpu = vcpu_at(q);
         let mut queue = vcpu.queue.lock();
         let ours = Thmb::mask(t) == mask::NONE
             && (*t).stack.get().0 == 0
@@ -1202,9 +1202,10 @@ where
     unsafe {
         let t = Thmb::new_thread(Some(v), f, name, stack_size, 2);
         (*t).vcpu.store(v, Ordering::Relaxed);
-        vcpu_at(v).push_fresh(t);
+        let vcpu = vcpu_at(v);
+        vcpu.push_fresh(t);
         if IDLE.any() {
-            vcpu_at(v).publish_fresh(v);
+            vcpu.publish_fresh(v);
         }
         critical.leave();
         t
@@ -1295,9 +1296,10 @@ pub(crate) unsafe fn push_job(h: *const JobHeader) -> bool {
     // the list is ours. The record is live (contract).
     unsafe {
         let v = vcpu_of(me);
-        vcpu_at(v).push_job(h);
+        let vcpu = vcpu_at(v);
+        vcpu.push_job(h);
         if IDLE.any() {
-            vcpu_at(v).publish_fresh(v);
+            vcpu.publish_fresh(v);
         }
     }
     critical.leave();
@@ -1322,10 +1324,11 @@ pub(crate) unsafe fn take_job(h: *const JobHeader) -> bool {
     }
     // SAFETY: as in `push_job`.
     let v = unsafe { vcpu_of(me) };
-    // SAFETY: as in `push_job`.
-    let taken = unsafe { vcpu_at(v).take_job(h) };
     // SAFETY: `v` is a vCPU number (see `vcpu_at`).
-    if !taken && unsafe { vcpu_at(v) }.has_fresh() {
+    let vcpu = unsafe { vcpu_at(v) };
+    // SAFETY: as in `push_job`.
+    let taken = unsafe { vcpu.take_job(h) };
+    if !taken && vcpu.has_fresh() {
         // Not near the head: maybe deeper in the list. The caller waits for the record next, and a
         // block may leave the list unpublished ("Deferred promotion"): publish it now, so that the
         // record is a thread by then.
