@@ -154,7 +154,7 @@ fn with_own_cache<R>(f: impl FnOnce(&VcpuCache) -> Option<R>) -> Option<R> {
     }
     crate::platform::set_ltn(core::ptr::null_mut());
     // SAFETY: `me` is the calling thread, live; its `vcpu` is exact with LTN = 0.
-    let v = unsafe { (*me).vcpu.load(core::sync::atomic::Ordering::Relaxed) } % tsumugi_abi::kn::MAX_VCPUS;
+    let v = unsafe { crate::sched::vcpu_of(me) } % tsumugi_abi::kn::MAX_VCPUS;
     let r = f(&CACHES.0[v]);
     crate::platform::set_ltn(me);
     r

@@ -54,7 +54,7 @@ pub(crate) struct JobHeader {
     /// Makes the record a detached thread (a ThMB from the pool of vCPU `v` if given, with LTN =
     /// 0 on it), whose body runs the record's closure and completes the record; returns its
     /// ThMB, READY and in no list.
-    pub(crate) promote: unsafe fn(*const JobHeader, Option<usize>) -> *mut Thmb,
+    pub(crate) promote: unsafe fn(*const JobHeader, Option<&'static crate::sched::Vcpu>) -> *mut Thmb,
 }
 
 /// A forked closure `B` returning `R`, in its joiner's frame.
@@ -86,7 +86,7 @@ unsafe impl<B: Send, R: Send> Send for JobPtr<B, R> {}
 /// # Safety
 /// `h` is the header of a live `Job<B, R>` just taken off an unpublished list (its closure
 /// still in it); if `v` is given, the caller runs on vCPU `v` with LTN = 0.
-unsafe fn promote<B, R>(h: *const JobHeader, v: Option<usize>) -> *mut Thmb
+unsafe fn promote<B, R>(h: *const JobHeader, v: Option<&'static crate::sched::Vcpu>) -> *mut Thmb
 where
     B: FnOnce() -> R + Send + 'static,
     R: Send + 'static,

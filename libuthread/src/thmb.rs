@@ -37,7 +37,7 @@ use tsumugi_abi::kn::{mask, FullFrame, ThmbHeader, THMB_ALIGN};
 
 use crate::context::Window;
 use crate::task::Task;
-use crate::prim::{AtomicUsize, Ordering};
+use crate::prim::{AtomicPtr, AtomicUsize, Ordering};
 use crate::sched::queue::Linked;
 use crate::sched::runstate::RunState;
 
@@ -58,8 +58,9 @@ pub struct Thmb {
     pub(crate) window: Window,
     /// Scheduling state ([`crate::sched::runstate`]).
     pub(crate) state: RunState,
-    /// The vCPU running the thread, or the last one that did.
-    pub(crate) vcpu: AtomicUsize,
+    /// The vCPU running the thread, or the last one that did (never null: see
+    /// `sched::home_of`).
+    pub(crate) vcpu: AtomicPtr<crate::sched::Vcpu>,
     /// The library's copy of the last full frame, which the FULL resume reads (the kernel may
     /// overwrite `header.full` while a resume is under way; see `context`).
     pub(crate) resume: FullFrame,
@@ -120,7 +121,7 @@ impl Thmb {
             header: ThmbHeader::EMPTY,
             window: ZERO_WINDOW,
             state: RunState::new(),
-            vcpu: AtomicUsize::new(0),
+            vcpu: AtomicPtr::new(crate::sched::FIRST_VCPU),
             resume: ZERO_FRAME,
             run_next: Cell::new(ptr::null_mut()),
             stack: Cell::new((0, 0)),
@@ -146,7 +147,7 @@ impl Thmb {
     /// # Safety
     /// If `v` is given, the caller runs on vCPU `v` with LTN = 0.
     #[inline(always)]
-    pub(crate) unsafe fn new_thread<F, T>(v: Option<usize>, f: F, name: Option<String>, stack_size: usize, refs: usize) -> *mut Thmb
+    pub(crate) unsafe fn new_thread<F, T>(v: Option<&'static crate::sched::Vcpu>, f: F, name: Option<String>, stack_size: usize, refs: usize) -> *mut Thmb
     where
         F: FnOnce() -> T + Send + 'static,
         T: Send + 'static,
@@ -258,7 +259,7 @@ impl Thmb {
             let mut critical = crate::spin::Critical::enter();
             let me = critical.thread();
             // SAFETY: inside the critical section the caller's vCPU cannot change.
-            let v = (!me.is_null()).then(|| unsafe { (*me).vcpu.load(Ordering::Relaxed) });
+            let v = (!me.is_null()).then(|| unsafe { crate::sched::home_of(me) });
             // SAFETY: retired and unreachable; `v` is the vCPU we run on with LTN = 0.
             unsafe { crate::sched::free_thmb(this, v) };
             critical.leave();
@@ -275,7 +276,7 @@ impl Thmb {
             // SAFETY: the last reference: nobody else can reach it.
             unsafe {
                 Thmb::retire(this);
-                crate::sched::free_thmb(this, Some(v));
+                crate::sched::free_thmb(this, Some(crate::sched::vcpu_at(v)));
             }
         }
     }

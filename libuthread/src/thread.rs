@@ -106,7 +106,7 @@ pub fn try_current() -> Option<Thread> {
 pub fn current_vcpu() -> Option<usize> {
     let t = platform::ltn();
     // SAFETY: a non-null LTN is the live calling thread.
-    (!t.is_null()).then(|| unsafe { (*t).vcpu.load(Ordering::Relaxed) })
+    (!t.is_null()).then(|| unsafe { sched::vcpu_of(t) })
 }
 
 /// Number of vCPUs of the running runtime (0 outside [`run`](crate::run)).

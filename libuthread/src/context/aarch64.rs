@@ -9,7 +9,7 @@
 //! |---|---|---|
 //! | `libuthread_switch_out` | `(from: *mut Thmb, stack_top: usize, entry: Entry, a0: usize, a1: usize)` | save window, mask = WINDOW, `entry(a0, a1)` on `stack_top`; returns when `from` is resumed |
 //! | `libuthread_call_on_stack` | `(stack_top: usize, entry: Entry, a0: usize, a1: usize) -> !` | `entry(a0, a1)` on `stack_top`, nothing saved |
-//! | `libuthread_switch_window` | `(from: *mut Thmb, to: *mut Thmb, vcpu: usize)` | save window into `from` (FP part per `FP_LIVE[vcpu]`), mask = WINDOW (release), then as `libuthread_resume_window(to, to)`; returns when `from` is resumed |
+//! | `libuthread_switch_window` | `(from: *mut Thmb, to: *mut Thmb, vcpu: *const Vcpu)` | save window into `from` (FP part per the vCPU's `FP_LIVE` word), mask = WINDOW (release), then as `libuthread_resume_window(to, to)`; returns when `from` is resumed |
 //! | `libuthread_resume_window` | `(to: *mut Thmb, ltn: *mut Thmb) -> !` | LTN = `ltn`, restore window, jump |
 //! | `libuthread_switch_out_full` | as `libuthread_switch_out` | the full-save baseline: `x0`..`x30`, `sp`, NZCV and q0..q31, FPCR, FPSR into the FP area, mask = FULL\|FP |
 //! | `libuthread_resume_full` | `(to: *mut Thmb, fp_format: u64) -> !` | [FP from the FP area], LTN = `to`, restore `to.resume` entirely, jump through `x18` |
@@ -38,6 +38,7 @@ use core::mem::offset_of;
 
 use tsumugi_abi::kn::{fp_format, mask, FullFrame, FP_AREA_PTR_OFFSET, FP_AREA_SIZE, FP_FORMAT_OFFSET, MASK_OFFSET};
 
+use crate::sched::Vcpu;
 use crate::thmb::{Thmb, RESUME_OFFSET, WINDOW_OFFSET};
 
 /// The callee-saved register window of AAPCS64: what a voluntary switch (a call) must
@@ -107,7 +108,7 @@ pub(crate) fn bytes_saved() -> (usize, usize) {
 /// # Safety
 /// As `context::switch_window`.
 #[inline(always)]
-pub(crate) unsafe fn switch_window(from: *mut Thmb, to: *mut Thmb, vcpu: usize) {
+pub(crate) unsafe fn switch_window(from: *mut Thmb, to: *mut Thmb, vcpu: *const Vcpu) {
     // SAFETY: forwarded contract.
     unsafe { super::raw::libuthread_switch_window(from, to, vcpu) }
 }
@@ -149,8 +150,8 @@ macro_rules! save_fp {
 }
 
 /// The start both window saves share ([`save_window`], [`switch_window_body`]): x0 = the ThMB;
-/// x9 = its window, the callee-saved registers (x30 as the resume point) and sp stored; then
-/// x11 = the address of `FP_LIVE`. Clobbers x9, x10, x11.
+/// x9 = its window, the callee-saved registers (x30 as the resume point) and sp stored.
+/// Clobbers x9, x10.
 macro_rules! save_gprs {
     () => {
         concat!(
@@ -163,21 +164,20 @@ macro_rules! save_gprs {
             "    stp x29, x30, [x9, #{w_fp}]\n",
             "    mov x10, sp\n",
             "    str x10, [x9, #{w_sp}]\n",
-            "    adrp x11, {fp_live}\n",
-            "    add x11, x11, :lo12:{fp_live}\n",
         )
     };
 }
 
 /// The window save both voluntary switches share (`libuthread_switch_out`,
 /// `libuthread_switch_window`), up to the mask store: x0 = the ThMB, `$vcpu` = the register
-/// holding the vCPU whose `FP_LIVE` word decides the FP part (d8–d15 and FPCR, saved only
+/// holding the `*const Vcpu` whose `FP_LIVE` word decides the FP part (d8–d15 and FPCR, saved only
 /// where FP is live). x30 is where the thread resumes. Clobbers x9, x10, x11.
 macro_rules! save_window {
     ($vcpu:literal) => {
         concat!(
             save_gprs!(),
-            "    ldr x10, [x11, ", $vcpu, ", lsl #3]\n",
+            "    ldr x11, [", $vcpu, ", #{vcpu_fp_live}]\n",
+            "    ldr x10, [x11]\n",
             "    cmp x10, #0\n",
             "    cset x10, ne\n",
             "    str x10, [x9, #{w_fp_saved}]\n",
@@ -188,7 +188,8 @@ macro_rules! save_window {
     };
 }
 
-/// The direct switch `libuthread_switch_window` (`from` = x0, `to` = x1, vCPU = x2), with
+/// The direct switch `libuthread_switch_window` (`from` = x0, `to` = x1, vCPU = x2, a
+/// `*const Vcpu`), with
 /// `$ltn` the instruction that sets LTN = `to` (or nothing): the window save of
 /// [`save_window`] with its FP test shared by the resume of `to`. Fast path (FP not live on
 /// the vCPU, `to` without an FP part): no FP instruction, one FP_LIVE load, one `fp_saved`
@@ -197,7 +198,8 @@ macro_rules! switch_window_body {
     ($ltn:literal) => {
         concat!(
             save_gprs!(),
-            "    ldr x10, [x11, x2, lsl #3]\n",
+            "    ldr x11, [x2, #{vcpu_fp_live}]\n",
+            "    ldr x10, [x11]\n",
             "    cbnz x10, 5f\n",
             "    str xzr, [x9, #{w_fp_saved}]\n",
             "    mov x10, #{mask_window}\n",                // published: release store (mask is
@@ -383,9 +385,8 @@ core::arch::global_asm!(
     "    b 4f",
     "3:",                                         // none saved: no FP state of its own; where
     "    ldr x10, [x0, #{vcpu}]",                 // FP is live, it gets the default FPCR rather
-    "    adrp x11, {fp_live}",                    // than another thread's
-    "    add x11, x11, :lo12:{fp_live}",
-    "    ldr x10, [x11, x10, lsl #3]",
+    "    ldr x11, [x10, #{vcpu_fp_live}]",        // than another thread's
+    "    ldr x10, [x11]",
     "    cbz x10, 4f",
     "    msr fpcr, xzr",
     "4:",
@@ -501,7 +502,7 @@ core::arch::global_asm!(
     fp_fpsr = const FP_FPCR + 8,
     nzcv_bits = const 0xf000_0000u64,
     vcpu = const offset_of!(Thmb, vcpu),
-    fp_live = sym crate::platform::FP_LIVE,
+    vcpu_fp_live = const crate::sched::VCPU_FP_LIVE_OFFSET,
     w = const W,
     wx19 = const WX,
     wx21 = const WX + 16,

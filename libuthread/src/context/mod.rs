@@ -36,6 +36,7 @@ pub(crate) use arch::{detect_fp, init_window, window_sp};
 use core::sync::atomic::AtomicUsize;
 
 use crate::prim::{AtomicBool, Ordering};
+use crate::sched::Vcpu;
 use crate::thmb::Thmb;
 
 /// The function a stack switch lands in: `entry(a0, a1)`, never returning.
@@ -159,7 +160,7 @@ pub(crate) unsafe fn switch_out_window(from: *mut Thmb, stack_top: usize, entry:
 }
 
 /// Switches from the calling thread straight to `to`, with no stack hop: saves the caller's
-/// window into `from` (its FP part if FP is live on vCPU `vcpu`), publishes it (mask `WINDOW`,
+/// window into `from` (its FP part if FP is live on `vcpu`), publishes it (mask `WINDOW`,
 /// a release store: whoever took `from` off a queue waits for it, see
 /// `sched::scheduler::MASK_IN_FLIGHT`) and resumes `to` from its window with LTN = `to`.
 /// Returns when `from` is resumed.
@@ -169,7 +170,7 @@ pub(crate) unsafe fn switch_out_window(from: *mut Thmb, stack_top: usize, entry:
 /// [`resume_window`] and is owned by the caller; nobody resumes `from` before its mask says
 /// `WINDOW`.
 #[inline(always)]
-pub(crate) unsafe fn switch_window(from: *mut Thmb, to: *mut Thmb, vcpu: usize) {
+pub(crate) unsafe fn switch_window(from: *mut Thmb, to: *mut Thmb, vcpu: *const Vcpu) {
     // SAFETY: forwarded contract.
     unsafe { arch::switch_window(from, to, vcpu) }
 }
@@ -256,6 +257,7 @@ pub fn interrupted_resume(rip: u64) -> Option<Interrupted> {
 /// signatures (its module table says what each does).
 pub(crate) mod raw {
     use super::Entry;
+    use crate::sched::Vcpu;
     use crate::thmb::Thmb;
 
     // The assembly touches only the `#[repr(C)]` prefix of a ThMB (header, window, vCPU word,
@@ -266,7 +268,7 @@ pub(crate) mod raw {
         /// See the module table.
         pub(crate) fn libuthread_switch_out(from: *mut Thmb, stack_top: usize, entry: Entry, a0: usize, a1: usize);
         /// See the module table.
-        pub(crate) fn libuthread_switch_window(from: *mut Thmb, to: *mut Thmb, vcpu: usize);
+        pub(crate) fn libuthread_switch_window(from: *mut Thmb, to: *mut Thmb, vcpu: *const Vcpu);
         /// See the module table.
         pub(crate) fn libuthread_call_on_stack(stack_top: usize, entry: Entry, a0: usize, a1: usize) -> !;
         /// See the module table.

@@ -9,7 +9,7 @@
 //! |---|---|---|
 //! | `libuthread_switch_out` | `(from: *mut Thmb, stack_top: usize, entry: Entry, a0: usize, a1: usize)` | save window (and `fs0`–`fs11`, `fcsr` if FP is live on the vCPU), mask = WINDOW, `entry(a0, a1)` on `stack_top`; returns when `from` is resumed |
 //! | `libuthread_call_on_stack` | `(stack_top: usize, entry: Entry, a0: usize, a1: usize) -> !` | `entry(a0, a1)` on `stack_top`, nothing saved |
-//! | `libuthread_switch_window` | `(from: *mut Thmb, to: *mut Thmb, vcpu: usize)` | save window into `from` (FP part per `FP_LIVE[vcpu]`), fence, mask = WINDOW, then as `libuthread_resume_window(to, to)`; returns when `from` is resumed |
+//! | `libuthread_switch_window` | `(from: *mut Thmb, to: *mut Thmb, vcpu: *const Vcpu)` | save window into `from` (FP part per the vCPU's `FP_LIVE` word), fence, mask = WINDOW, then as `libuthread_resume_window(to, to)`; returns when `from` is resumed |
 //! | `libuthread_resume_window` | `(to: *mut Thmb, ltn: *mut Thmb) -> !` | [FP part of the window], LTN = `ltn`, restore window, jump |
 //! | `libuthread_switch_out_full` | as `libuthread_switch_out` | the full-save baseline: `x1`..`x31`, and `f0`..`f31` + `fcsr` into the FP area, mask = FULL\|FP |
 //! | `libuthread_resume_full` | `(to: *mut Thmb, fp_format: u64) -> !` | [FP from the FP area], LTN = `to`, restore `to.resume` but `gp`, jump through `gp` |
@@ -47,6 +47,7 @@ use core::mem::offset_of;
 
 use tsumugi_abi::kn::{fp_format, mask, FullFrame, FP_AREA_PTR_OFFSET, FP_AREA_SIZE, FP_FORMAT_OFFSET, MASK_OFFSET};
 
+use crate::sched::Vcpu;
 use crate::thmb::{Thmb, RESUME_OFFSET, WINDOW_OFFSET};
 
 /// The callee-saved register window of the riscv64 psABI: what a voluntary switch (a call)
@@ -111,7 +112,7 @@ pub(crate) fn bytes_saved() -> (usize, usize) {
 /// # Safety
 /// As `context::switch_window`.
 #[inline(always)]
-pub(crate) unsafe fn switch_window(from: *mut Thmb, to: *mut Thmb, vcpu: usize) {
+pub(crate) unsafe fn switch_window(from: *mut Thmb, to: *mut Thmb, vcpu: *const Vcpu) {
     // SAFETY: forwarded contract.
     unsafe { super::raw::libuthread_switch_window(from, to, vcpu) }
 }
@@ -181,16 +182,14 @@ macro_rules! save_gprs {
 
 /// The window save both voluntary switches share (`libuthread_switch_out`,
 /// `libuthread_switch_window`), up to the mask store: a0 = the ThMB, `$vcpu` = the register
-/// holding the vCPU whose `FP_LIVE` word decides the FP part (`fs0`–`fs11` and `fcsr`, saved
+/// holding the `*const Vcpu` whose `FP_LIVE` word decides the FP part (`fs0`–`fs11` and `fcsr`, saved
 /// only where FP is live: elsewhere FS may be Off and no FP instruction runs). `ra` is where
 /// the thread resumes. Clobbers t0, t1, t2.
 macro_rules! save_window {
     ($vcpu:literal) => {
         concat!(
             save_gprs!(),
-            "    slli t0, ", $vcpu, ", 3\n",
-            "    lla t1, {fp_live}\n",
-            "    add t1, t1, t0\n",
+            "    ld t1, {vcpu_fp_live}(", $vcpu, ")\n",
             "    ld t1, 0(t1)\n",
             "    snez t1, t1\n",
             "    sd t1, {w_fp_saved}(a0)\n",
@@ -201,7 +200,8 @@ macro_rules! save_window {
     };
 }
 
-/// The direct switch `libuthread_switch_window` (`from` = a0, `to` = a1, vCPU = a2), with
+/// The direct switch `libuthread_switch_window` (`from` = a0, `to` = a1, vCPU = a2, a
+/// `*const Vcpu`), with
 /// `$ltn` the instruction that sets LTN = `to` (or nothing): the window save of
 /// [`save_window`] with its FP test shared by the resume of `to`, whose FP part (if any) is
 /// restored before LTN is written, as `libuthread_resume_window` does. Fast path (FP not live
@@ -211,9 +211,7 @@ macro_rules! switch_window_body {
     ($ltn:literal) => {
         concat!(
             save_gprs!(),
-            "    slli t0, a2, 3\n",
-            "    lla t1, {fp_live}\n",
-            "    add t1, t1, t0\n",
+            "    ld t1, {vcpu_fp_live}(a2)\n",
             "    ld t1, 0(t1)\n",
             "    bnez t1, 5f\n",
             "    sd zero, {w_fp_saved}(a0)\n",
@@ -283,7 +281,7 @@ core::arch::global_asm!(
     ".type libuthread_switch_out, @function",
     ".p2align 2",
     "libuthread_switch_out:",
-    "    ld t0, {vcpu}(a0)",                      // FP live on this vCPU? (FP_LIVE[from.vcpu];
+    "    ld t0, {vcpu}(a0)",                      // FP live on this vCPU? (from.vcpu's word;
     save_window!("t0"),                          //   the vCPU cannot change: LTN = 0 here)
     "    li t0, {mask_window}",                   // the window is now valid
     "    sd t0, {mask_off}(a0)",
@@ -446,10 +444,10 @@ core::arch::global_asm!(
     "    j 4f",
     "3:",                                         // no FP part: the thread never used FP.
     "    ld t0, {vcpu}(a0)",                      // If FP is live on this vCPU, another
-    "    slli t0, t0, 3",                         // thread's environment is in fcsr: give
-    "    lla t1, {fp_live}",                      // this one the initial environment.
-    "    add t1, t1, t0",                         // (Where FP is not live, FS may be Off:
-    "    ld t1, 0(t1)",                           // no FP instruction then.)
+    "    ld t1, {vcpu_fp_live}(t0)",              // thread's environment is in fcsr: give
+    "    ld t1, 0(t1)",                           // this one the initial environment. (Where
+                                                  // FP is not live, FS may be Off: no FP
+                                                  // instruction then.)
     "    beqz t1, 4f",
     "    fscsr zero",
     "4:",
@@ -588,7 +586,7 @@ core::arch::global_asm!(
     fp_format_off = const FP_FORMAT_OFFSET,
     fp_fcsr = const FP_FCSR_OFFSET,
     fmt_riscv_d = const fp_format::RISCV_D,
-    fp_live = sym crate::platform::FP_LIVE,
+    vcpu_fp_live = const crate::sched::VCPU_FP_LIVE_OFFSET,
     vcpu = const offset_of!(Thmb, vcpu),
     w_ra = const W + offset_of!(Window, ra),
     w_sp = const W + offset_of!(Window, sp),

@@ -9,7 +9,7 @@
 //! |---|---|---|
 //! | `libuthread_switch_out` | `(from: *mut Thmb, stack_top: usize, entry: Entry, a0: usize, a1: usize)` | save window, mask = WINDOW, `entry(a0, a1)` on `stack_top`; returns when `from` is resumed |
 //! | `libuthread_call_on_stack` | `(stack_top: usize, entry: Entry, a0: usize, a1: usize) -> !` | `entry(a0, a1)` on `stack_top`, nothing saved |
-//! | `libuthread_switch_window` | `(from: *mut Thmb, to: *mut Thmb, vcpu: usize)` | save window into `from` (FP part per `FP_LIVE[vcpu]`), mask = WINDOW, then as `libuthread_resume_window(to, to)`; returns when `from` is resumed |
+//! | `libuthread_switch_window` | `(from: *mut Thmb, to: *mut Thmb, vcpu: *const Vcpu)` | save window into `from` (FP part per the vCPU's `FP_LIVE` word), mask = WINDOW, then as `libuthread_resume_window(to, to)`; returns when `from` is resumed |
 //! | `libuthread_resume_window` | `(to: *mut Thmb, ltn: *mut Thmb) -> !` | LTN = `ltn`, restore window, `ret` |
 //! | `libuthread_switch_out_full` | as `libuthread_switch_out` | the full-save baseline: every GPR, rflags and the FP/SIMD state (`xsave64`/`fxsave64` into the FP area), mask = FULL\|FP |
 //! | `libuthread_resume_full` | `(to: *mut Thmb, fp_format: u64) -> !` | [FP from the FP area], LTN = `to`, restore `to.resume` entirely, jump |
@@ -34,6 +34,7 @@ use core::mem::offset_of;
 
 use tsumugi_abi::kn::{fp_format, mask, FullFrame, FP_AREA_PTR_OFFSET, FP_FORMAT_OFFSET, MASK_OFFSET};
 
+use crate::sched::Vcpu;
 use crate::thmb::{Thmb, RESUME_OFFSET, WINDOW_OFFSET};
 
 /// The callee-saved register window of the x86_64 System V ABI: what a voluntary switch (a call)
@@ -171,7 +172,7 @@ pub(crate) fn bytes_saved() -> (usize, usize) {
 /// # Safety
 /// As `context::switch_window`.
 #[inline(always)]
-pub(crate) unsafe fn switch_window(from: *mut Thmb, to: *mut Thmb, vcpu: usize) {
+pub(crate) unsafe fn switch_window(from: *mut Thmb, to: *mut Thmb, vcpu: *const Vcpu) {
     // SAFETY: forwarded contract.
     #[cfg(target_os = "none")]
     unsafe {
@@ -252,17 +253,9 @@ macro_rules! switch_return {
     };
 }
 
-/// The start both window saves share ([`save_window`], [`switch_window_body`]): rdi = the
-/// ThMB; the callee-saved registers and rsp, which points to the return address (the resume
-/// point, left on the stack: see the module docs); then r9 = the address of `FP_LIVE`.
-/// Clobbers r9.
-macro_rules! save_gprs {
-    () => {
-        concat!(store_gprs!(), "    lea r9, [rip + {fp_live}]\n")
-    };
-}
-
-/// The stores of [`save_gprs`]: the callee-saved registers and rsp into the window of rdi.
+/// The start both window saves share ([`save_window`], [`switch_window_body`]): the
+/// callee-saved registers and rsp, which points to the return address (the resume point, left
+/// on the stack: see the module docs), into the window of rdi.
 macro_rules! store_gprs {
     () => {
         concat!(
@@ -279,16 +272,17 @@ macro_rules! store_gprs {
 
 /// The window save both voluntary switches share (`libuthread_switch_out`,
 /// `libuthread_switch_window`), up to the mask store: rdi = the ThMB, `$vcpu` = the register
-/// holding the vCPU whose `FP_LIVE` word decides the FP part. The return address at rsp is
+/// holding the `*const Vcpu` whose `FP_LIVE` word decides the FP part. The return address at rsp is
 /// where the thread resumes. Where FP is not live
 /// no FP instruction runs at all (CR0.TS may be set); where it is, the callee-saved control
 /// state of SSE and of the x87 unit is saved too. Clobbers r9, r10.
 macro_rules! save_window {
     ($vcpu:literal) => {
         concat!(
-            save_gprs!(),
+            store_gprs!(),
+            "    mov r9, [", $vcpu, " + {vcpu_fp_live}]\n",
             "    xor r10d, r10d\n",
-            "    cmp qword ptr [r9 + ", $vcpu, " * 8], 0\n",
+            "    cmp qword ptr [r9], 0\n",
             "    je 1f\n",
             "    stmxcsr dword ptr [rdi + {w_mxcsr}]\n",
             "    fnstcw word ptr [rdi + {w_fpucw}]\n",
@@ -299,7 +293,8 @@ macro_rules! save_window {
     };
 }
 
-/// The direct switch `libuthread_switch_window` (`from` = rdi, `to` = rsi, vCPU = rdx), with
+/// The direct switch `libuthread_switch_window` (`from` = rdi, `to` = rsi, vCPU = rdx, a
+/// `*const Vcpu`), with
 /// `$ltn` the instruction that sets LTN = `to` (or nothing): the window save of
 /// [`save_window`] with its FP test shared by the resume of `to`. Fast path (FP not live on
 /// the vCPU, `to` without an FP part): no FP instruction, one FP_LIVE load, one `fp_saved`
@@ -307,8 +302,8 @@ macro_rules! save_window {
 macro_rules! switch_window_body {
     ($ltn:expr) => {
         concat!(
-            "    lea r9, [rip + {fp_live}]\n",
-            "    cmp qword ptr [r9 + rdx * 8], 0\n",
+            "    mov r9, [rdx + {vcpu_fp_live}]\n",
+            "    cmp qword ptr [r9], 0\n",
             "    jne 5f\n",
             store_gprs!(),
             // fp_saved = 0, and fpucw with it (read only when fp_saved is 1): one dword store,
@@ -365,7 +360,7 @@ core::arch::global_asm!(
     ".type libuthread_switch_out, @function",
     ".p2align 4",
     "libuthread_switch_out:",
-    "    mov rax, [rdi + {vcpu}]",                // FP live on this vCPU? (FP_LIVE[from.vcpu];
+    "    mov rax, [rdi + {vcpu}]",                // FP live on this vCPU? (from.vcpu's word;
     save_window!("rax"),                         //   the vCPU cannot change: LTN = 0 here)
     "    mov qword ptr [rdi + {mask_off}], {mask_window}", // the window is now valid
     "    mov rsp, rsi",                           // onto the scheduler's stack (16-aligned top)
@@ -480,8 +475,8 @@ core::arch::global_asm!(
     "    jmp 4f",
     "3:",                                         // none: the thread never used FP. Where FP
     "    mov rax, [rdi + {vcpu}]",                // is live on this vCPU another thread's
-    "    lea rcx, [rip + {fp_live}]",             // environment is loaded: give this one the
-    "    cmp qword ptr [rcx + rax * 8], 0",       // initial one. (Elsewhere CR0.TS may be set:
+    "    mov rcx, [rax + {vcpu_fp_live}]",        // environment is loaded: give this one the
+    "    cmp qword ptr [rcx], 0",                 // initial one. (Elsewhere CR0.TS may be set:
     "    je 4f",                                  // no FP instruction then.)
     "    ldmxcsr dword ptr [rip + {mxcsr_default}]",
     "    fldcw word ptr [rip + {fpucw_default}]",
@@ -595,7 +590,7 @@ core::arch::global_asm!(
     w_fpucw = const W + offset_of!(Window, fpucw),
     w_fp_saved = const W + offset_of!(Window, fp_saved),
     vcpu = const offset_of!(Thmb, vcpu),
-    fp_live = sym crate::platform::FP_LIVE,
+    vcpu_fp_live = const crate::sched::VCPU_FP_LIVE_OFFSET,
     mxcsr_default = sym MXCSR_DEFAULT,
     fpucw_default = sym FPUCW_DEFAULT,
     r_rax = const R + offset_of!(FullFrame, rax),

@@ -138,12 +138,16 @@ const ACTION_MASK: usize = 63;
 /// instructions to build it; one instruction fewer per direct switch that publishes a thread).
 const MASK_IN_FLIGHT: u64 = 1 << 30;
 
-/// One vCPU's scheduler state. Aligned to 16 bytes and padded so that its size (288 bytes of
-/// fields, 304 with `_pad`) is a multiple of 16 that x86_64 indexes with one `imul`; at 264
-/// LLVM indexes with `shl` + `lea` + a move (x86_64 -icount: +12 instructions per yield round
-/// trip), at 288 (9 × 32) with `lea` + `shl`.
+/// One vCPU's scheduler state. A thread reaches its vCPU through the pointer in its ThMB
+/// ([`home_of`]), so the hot paths never index [`VCPUS`]; the vCPU's number ([`Vcpu::id`]) and
+/// the address of its `FP_LIVE` word ([`Vcpu::fp_live`], which the context switches read, at
+/// [`VCPU_FP_LIVE_OFFSET`]) are fields.
 #[repr(align(16))]
-struct Vcpu {
+pub(crate) struct Vcpu {
+    /// This vCPU's number: its index in [`VCPUS`].
+    id: usize,
+    /// `platform::FP_LIVE[id]`, for the context switches (one load instead of an index).
+    fp_live: &'static AtomicU64,
     /// This vCPU's own ready threads (owner-only: no lock, see [`Local`]).
     local: Local,
     /// Switches since the shared queue was last drained into `local` (owner-only).
@@ -184,21 +188,23 @@ struct Vcpu {
     defer_owner: AtomicUsize,
     defer_head: AtomicUsize,
     defer_left: AtomicUsize,
-    /// Padding to a size x86_64 indexes with one `imul` (see the type's documentation).
-    _pad: [usize; 2],
 }
 
 const _: () = assert!(core::mem::size_of::<Vcpu>() % 16 == 0);
-#[cfg(all(target_pointer_width = "64", not(loom)))]
-const _: () = assert!(core::mem::size_of::<Vcpu>() == 304);
+
+/// Where a [`Vcpu`] holds the address of its `FP_LIVE` word: the context switches, given a
+/// `*const Vcpu`, test FP liveness with two loads.
+pub(crate) const VCPU_FP_LIVE_OFFSET: usize = core::mem::offset_of!(Vcpu, fp_live);
 
 /// [`Vcpu::attention`]'s bit for a non-empty shared queue: clear of the switch flags.
 const QUEUED: usize = 4;
 const _: () = assert!(QUEUED & (context::FLAG_FULL_SAVE | context::FLAG_SHUTDOWN) == 0);
 
 impl Vcpu {
-    const fn new() -> Vcpu {
+    const fn new(id: usize, fp_live: &'static AtomicU64) -> Vcpu {
         Vcpu {
+            id,
+            fp_live,
             local: Local::new(),
             pops: AtomicUsize::new(0),
             queue: SpinLock::new(Fifo::new()),
@@ -213,7 +219,6 @@ impl Vcpu {
             defer_owner: AtomicUsize::new(0),
             defer_head: AtomicUsize::new(0),
             defer_left: AtomicUsize::new(0),
-            _pad: [0; 2],
         }
     }
 
@@ -347,10 +352,10 @@ impl Vcpu {
     /// # Safety
     /// The caller runs on vCPU `v` (this one) with LTN = 0.
     #[inline(always)]
-    unsafe fn publish_fresh(&self, v: usize) {
+    unsafe fn publish_fresh(&'static self) {
         if self.has_fresh() {
             // SAFETY: forwarded contract.
-            unsafe { self.publish_fresh_slow(v) }
+            unsafe { self.publish_fresh_slow() }
         }
     }
 
@@ -359,7 +364,7 @@ impl Vcpu {
     /// # Safety
     /// As for `publish_fresh`.
     #[inline(never)]
-    unsafe fn publish_fresh_slow(&self, v: usize) {
+    unsafe fn publish_fresh_slow(&'static self) {
         let mut newest = self.fresh.load(Ordering::Relaxed);
         self.fresh.store(0, Ordering::Relaxed);
         self.defer_owner.store(0, Ordering::Relaxed);
@@ -377,12 +382,12 @@ impl Vcpu {
             while oldest != 0 {
                 let next = entry_next(oldest);
                 // A task record becomes a thread now (`crate::join`).
-                let t = entry_thread(oldest, Some(v));
-                (*t).vcpu.store(v, Ordering::Relaxed);
+                let t = entry_thread(oldest, Some(self));
+                set_home(t, self);
                 self.local.push(t);
                 oldest = next;
             }
-            offer_work(v);
+            offer_work(self.id);
         }
     }
 
@@ -397,7 +402,7 @@ impl Vcpu {
     /// # Safety
     /// The caller is `t`, on vCPU `v` (this one) with LTN = 0, the list not empty.
     #[inline(never)]
-    unsafe fn keep_unpublished(&self, t: *mut Thmb, v: usize) -> bool {
+    unsafe fn keep_unpublished(&'static self, t: *mut Thmb) -> bool {
         if IDLE.any() {
             return false;
         }
@@ -419,7 +424,7 @@ impl Vcpu {
         // the ready queue as a publication would put them there (a record's joiner is `t`, which
         // takes it back; a spawned child may never be joined).
         // SAFETY: per the contract, the list and its entries are ours.
-        let head = unsafe { self.publish_threads(head, v) };
+        let head = unsafe { self.publish_threads(head) };
         if head == 0 || self.nothing_ready() {
             return false;
         }
@@ -451,7 +456,7 @@ impl Vcpu {
     ///
     /// # Safety
     /// As for [`Vcpu::publish_fresh`]; `head` is the list's head.
-    unsafe fn publish_threads(&self, head: usize, v: usize) -> usize {
+    unsafe fn publish_threads(&'static self, head: usize) -> usize {
         let mut new_head = head;
         // The last record kept (its link is rewritten when a child after it is taken out).
         let mut kept = 0;
@@ -481,7 +486,7 @@ impl Vcpu {
             }
             while !children.is_null() {
                 let next = (*children).run_next.get();
-                (*children).vcpu.store(v, Ordering::Relaxed);
+                set_home(children, self);
                 self.local.push(children);
                 children = next;
             }
@@ -734,7 +739,7 @@ unsafe fn drain_shared(v: usize) {
         }
         // SAFETY: a queued thread is READY, live and now off the shared queue; we are `v`.
         unsafe {
-            (*t).vcpu.store(v, Ordering::Relaxed);
+            set_home(t, vcpu_at(v));
             vcpu.local.push(t);
         }
     }
@@ -794,7 +799,19 @@ struct RootCell(core::cell::UnsafeCell<Thmb>);
 // SAFETY: only vCPU 0 touches it, at `run`'s start and at shutdown (one runtime at a time).
 unsafe impl Sync for RootCell {}
 
-static VCPUS: [Vcpu; MAX_VCPUS] = [const { Vcpu::new() }; MAX_VCPUS];
+static VCPUS: [Vcpu; MAX_VCPUS] = {
+    let mut vcpus = [const { Vcpu::new(0, &platform::FP_LIVE[0]) }; MAX_VCPUS];
+    let mut v = 1;
+    while v < MAX_VCPUS {
+        vcpus[v].id = v;
+        vcpus[v].fp_live = &platform::FP_LIVE[v];
+        v += 1;
+    }
+    vcpus
+};
+
+/// vCPU 0, the vCPU of a blank ThMB ([`Thmb::blank`]): every ThMB's `vcpu` points to a vCPU.
+pub(crate) const FIRST_VCPU: *mut Vcpu = &VCPUS[0] as *const Vcpu as *mut Vcpu;
 
 /// vCPU `v`'s state, with no bounds check. Every vCPU number the scheduler hands around, and
 /// every ThMB's `vcpu` word, is below `MAX_VCPUS`: they come from the runtime's own vCPU loop
@@ -806,21 +823,43 @@ static VCPUS: [Vcpu; MAX_VCPUS] = [const { Vcpu::new() }; MAX_VCPUS];
 /// # Safety
 /// `v < MAX_VCPUS`.
 #[inline(always)]
-unsafe fn vcpu_at(v: usize) -> &'static Vcpu {
+pub(crate) unsafe fn vcpu_at(v: usize) -> &'static Vcpu {
     debug_assert!(v < MAX_VCPUS);
     // SAFETY: per the contract.
     unsafe { VCPUS.get_unchecked(v) }
 }
 
-/// The vCPU number of thread `t` (the one running it, or the last one that did), unclamped:
-/// see [`vcpu_at`].
+/// The vCPU of thread `t` (the one running it, or the last one that did). A ThMB's `vcpu` word
+/// always points into [`VCPUS`]: it starts at [`FIRST_VCPU`] and is only ever set by
+/// [`set_home`] or copied from another such word.
 ///
 /// # Safety
 /// `t` is live.
 #[inline(always)]
-unsafe fn vcpu_of(t: *const Thmb) -> usize {
+pub(crate) unsafe fn home_of(t: *const Thmb) -> &'static Vcpu {
+    // SAFETY: per the contract and the invariant above.
+    unsafe { &*(*t).vcpu.load(Ordering::Relaxed) }
+}
+
+/// The number of [`home_of`]`(t)`.
+///
+/// # Safety
+/// `t` is live.
+#[inline(always)]
+pub(crate) unsafe fn vcpu_of(t: *const Thmb) -> usize {
+    // SAFETY: forwarded.
+    unsafe { home_of(t) }.id
+}
+
+/// Makes `vcpu` thread `t`'s vCPU.
+///
+/// # Safety
+/// `t` is live, and the caller may write its `vcpu` word (it runs `t` with LTN = 0, or `t` is
+/// READY and the caller's until queued).
+#[inline(always)]
+unsafe fn set_home(t: *mut Thmb, vcpu: &'static Vcpu) {
     // SAFETY: per the contract.
-    unsafe { (*t).vcpu.load(Ordering::Relaxed) }
+    unsafe { (*t).vcpu.store(vcpu as *const Vcpu as *mut Vcpu, Ordering::Relaxed) }
 }
 
 /// Sets or clears `flag` in every vCPU's copy of the switch flags (`Vcpu::attention`), after
@@ -984,10 +1023,10 @@ unsafe fn give_stack(v: usize, size: usize, base: usize, len: usize) {
 /// # Safety
 /// If `v` is given, the caller runs on vCPU `v` with LTN = 0.
 #[inline(always)]
-pub(crate) unsafe fn alloc_thmb(v: Option<usize>) -> (*mut Thmb, bool) {
-    if let Some(v) = v {
+pub(crate) unsafe fn alloc_thmb(v: Option<&'static Vcpu>) -> (*mut Thmb, bool) {
+    if let Some(vcpu) = v {
         // SAFETY: forwarded contract.
-        let t = unsafe { vcpu_at(v).pool.take_thmb() };
+        let t = unsafe { vcpu.pool.take_thmb() };
         if !t.is_null() {
             return (t, true);
         }
@@ -1014,10 +1053,10 @@ fn alloc_thmb_from_heap() -> *mut Thmb {
 /// `t` came from [`alloc_thmb`], is retired and nobody can reach it; if `v` is given, the
 /// caller runs on vCPU `v` with LTN = 0.
 #[inline]
-pub(crate) unsafe fn free_thmb(t: *mut Thmb, v: Option<usize>) {
-    if let Some(v) = v {
+pub(crate) unsafe fn free_thmb(t: *mut Thmb, v: Option<&'static Vcpu>) {
+    if let Some(vcpu) = v {
         // SAFETY: forwarded contract.
-        if unsafe { vcpu_at(v).pool.give_thmb(t) } {
+        if unsafe { vcpu.pool.give_thmb(t) } {
             return;
         }
     }
@@ -1054,7 +1093,7 @@ fn make_ready(t: *mut Thmb, home: usize) {
     // SAFETY: the caller owns the READY thread until it is queued.
     let home = route(home);
     // SAFETY: as above.
-    unsafe { (*t).vcpu.store(home, Ordering::Relaxed) };
+    unsafe { set_home(t, vcpu_at(home)) };
     // SAFETY: `home` is a vCPU number (see `vcpu_at`).
     unsafe { vcpu_at(home) }.push(t);
     // An idle vCPU other than `home` takes it from `home`'s queue by stealing.
@@ -1107,14 +1146,14 @@ pub(crate) unsafe fn run_inline<T>(t: *mut Thmb) -> Option<crate::task::Outcome<
         return None;
     }
     // SAFETY: `me` is the calling thread; its vCPU cannot change with LTN = 0.
-    let v = unsafe { vcpu_of(me) };
+    let vcpu = unsafe { home_of(me) };
     // The common case: `t` is still on this vCPU's unpublished list (it was spawned here and
     // nobody else can see it), usually at its head. Taking it off is the claim. Only then the
     // join word: a child on the list never started, so it cannot have exited, and the common
     // case skips the load; one that exited is left to the caller (whose wait returns at once).
     // SAFETY: on `v` with LTN = 0; the caller's reference keeps `t` live.
-    let claimed = unsafe { vcpu_at(v).take_fresh(t) }
-        || (unsafe { (*t).join.load(Ordering::Acquire) } != JOIN_EXITED && unsafe { claim_queued(v, t) });
+    let claimed = unsafe { vcpu.take_fresh(t) }
+        || (unsafe { (*t).join.load(Ordering::Acquire) } != JOIN_EXITED && unsafe { claim_queued(vcpu.id, t) });
     if !claimed {
         critical.leave();
         return None;
@@ -1134,12 +1173,12 @@ pub(crate) unsafe fn run_inline<T>(t: *mut Thmb) -> Option<crate::task::Outcome<
         // the word reset when it is reused).
         // Back to the joiner, on the vCPU the child is on now.
         platform::set_ltn(ptr::null_mut());
-        let v = vcpu_of(t);
-        (*me).vcpu.store(v, Ordering::Relaxed);
+        let home = home_of(t);
+        set_home(me, home);
         // The join: both references are ours (the handle's and the finished run's), so no
         // count to decrement; the ThMB goes straight to this vCPU's pool (LTN = 0 here).
         Thmb::retire_ran(t);
-        free_thmb(t, Some(v));
+        free_thmb(t, Some(home));
         platform::set_ltn(me);
         Some(outcome)
     }
@@ -1172,7 +1211,7 @@ unsafe fn claim_queued(v: usize, t: *mut Thmb) -> bool {
         if ours {
             vcpu.set_queued(!queue.is_empty());
             // It runs on `v` now (`run_inline` reads it back after the run).
-            (*t).vcpu.store(v, Ordering::Relaxed);
+            set_home(t, vcpu_at(v));
         }
         ours
     }
@@ -1193,19 +1232,18 @@ where
     // (A user thread exists only inside `run`, so the runtime runs.)
     // Read the spawner's vCPU inside the critical section: it cannot change there.
     // SAFETY: `me` is the live calling thread.
-    let v = unsafe { vcpu_of(me) };
+    let vcpu = unsafe { home_of(me) };
     // A new ThMB's state is READY already. It goes on this vCPU's unpublished list — no lock,
     // no fence —, where a join on this vCPU finds it (`run_inline`); it is published to the
     // ready queue when this vCPU next enters the scheduler, or right now if a vCPU is idle
     // (which could run it in parallel).
     // SAFETY: LTN = 0 on `v`; the new thread is ours until listed.
     unsafe {
-        let t = Thmb::new_thread(Some(v), f, name, stack_size, 2);
-        (*t).vcpu.store(v, Ordering::Relaxed);
-        let vcpu = vcpu_at(v);
+        let t = Thmb::new_thread(Some(vcpu), f, name, stack_size, 2);
+        set_home(t, vcpu);
         vcpu.push_fresh(t);
         if IDLE.any() {
-            vcpu.publish_fresh(v);
+            vcpu.publish_fresh();
         }
         critical.leave();
         t
@@ -1268,7 +1306,7 @@ unsafe fn set_entry_next(e: usize, next: usize) {
 /// # Safety
 /// `e` was just unlisted by the caller; if `v` is given, the caller runs on `v` with LTN = 0.
 #[inline(always)]
-unsafe fn entry_thread(e: usize, v: Option<usize>) -> *mut Thmb {
+unsafe fn entry_thread(e: usize, v: Option<&'static Vcpu>) -> *mut Thmb {
     if e & JOB_TAG != 0 {
         let h = (e & !JOB_TAG) as *const JobHeader;
         // SAFETY: per the contract, the record is off the list and ours to promote.
@@ -1295,11 +1333,10 @@ pub(crate) unsafe fn push_job(h: *const JobHeader) -> bool {
     // SAFETY: `me` is the live calling thread; its vCPU cannot change with LTN = 0, and on it
     // the list is ours. The record is live (contract).
     unsafe {
-        let v = vcpu_of(me);
-        let vcpu = vcpu_at(v);
+        let vcpu = home_of(me);
         vcpu.push_job(h);
         if IDLE.any() {
-            vcpu.publish_fresh(v);
+            vcpu.publish_fresh();
         }
     }
     critical.leave();
@@ -1323,9 +1360,7 @@ pub(crate) unsafe fn take_job(h: *const JobHeader) -> bool {
         return false;
     }
     // SAFETY: as in `push_job`.
-    let v = unsafe { vcpu_of(me) };
-    // SAFETY: `v` is a vCPU number (see `vcpu_at`).
-    let vcpu = unsafe { vcpu_at(v) };
+    let vcpu = unsafe { home_of(me) };
     // SAFETY: as in `push_job`.
     let taken = unsafe { vcpu.take_job(h) };
     if !taken && vcpu.has_fresh() {
@@ -1333,7 +1368,7 @@ pub(crate) unsafe fn take_job(h: *const JobHeader) -> bool {
         // block may leave the list unpublished ("Deferred promotion"): publish it now, so that the
         // record is a thread by then.
         // SAFETY: on `v` with LTN = 0.
-        unsafe { take_job_missed(v) };
+        unsafe { take_job_missed(vcpu) };
     }
     critical.leave();
     taken
@@ -1345,9 +1380,9 @@ pub(crate) unsafe fn take_job(h: *const JobHeader) -> bool {
 /// The caller runs on vCPU `v` with LTN = 0.
 #[cold]
 #[inline(never)]
-unsafe fn take_job_missed(v: usize) {
+unsafe fn take_job_missed(vcpu: &'static Vcpu) {
     // SAFETY: forwarded contract.
-    unsafe { vcpu_at(v).publish_fresh(v) }
+    unsafe { vcpu.publish_fresh() }
 }
 
 /// Wakes a thread blocked in [`block_current`].
@@ -1358,7 +1393,7 @@ pub(crate) unsafe fn wake(t: *mut Thmb) {
     // Read where it sits before the state change: afterwards the thread may run, exit and be
     // freed at any moment.
     // SAFETY: blocked, so live.
-    let home = unsafe { (*t).vcpu.load(Ordering::Relaxed) };
+    let home = unsafe { vcpu_of(t) };
     // SAFETY: as above.
     match unsafe { (*t).state.wake() } {
         Wake::Notified => {}
@@ -1380,7 +1415,7 @@ pub(crate) unsafe fn wake(t: *mut Thmb) {
 #[inline(always)]
 pub(crate) unsafe fn wake_from(me: *mut Thmb, t: *mut Thmb) {
     // SAFETY: blocked, so live; read before the state change, as in `wake`.
-    let home = unsafe { (*t).vcpu.load(Ordering::Relaxed) };
+    let home = unsafe { vcpu_of(t) };
     // SAFETY: as above.
     match unsafe { (*t).state.wake() } {
         Wake::Notified => {}
@@ -1420,11 +1455,11 @@ pub(crate) unsafe fn wake_from_leave(me: *mut Thmb, t: *mut Thmb) {
     // SAFETY: `me` is the calling thread, on vCPU `v` with LTN = 0 (as in `queue_woken`); `t`
     // is READY and ours until queued (so its `vcpu` is not read: it is overwritten).
     unsafe {
-        let v = vcpu_of(me);
-        (*t).vcpu.store(v, Ordering::Relaxed);
-        vcpu_at(v).local.push(t);
+        let vcpu = home_of(me);
+        set_home(t, vcpu);
+        vcpu.local.push(t);
         if IDLE.any() {
-            offer_work_leave(v, me);
+            offer_work_leave(vcpu.id, me);
         } else {
             platform::set_ltn(me);
         }
@@ -1440,7 +1475,7 @@ pub(crate) unsafe fn wake_from_leave(me: *mut Thmb, t: *mut Thmb) {
 #[inline(never)]
 unsafe fn wake_from_leave_rest(me: *mut Thmb, t: *mut Thmb) {
     // SAFETY: blocked, so live; read before the state change, as in `wake`.
-    let home = unsafe { (*t).vcpu.load(Ordering::Relaxed) };
+    let home = unsafe { vcpu_of(t) };
     // SAFETY: as above.
     match unsafe { (*t).state.wake_contended() } {
         Wake::Notified => leave_to(me),
@@ -1465,7 +1500,7 @@ unsafe fn wake_from_leave_rest(me: *mut Thmb, t: *mut Thmb) {
 #[inline(never)]
 unsafe fn enqueue_leave(me: *mut Thmb, t: *mut Thmb) {
     // SAFETY: READY and ours, so nobody else writes its `vcpu`.
-    let home = unsafe { (*t).vcpu.load(Ordering::Relaxed) };
+    let home = unsafe { vcpu_of(t) };
     make_ready(t, home);
     leave_to(me);
 }
@@ -1519,10 +1554,12 @@ unsafe fn queue_woken(me: *mut Thmb, t: *mut Thmb, home: usize) {
     // SAFETY: `me` is the calling thread, on vCPU `v` with LTN = 0 (its vCPU cannot change
     // inside the critical section); `t` is READY and ours until queued.
     unsafe {
-        let v = vcpu_of(me);
-        (*t).vcpu.store(v, Ordering::Relaxed);
-        vcpu_at(v).local.push(t);
-        offer_work(v);
+        let vcpu = home_of(me);
+        set_home(t, vcpu);
+        vcpu.local.push(t);
+        if IDLE.any() {
+            offer_work_slow(vcpu.id);
+        }
     }
 }
 
@@ -1575,8 +1612,8 @@ pub(crate) fn block_current_direct(publish: impl FnOnce(*mut Thmb) -> bool) -> b
     // SAFETY: `t` is the calling thread; from here until it runs again it is in the library,
     // on vCPU `v` with LTN = 0 (its vCPU cannot change inside the critical section).
     unsafe {
-        let v = vcpu_of(t);
-        let to = peek_direct(v);
+        let vcpu = home_of(t);
+        let to = peek_direct(vcpu);
         if to.is_null() {
             (*t).state.begin_park();
         } else {
@@ -1601,14 +1638,13 @@ pub(crate) fn block_current_direct(publish: impl FnOnce(*mut Thmb) -> bool) -> b
             // thread to run, or parks in place, whatever changed meanwhile). Looking twice
             // cost a block that misses the common case (a thread with unpublished children,
             // as in stackthreads' SW leaves) a second `Vcpu::unusual` test and a call.
-            park_slow(t, v);
+            park_slow(t, vcpu);
         } else {
-            let vcpu = vcpu_at(v);
             // Still the head: see above.
             debug_assert_eq!(vcpu.local.head.load(Ordering::Relaxed), to as usize);
             vcpu.local.pop_head(to);
-            take_head(v, to);
-            resume_direct_on(vcpu, v, t, to);
+            take_head(vcpu, to);
+            resume_direct_on(vcpu, t, to);
         }
     }
     true
@@ -1654,9 +1690,9 @@ fn blocking_outside_thread() {
 #[inline(never)]
 unsafe fn park_current(t: *mut Thmb) {
     // SAFETY: `t` is the calling thread; the vCPU cannot change inside the critical section.
-    let v = unsafe { vcpu_of(t) };
-    // SAFETY: on `v` with LTN = 0.
-    let to = unsafe { take_direct(v) };
+    let vcpu = unsafe { home_of(t) };
+    // SAFETY: on `vcpu` with LTN = 0.
+    let to = unsafe { take_direct(vcpu) };
     if !to.is_null() {
         // SAFETY: `to` is prepared on `v` and ours; `t` is the caller, PARKING and published
         // (as in `block_to`).
@@ -1667,32 +1703,31 @@ unsafe fn park_current(t: *mut Thmb) {
             if !(*t).state.commit_park() {
                 // Woken before the switch: runnable again (behind what is queued).
                 (*t).state.set(READY);
-                vcpu_at(v).local.push(t);
+                vcpu.local.push(t);
             }
-            resume_direct(v, t, to);
+            resume_direct_on(vcpu, t, to);
         }
         return;
     }
     // SAFETY: forwarded contract.
-    unsafe { park_slow(t, v) }
+    unsafe { park_slow(t, vcpu) }
 }
 
 /// [`park_current`] for every case but the common one.
 ///
 /// # Safety
-/// `t` is the calling thread on vCPU `v`, `PARKING` and published to its waker; LTN = 0.
+/// `t` is the calling thread on `vcpu`, `PARKING` and published to its waker; LTN = 0.
 #[inline(never)]
-unsafe fn park_slow(t: *mut Thmb, v: usize) {
+unsafe fn park_slow(t: *mut Thmb, vcpu: &'static Vcpu) {
     // SAFETY: `t` is the calling thread.
     let state = unsafe { &(*t).state };
-    // SAFETY: `v` is a vCPU number (see `vcpu_at`).
-    let vcpu = unsafe { vcpu_at(v) };
+    let v = vcpu.id;
     // Task records left unpublished while another thread runs ("Deferred promotion").
     // SAFETY: `t` is the caller on `v` with LTN = 0, the list not empty.
-    let keep = vcpu.has_fresh() && !SHUTDOWN.load(Ordering::Relaxed) && unsafe { vcpu.keep_unpublished(t, v) };
+    let keep = vcpu.has_fresh() && !SHUTDOWN.load(Ordering::Relaxed) && unsafe { vcpu.keep_unpublished(t) };
     if !keep {
         // SAFETY: on `v` with LTN = 0.
-        unsafe { vcpu.publish_fresh(v) };
+        unsafe { vcpu.publish_fresh() };
     }
     // The common case first: another thread is ready here, switch straight to it (the checks
     // below would find work and come to the same switch).
@@ -1704,7 +1739,7 @@ unsafe fn park_slow(t: *mut Thmb, v: usize) {
             // all, so the records become threads.
             // SAFETY: on `v` with LTN = 0.
             unsafe {
-                vcpu.publish_fresh(v);
+                vcpu.publish_fresh();
                 to = take_next(v);
             }
         }
@@ -1715,7 +1750,7 @@ unsafe fn park_slow(t: *mut Thmb, v: usize) {
         }
     } else if keep {
         // SAFETY: on `v` with LTN = 0.
-        unsafe { vcpu.publish_fresh(v) };
+        unsafe { vcpu.publish_fresh() };
     }
     if !work_anywhere() && !SHUTDOWN.load(Ordering::SeqCst) {
         // Nothing else to run: keep the vCPU, with the thread's registers live in it, and park.
@@ -1759,7 +1794,7 @@ unsafe fn park_slow(t: *mut Thmb, v: usize) {
     }
     // SAFETY: `t` is the caller, the scheduler stack of `v` is free (this vCPU is in the
     // library, not in the loop), and `after_switch` never returns.
-    unsafe { context::switch_out(t, vcpu_at(v).top(), after_switch, v, t as usize | ACTION_BLOCK) };
+    unsafe { context::switch_out(t, vcpu.top(), after_switch, v, t as usize | ACTION_BLOCK) };
 }
 
 /// Lets other ready threads of this vCPU run (returns at once when there are none).
@@ -1781,25 +1816,22 @@ pub(crate) fn yield_current() {
     }
     platform::set_ltn(ptr::null_mut());
     // SAFETY: `t` is the calling thread; its vCPU cannot change with LTN = 0.
-    let v = unsafe { vcpu_of(t) };
-    // SAFETY: `v` is a vCPU number (see `vcpu_at`).
-    let vcpu = unsafe { vcpu_at(v) };
+    let vcpu = unsafe { home_of(t) };
     let to = vcpu.local.head.load(Ordering::Relaxed) as *mut Thmb;
     if !to.is_null() {
-        // SAFETY: `t` is the caller on `v` with LTN = 0; `to` is the head of `v`'s own queue.
-        unsafe { yield_to_next(t, to, v, vcpu) }
+        // SAFETY: `t` is the caller on `vcpu` with LTN = 0; `to` is the head of its own queue.
+        unsafe { yield_to_next(t, to, vcpu) }
     } else if vcpu.unusual_here() != 0 {
         // SAFETY: as above.
-        unsafe { yield_slow(t, v) }
+        unsafe { yield_slow(t, vcpu) }
     } else {
         // Nothing else is ready here.
         platform::set_ltn(t);
     }
 }
 
-/// [`yield_current`] when there is a thread to yield to, `to` being the head of vCPU `v`'s
-/// own queue (not null) and `vcpu` that vCPU (`vcpu_at(v)`, which the caller has computed
-/// already: not indexed again here).
+/// [`yield_current`] when there is a thread to yield to, `to` being the head of `vcpu`'s own
+/// queue (not null).
 ///
 /// Inlined into [`yield_current`]'s caller (see there). The common case is
 /// [`take_direct`]'s, shared with [`park_current`] — then `t` goes behind the others and the
@@ -1813,27 +1845,26 @@ pub(crate) fn yield_current() {
 /// (and an adopter of a revoked vCPU read its queue).
 ///
 /// # Safety
-/// `t` is the calling thread, on vCPU `v` (`v < MAX_VCPUS`), with LTN = 0; `to` is the head of
-/// `v`'s own queue, not null; `vcpu` is `vcpu_at(v)`.
+/// `t` is the calling thread, on `vcpu`, with LTN = 0; `to` is the head of `vcpu`'s own queue,
+/// not null.
 #[inline(always)]
-unsafe fn yield_to_next(t: *mut Thmb, to: *mut Thmb, v: usize, vcpu: &'static Vcpu) {
-    // (The first three arguments in the order `libuthread_switch_window` takes them: no
-    // register moves.)
-    // SAFETY: `v` is a vCPU number (see `vcpu_at`).
-    debug_assert!(!to.is_null() && ptr::eq(vcpu, unsafe { vcpu_at(v) }));
+unsafe fn yield_to_next(t: *mut Thmb, to: *mut Thmb, vcpu: &'static Vcpu) {
+    // (The arguments in the order `libuthread_switch_window` takes them: no register moves.)
+    // SAFETY: `t` is live (the caller).
+    debug_assert!(!to.is_null() && ptr::eq(vcpu, unsafe { home_of(t) }));
     if vcpu.unusual() == 0 && Thmb::mask(to) & !mask::FP == mask::WINDOW {
-        // SAFETY: on `v` with LTN = 0: the own queue is ours, its head `to` READY and ours once
-        // taken; `t` is the caller (see above for its mask).
+        // SAFETY: on `vcpu` with LTN = 0: the own queue is ours, its head `to` READY and ours
+        // once taken; `t` is the caller (see above for its mask).
         unsafe {
-            take_head(v, to);
+            take_head(vcpu, to);
             (*t).state.set(READY);
             vcpu.local.rotate(to, t);
-            resume_direct_on(vcpu, v, t, to);
+            resume_direct_on(vcpu, t, to);
         }
         return;
     }
     // SAFETY: as above.
-    unsafe { yield_slow(t, v) }
+    unsafe { yield_slow(t, vcpu) }
 }
 
 /// The common case of a voluntary switch on vCPU `v`, shared by [`yield_to_next`] and
@@ -1850,20 +1881,18 @@ unsafe fn yield_to_next(t: *mut Thmb, to: *mut Thmb, v: usize, vcpu: &'static Vc
 /// or a vCPU gone idle that these miss is seen at the next switch or by the idle re-check.
 ///
 /// # Safety
-/// The caller runs on vCPU `v` with LTN = 0.
+/// The caller runs on `vcpu` with LTN = 0.
 #[inline(always)]
-unsafe fn take_direct(v: usize) -> *mut Thmb {
-    // SAFETY: `v` is a vCPU number (see `vcpu_at`).
-    let vcpu = unsafe { vcpu_at(v) };
+unsafe fn take_direct(vcpu: &'static Vcpu) -> *mut Thmb {
     // (Switch flags, unpublished children, shared queue and idle bits: one test.)
     if vcpu.unusual() == 0 {
         let to = vcpu.local.head.load(Ordering::Relaxed) as *mut Thmb;
         if !to.is_null() && Thmb::mask(to) & !mask::FP == mask::WINDOW {
-            // SAFETY: on `v` with LTN = 0: the own queue is ours, its head `to` READY and ours
-            // once taken.
+            // SAFETY: on `vcpu` with LTN = 0: the own queue is ours, its head `to` READY and
+            // ours once taken.
             unsafe {
                 vcpu.local.pop_head(to);
-                take_head(v, to);
+                take_head(vcpu, to);
             }
             return to;
         }
@@ -1871,15 +1900,13 @@ unsafe fn take_direct(v: usize) -> *mut Thmb {
     ptr::null_mut()
 }
 
-/// [`take_direct`]'s test alone: the head of vCPU `v`'s own queue when the common case of a
+/// [`take_direct`]'s test alone: the head of `vcpu`'s own queue when the common case of a
 /// voluntary switch holds (see there), left on the queue; else null.
 ///
 /// # Safety
-/// The caller runs on vCPU `v` with LTN = 0.
+/// The caller runs on `vcpu` with LTN = 0.
 #[inline(always)]
-unsafe fn peek_direct(v: usize) -> *mut Thmb {
-    // SAFETY: `v` is a vCPU number (see `vcpu_at`).
-    let vcpu = unsafe { vcpu_at(v) };
+unsafe fn peek_direct(vcpu: &'static Vcpu) -> *mut Thmb {
     if vcpu.unusual() == 0 {
         let to = vcpu.local.head.load(Ordering::Relaxed) as *mut Thmb;
         if !to.is_null() && Thmb::mask(to) & !mask::FP == mask::WINDOW {
@@ -1889,18 +1916,18 @@ unsafe fn peek_direct(v: usize) -> *mut Thmb {
     ptr::null_mut()
 }
 
-/// Makes `to`, just taken off vCPU `v`'s own queue, the thread `v` runs next (RUNNING). Its
-/// `vcpu` already says `v`: a thread on a vCPU's own queue names that vCPU (every push there
-/// sets it or finds it so), so a direct switch stores nothing for it.
+/// Makes `to`, just taken off `vcpu`'s own queue, the thread `vcpu` runs next (RUNNING). Its
+/// `vcpu` word already names `vcpu`: a thread on a vCPU's own queue names that vCPU (every push
+/// there sets it or finds it so), so a direct switch stores nothing for it.
 ///
 /// # Safety
-/// On `v` with LTN = 0; `to` was the head of `v`'s own queue and is ours now.
+/// On `vcpu` with LTN = 0; `to` was the head of `vcpu`'s own queue and is ours now.
 #[inline(always)]
-unsafe fn take_head(v: usize, to: *mut Thmb) {
-    crate::trace::user_switch(v, to as usize);
+unsafe fn take_head(vcpu: &'static Vcpu, to: *mut Thmb) {
+    crate::trace::user_switch(vcpu.id, to as usize);
     // SAFETY: per the contract.
     unsafe {
-        debug_assert_eq!((*to).vcpu.load(Ordering::Relaxed), v);
+        debug_assert!(ptr::eq(home_of(to), vcpu));
         (*to).state.set(RUNNING);
     }
 }
@@ -1915,19 +1942,19 @@ unsafe fn take_head(v: usize, to: *mut Thmb) {
 #[inline(always)]
 unsafe fn resume_direct(v: usize, from: *mut Thmb, to: *mut Thmb) {
     // SAFETY: forwarded contract.
-    unsafe { resume_direct_on(vcpu_at(v), v, from, to) }
+    unsafe { resume_direct_on(vcpu_at(v), from, to) }
 }
 
-/// [`resume_direct`] with `vcpu` = `vcpu_at(v)` already at hand.
+/// [`resume_direct`] with the vCPU at hand.
 ///
 /// # Safety
-/// As for `resume_direct`; `vcpu` is `vcpu_at(v)`.
+/// As for `resume_direct`, on `vcpu`.
 #[inline(always)]
-unsafe fn resume_direct_on(vcpu: &Vcpu, v: usize, from: *mut Thmb, to: *mut Thmb) {
+unsafe fn resume_direct_on(vcpu: &'static Vcpu, from: *mut Thmb, to: *mut Thmb) {
     Thmb::set_mask(to, mask::NONE);
     vcpu.count_resume(false);
     // SAFETY: forwarded contract.
-    unsafe { context::switch_window(from, to, v) }
+    unsafe { context::switch_window(from, to, vcpu) }
 }
 
 /// [`yield_to_next`] for every case but the common one: publishes unpublished children,
@@ -1935,13 +1962,12 @@ unsafe fn resume_direct_on(vcpu: &Vcpu, v: usize, from: *mut Thmb, to: *mut Thmb
 /// the next thread needs it, or leaves through the scheduler at shutdown.
 ///
 /// # Safety
-/// `t` is the calling thread, on vCPU `v`, with LTN = 0.
+/// `t` is the calling thread, on `vcpu`, with LTN = 0.
 #[inline(never)]
-unsafe fn yield_slow(t: *mut Thmb, v: usize) {
-    // SAFETY: `v` is a vCPU number (see `vcpu_at`).
-    let vcpu = unsafe { vcpu_at(v) };
+unsafe fn yield_slow(t: *mut Thmb, vcpu: &'static Vcpu) {
+    let v = vcpu.id;
     // SAFETY: on `v` with LTN = 0.
-    unsafe { vcpu.publish_fresh(v) };
+    unsafe { vcpu.publish_fresh() };
     if !SHUTDOWN.load(Ordering::Relaxed) {
         // Take the next thread off this vCPU's own queue and put `t` behind the others: no
         // lock (the queue is this vCPU's alone, and LTN = 0 until the next thread runs).
@@ -1970,7 +1996,7 @@ unsafe fn yield_slow(t: *mut Thmb, v: usize) {
         return;
     }
     // SAFETY: as in `park_current`.
-    unsafe { context::switch_out(t, vcpu_at(v).top(), after_switch, v, t as usize | ACTION_YIELD) };
+    unsafe { context::switch_out(t, vcpu.top(), after_switch, v, t as usize | ACTION_YIELD) };
 }
 
 /// Blocks the calling, `PARKING` thread `from` and switches to the READY thread `to` (taken off
@@ -2016,7 +2042,7 @@ unsafe fn prepare_direct(v: usize, to: *mut Thmb) -> bool {
         crate::trace::user_switch(v, to as usize);
         // SAFETY: per the contract.
         unsafe {
-            (*to).vcpu.store(v, Ordering::Relaxed);
+            set_home(to, vcpu_at(v));
             (*to).state.set(RUNNING);
         }
         return true;
@@ -2065,7 +2091,7 @@ unsafe fn prepare(v: usize, t: *mut Thmb) -> usize {
     if Thmb::mask(t) & !mask::FP == mask::WINDOW {
         // SAFETY: per the contract.
         unsafe {
-            (*t).vcpu.store(v, Ordering::Relaxed);
+            set_home(t, vcpu_at(v));
             (*t).state.set(RUNNING);
             return context::window_sp(&(*t).window);
         }
@@ -2087,7 +2113,7 @@ unsafe fn prepare_slow(v: usize, t: *mut Thmb) -> usize {
     }
     // SAFETY: per the contract.
     unsafe {
-        (*t).vcpu.store(v, Ordering::Relaxed);
+        set_home(t, vcpu_at(v));
         (*t).state.set(RUNNING);
         // Never ran: nothing saved and no stack. (A child that `run_inline` started has no
         // stack of its own either, but once it has left a vCPU it always has a saved mask.)
@@ -2188,10 +2214,10 @@ unsafe extern "C" fn thread_main(t: *mut Thmb) -> ! {
     }
     platform::set_ltn(ptr::null_mut());
     // SAFETY: vCPU fixed now (LTN = 0).
-    let v = unsafe { (*t).vcpu.load(Ordering::Relaxed) };
+    let v = unsafe { vcpu_of(t) };
     // Children it left unjoined go to the queue like any others.
     // SAFETY: on `v` with LTN = 0.
-    unsafe { vcpu_at(v).publish_fresh(v) };
+    unsafe { vcpu_at(v).publish_fresh() };
     // SAFETY: `t` is live until released.
     if !unsafe { (*t).is_main } && !SHUTDOWN.load(Ordering::Relaxed) {
         // SAFETY: on `v` with LTN = 0.
@@ -2262,7 +2288,7 @@ fn vcpu_loop(v: usize) -> ! {
         // What the thread that left this vCPU spawned and did not join (or an upcall
         // interrupted the thread before it entered the scheduler).
         // SAFETY: the loop runs on `v` with LTN = 0.
-        unsafe { vcpu_at(v).publish_fresh(v) };
+        unsafe { vcpu_at(v).publish_fresh() };
         // SAFETY: on `v` with LTN = 0.
         let t = unsafe { take_next(v) };
         if !t.is_null() {
@@ -2470,7 +2496,7 @@ pub unsafe fn requeue_full(t: *mut Thmb) {
             }
         }
         (*t).state.set(READY);
-        let home = (*t).vcpu.load(Ordering::Relaxed);
+        let home = vcpu_of(t);
         make_ready(t, home);
     }
 }
