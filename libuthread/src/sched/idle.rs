@@ -4,12 +4,24 @@
 //! once more, then parks. Each side puts a `fence(SeqCst)` between its write and its read
 //! (the store-buffer pattern), so at least one of them sees the other: no lost wake-up
 //! (model-checked below; loom models SeqCst fences, not SeqCst loads and stores).
+//!
+//! Each running vCPU also keeps a *mirror* of "some vCPU is idle", one bit in a word of its own
+//! that its switch fast path reads anyway (`Vcpu::attention`), so that the fast path needs no
+//! load of the shared idle word. An announcing vCPU sets the bit in every other vCPU's word
+//! after its fence ([`IdleSet::announce_to`]); only the owner clears its own, when it finds
+//! nobody idle, and then looks at the idle bits once more behind a SeqCst fence and sets it
+//! again if someone announced meanwhile ([`IdleSet::settle`]). Of the two fences one comes
+//! first: either the owner's second look sees the announcement, or the announcer's look at the
+//! word sees the owner's clear and sets the bit. So the mirror is never left clear while a
+//! vCPU that announced stays idle (model-checked below), and it is exactly as much of a hint
+//! as a Relaxed look at the idle bits was: a vCPU that goes idle unseen is seen at the next
+//! switch.
 
 
 // Under loom only the model checks use these (the scheduler is not built).
 #![cfg_attr(loom, allow(dead_code))]
 
-use crate::prim::{fence, AtomicU64, Ordering};
+use crate::prim::{fence, AtomicU64, AtomicUsize, Ordering};
 
 /// The idle bits.
 pub(crate) struct IdleSet(AtomicU64);
@@ -33,6 +45,30 @@ impl IdleSet {
         fence(Ordering::SeqCst);
     }
 
+    /// [`IdleSet::announce`], then sets `bit` in each word of `mirrors` (the other running vCPUs'
+    /// mirrors, see the module docs) where it is clear.
+    pub(crate) fn announce_to<'a>(&self, v: usize, mirrors: impl IntoIterator<Item = &'a AtomicUsize>, bit: usize) {
+        self.announce(v);
+        for mirror in mirrors {
+            if mirror.load(Ordering::Relaxed) & bit == 0 {
+                mirror.fetch_or(bit, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Called by the owner of `mirror` when it found `bit` set there: clears it if nobody is
+    /// idle, without ever leaving it clear while a vCPU that announced stays idle (see the module
+    /// docs). A rare, slow-path call: the fence is paid only when the bit goes.
+    pub(crate) fn settle(&self, mirror: &AtomicUsize, bit: usize) {
+        if mirror.load(Ordering::Relaxed) & bit != 0 && !self.any() {
+            mirror.fetch_and(!bit, Ordering::Relaxed);
+            fence(Ordering::SeqCst);
+            if self.any() {
+                mirror.fetch_or(bit, Ordering::Relaxed);
+            }
+        }
+    }
+
     /// vCPU `v` is busy again (its bit may already have been claimed).
     pub(crate) fn retract(&self, v: usize) {
         self.0.fetch_and(!(1 << v), Ordering::AcqRel);
@@ -42,13 +78,6 @@ impl IdleSet {
     #[inline(always)]
     pub(crate) fn any(&self) -> bool {
         self.0.load(Ordering::Relaxed) != 0
-    }
-
-    /// The idle bits themselves, a Relaxed look (a hint as [`IdleSet::any`]: non-zero while some
-    /// vCPU is idle), for folding into one test with other words.
-    #[inline(always)]
-    pub(crate) fn bits(&self) -> u64 {
-        self.0.load(Ordering::Relaxed)
     }
 
     /// After publishing work: claims `preferred` if it is idle, else any idle vCPU; the caller
@@ -115,6 +144,31 @@ mod loom_tests {
             }
             producer.join().unwrap();
         });
+    }
+
+    /// The idle mirror (`announce_to` against `settle`): vCPU 1 announces itself idle and marks
+    /// vCPU 0's mirror while vCPU 0, its owner, settles it, the bit set before from an earlier
+    /// idle period (stale, about to be cleared) or clear. vCPU 1 is still idle at the end, so
+    /// vCPU 0's mirror must be set: its fast path must not miss the idle vCPU for good.
+    #[test]
+    fn loom_idle_mirror_is_not_left_clear_while_a_vcpu_is_idle() {
+        const BIT: usize = 8;
+        for initial in [BIT, 0] {
+            loom::model(move || {
+                let idle = Arc::new(IdleSet::new());
+                let mirror = Arc::new(AtomicUsize::new(initial));
+                let announcer = {
+                    let (idle, mirror) = (idle.clone(), mirror.clone());
+                    loom::thread::spawn(move || idle.announce_to(1, [&*mirror], BIT))
+                };
+                // The owner's slow path, as often as it may run meanwhile.
+                idle.settle(&mirror, BIT);
+                idle.settle(&mirror, BIT);
+                announcer.join().unwrap();
+                assert!(idle.any());
+                assert_ne!(mirror.load(Ordering::Relaxed) & BIT, 0, "the mirror stayed clear while vCPU 1 is idle");
+            });
+        }
     }
 
     /// The owner-only ready queue's hand-over (`scheduler::offer_work` / `take_next`): vCPU 0

@@ -160,8 +160,10 @@ pub(crate) struct Vcpu {
     /// work), for looks without the lock (ordered against the idle bits by the fences in
     /// `idle`); changed only under `queue`'s lock. The other bits: a copy of
     /// `context::switch_flags` (written by [`mirror_switch_flag`] after every change there).
-    /// One word, so that [`Vcpu::unusual_here`] tests both with one load (both change by
-    /// read-modify-writes, so neither overwrites the other).
+    /// Bit [`IDLE_SEEN`]: this vCPU's mirror of "some vCPU is idle" (set by announcing vCPUs,
+    /// cleared only by this one: the protocol of `IdleSet::settle`). One word, so that
+    /// [`Vcpu::unusual`] tests them all with one load (all change by read-modify-writes, so
+    /// none overwrites another).
     attention: AtomicUsize,
     /// The scheduler stack `(base, len)`, allocated on first use and kept for later runs.
     stack_base: AtomicUsize,
@@ -198,6 +200,9 @@ pub(crate) const VCPU_FP_LIVE_OFFSET: usize = core::mem::offset_of!(Vcpu, fp_liv
 
 /// [`Vcpu::attention`]'s bit for a non-empty shared queue: clear of the switch flags.
 const QUEUED: usize = 4;
+/// [`Vcpu::attention`]'s bit that mirrors "some vCPU is idle" (see `sched::idle`).
+const IDLE_SEEN: usize = 8;
+const _: () = assert!(IDLE_SEEN & (QUEUED | context::FLAG_FULL_SAVE | context::FLAG_SHUTDOWN) == 0);
 const _: () = assert!(QUEUED & (context::FLAG_FULL_SAVE | context::FLAG_SHUTDOWN) == 0);
 
 impl Vcpu {
@@ -229,13 +234,15 @@ impl Vcpu {
     }
 
     /// Non-zero if a voluntary switch on this vCPU has more to do than switch to the head of
-    /// its own queue: a switch flag ([`context::switch_flags`]: full-save baseline, shutdown)
-    /// or threads on the shared queue (both in `attention`), or unpublished children. One
-    /// value ORed from the two words, tested with one branch (x86_64: an `or` per word instead
-    /// of a `test` and a branch each; flags and queue bit in one word: one load and one `or`
-    /// fewer per look than as two). Relaxed looks, hints as in [`take_direct`].
+    /// its own queue: a switch flag ([`context::switch_flags`]: full-save baseline, shutdown),
+    /// threads on the shared queue or some vCPU idle (then work is to be offered) — all three
+    /// in `attention` —, or unpublished children. One value ORed from the two words, tested
+    /// with one branch (x86_64: an `or` per word instead of a `test` and a branch each; the
+    /// flags, the queue bit and the idle mirror in one word: x86_64 -icount, the mirror instead
+    /// of a look at the shared idle word saved a load and an `or` per look). Relaxed looks,
+    /// hints as in [`take_direct`].
     #[inline(always)]
-    fn unusual_here(&self) -> usize {
+    fn unusual(&self) -> usize {
         self.attention.load(Ordering::Relaxed) | self.fresh.load(Ordering::Relaxed)
     }
 
@@ -253,12 +260,6 @@ impl Vcpu {
         } else {
             self.attention.fetch_and(!QUEUED, Ordering::Release);
         }
-    }
-
-    /// [`Vcpu::unusual_here`], or some vCPU idle (then work is to be offered).
-    #[inline(always)]
-    fn unusual(&self) -> u64 {
-        self.unusual_here() as u64 | IDLE.bits()
     }
 
     /// Puts the never-run thread `t`, spawned on this vCPU, on the unpublished list.
@@ -532,6 +533,7 @@ impl Vcpu {
         self.fresh.store(0, Ordering::Relaxed);
         self.defer_owner.store(0, Ordering::Relaxed);
         self.set_queued(false);
+        self.attention.fetch_and(!IDLE_SEEN, Ordering::Relaxed);
     }
 
     /// The top of the scheduler stack (allocated on first use).
@@ -888,6 +890,12 @@ static REVOKED: AtomicU64 = AtomicU64::new(0);
 /// `VCPU_GRANTED` upcall carries ([`rejoin`]).
 static REVOCATIONS_SEEN: [AtomicU64; MAX_VCPUS] = [const { AtomicU64::new(0) }; MAX_VCPUS];
 static IDLE: IdleSet = IdleSet::new();
+
+/// vCPU `v` is going idle: the idle bit, then the mirror bit of every other vCPU of the runtime
+/// (`IdleSet::announce_to`); after this, look for work once more before parking.
+fn announce_idle(v: usize) {
+    IDLE.announce_to(v, vcpus().iter().filter(|w| w.id != v).map(|w| &w.attention), IDLE_SEEN);
+}
 /// Set when the main thread has exited.
 static SHUTDOWN: AtomicBool = AtomicBool::new(false);
 /// Counts runtimes, so late events of an earlier one (a hosted sleep timer) can be dropped.
@@ -1722,6 +1730,7 @@ unsafe fn park_slow(t: *mut Thmb, vcpu: &'static Vcpu) {
     // SAFETY: `t` is the calling thread.
     let state = unsafe { &(*t).state };
     let v = vcpu.id;
+    IDLE.settle(&vcpu.attention, IDLE_SEEN);
     // Task records left unpublished while another thread runs ("Deferred promotion").
     // SAFETY: `t` is the caller on `v` with LTN = 0, the list not empty.
     let keep = vcpu.has_fresh() && !SHUTDOWN.load(Ordering::Relaxed) && unsafe { vcpu.keep_unpublished(t) };
@@ -1760,7 +1769,7 @@ unsafe fn park_slow(t: *mut Thmb, vcpu: &'static Vcpu) {
         }
         let mut give_up = false;
         loop {
-            IDLE.announce(v);
+            announce_idle(v);
             if state.take_in_place_wake() {
                 IDLE.retract(v);
                 // SAFETY: on `v` with LTN = 0.
@@ -1821,7 +1830,7 @@ pub(crate) fn yield_current() {
     if !to.is_null() {
         // SAFETY: `t` is the caller on `vcpu` with LTN = 0; `to` is the head of its own queue.
         unsafe { yield_to_next(t, to, vcpu) }
-    } else if vcpu.unusual_here() != 0 {
+    } else if vcpu.unusual() != 0 {
         // SAFETY: as above.
         unsafe { yield_slow(t, vcpu) }
     } else {
@@ -1966,6 +1975,7 @@ unsafe fn resume_direct_on(vcpu: &'static Vcpu, from: *mut Thmb, to: *mut Thmb) 
 #[inline(never)]
 unsafe fn yield_slow(t: *mut Thmb, vcpu: &'static Vcpu) {
     let v = vcpu.id;
+    IDLE.settle(&vcpu.attention, IDLE_SEEN);
     // SAFETY: on `v` with LTN = 0.
     unsafe { vcpu.publish_fresh() };
     if !SHUTDOWN.load(Ordering::Relaxed) {
@@ -2303,7 +2313,7 @@ fn vcpu_loop(v: usize) -> ! {
             // SAFETY: as above.
             unsafe { dispatch(v, t) }
         }
-        IDLE.announce(v);
+        announce_idle(v);
         if work_anywhere() || SHUTDOWN.load(Ordering::SeqCst) {
             IDLE.retract(v);
             continue;
