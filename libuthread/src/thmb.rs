@@ -136,7 +136,7 @@ impl Thmb {
         }
     }
 
-    /// A new, never-run thread with `refs` references: a ThMB from the pool of vCPU `v` (if
+    /// A new, never-run thread with `refs` references: a ThMB from the pool of the vCPU `v` (if
     /// given and not empty), else a blank one from the heap.
     ///
     /// A pooled ThMB is an old thread's, emptied by [`Thmb::retire`]: only the fields a thread
@@ -145,7 +145,7 @@ impl Thmb {
     /// reads them while the mask is NONE, and the kernel writes them before it sets the mask.
     ///
     /// # Safety
-    /// If `v` is given, the caller runs on vCPU `v` with LTN = 0.
+    /// If `v` is given, the caller runs on that vCPU with LTN = 0.
     #[inline(always)]
     pub(crate) unsafe fn new_thread<F, T>(v: Option<&'static crate::sched::Vcpu>, f: F, name: Option<String>, stack_size: usize, refs: usize) -> *mut Thmb
     where

@@ -351,7 +351,7 @@ impl Vcpu {
     /// spawn that sees an idle vCPU.
     ///
     /// # Safety
-    /// The caller runs on vCPU `v` (this one) with LTN = 0.
+    /// The caller runs on this vCPU with LTN = 0.
     #[inline(always)]
     unsafe fn publish_fresh(&'static self) {
         if self.has_fresh() {
@@ -401,7 +401,7 @@ impl Vcpu {
     /// last time). False: the caller publishes the whole list.
     ///
     /// # Safety
-    /// The caller is `t`, on vCPU `v` (this one) with LTN = 0, the list not empty.
+    /// The caller is `t`, on this vCPU with LTN = 0, the list not empty.
     #[inline(never)]
     unsafe fn keep_unpublished(&'static self, t: *mut Thmb) -> bool {
         if IDLE.any() {
@@ -1029,7 +1029,7 @@ unsafe fn give_stack(v: usize, size: usize, base: usize, len: usize) {
 /// from the heap, `(t, false)`.
 ///
 /// # Safety
-/// If `v` is given, the caller runs on vCPU `v` with LTN = 0.
+/// If `v` is given, the caller runs on that vCPU with LTN = 0.
 #[inline(always)]
 pub(crate) unsafe fn alloc_thmb(v: Option<&'static Vcpu>) -> (*mut Thmb, bool) {
     if let Some(vcpu) = v {
