@@ -44,7 +44,9 @@ const FDT_MAGIC: u32 = 0xd00d_feed;
 
 /// `SCTLR_EL1` bits that are RES1 in Armv8.0 (EOS, TSCXT, EIS, SPAN, nTLSMD, LSMAOE).
 const SCTLR_RES1: u64 = (1 << 11) | (1 << 20) | (1 << 22) | (1 << 23) | (1 << 28) | (1 << 29);
-/// `SCTLR_EL1` with the MMU and caches on: M, C, SA, SA0, I, DZE, UCT, nTWI, nTWE, UCI.
+/// `SCTLR_EL1` with the MMU and caches on: M, C, SA, SA0, I, DZE, UCT, nTWI, nTWE, UCI. A (bit 1,
+/// alignment checking) stays clear: user programs are compiled without strict alignment and
+/// make unaligned accesses to Normal memory (`xtask`'s `Arch::user_rustflags`).
 const SCTLR_MMU_ON: u64 = SCTLR_RES1
     | (1 << 0)
     | (1 << 2)
