@@ -369,31 +369,30 @@ pub fn switch(me: &Arc<Thread>, ltn: usize) -> Result<usize, Errno> {
     Ok(0)
 }
 
-/// Adds what the running hardware counters of `slots` (those in `mask`, see [`hw_mask`])
-/// counted since they resumed.
-fn pause_hw(slots: &mut Slots, mut mask: u8) {
+/// Calls `f` with each slot of `slots` named in `mask` (see [`hw_mask`]: running, with a
+/// hardware counter) and its counter, lowest slot first.
+#[inline(always)]
+fn each_hw(slots: &mut Slots, mut mask: u8, mut f: impl FnMut(&mut Open, HwEvent)) {
     while mask != 0 {
         let i = mask.trailing_zeros() as usize;
         mask &= mask - 1;
         if let Some(o) = slots[i].as_mut() {
             if let Some(h) = hw(o.event) {
-                o.total += arch::pmu::read(h).wrapping_sub(o.base);
+                f(o, h);
             }
         }
     }
 }
 
+/// Adds what the running hardware counters of `slots` (those in `mask`) counted since they
+/// resumed.
+fn pause_hw(slots: &mut Slots, mask: u8) {
+    each_hw(slots, mask, |o, h| o.total += arch::pmu::read(h).wrapping_sub(o.base));
+}
+
 /// Resumes the running hardware counters of `slots` (those in `mask`) from here.
-fn resume_hw(slots: &mut Slots, mut mask: u8) {
-    while mask != 0 {
-        let i = mask.trailing_zeros() as usize;
-        mask &= mask - 1;
-        if let Some(o) = slots[i].as_mut() {
-            if let Some(h) = hw(o.event) {
-                o.base = arch::pmu::read(h);
-            }
-        }
-    }
+fn resume_hw(slots: &mut Slots, mask: u8) {
+    each_hw(slots, mask, |o, h| o.base = arch::pmu::read(h));
 }
 
 /// The thread leaves its CPU: what its hardware counters counted since it came is its own.
