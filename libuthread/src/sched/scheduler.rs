@@ -142,7 +142,6 @@ const MASK_IN_FLIGHT: u64 = 1 << 30;
 /// ([`home_of`]), so the hot paths never index [`VCPUS`]; the vCPU's number ([`Vcpu::id`]) and
 /// the address of its `FP_LIVE` word ([`Vcpu::fp_live`], which the context switches read, at
 /// [`VCPU_FP_LIVE_OFFSET`]) are fields.
-#[repr(align(16))]
 pub(crate) struct Vcpu {
     /// This vCPU's number: its index in [`VCPUS`].
     id: usize,
@@ -191,8 +190,6 @@ pub(crate) struct Vcpu {
     defer_head: AtomicUsize,
     defer_left: AtomicUsize,
 }
-
-const _: () = assert!(core::mem::size_of::<Vcpu>() % 16 == 0);
 
 /// Where a [`Vcpu`] holds the address of its `FP_LIVE` word: the context switches, given a
 /// `*const Vcpu`, test FP liveness with two loads.
