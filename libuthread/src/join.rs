@@ -49,12 +49,39 @@ use crate::thmb::{Thmb, JOIN_DETACHED};
 /// into a thread.
 #[repr(C)]
 pub(crate) struct JobHeader {
-    /// The next entry of the unpublished list (a tagged entry word, see `scheduler::JOB_TAG`).
-    pub(crate) next: Cell<usize>,
+    /// The next entry of the unpublished list (a tagged entry word, see `scheduler::JOB_TAG`);
+    /// set when the record is listed (left unset before, saving a store on every fork: the
+    /// critical section's LTN writes keep the compiler from seeing an initial value as dead).
+    next: Cell<MaybeUninit<usize>>,
     /// Makes the record a detached thread (a ThMB from the pool of vCPU `v` if given, with LTN =
     /// 0 on it), whose body runs the record's closure and completes the record; returns its
     /// ThMB, READY and in no list.
     pub(crate) promote: unsafe fn(*const JobHeader, Option<&'static crate::sched::Vcpu>) -> *mut Thmb,
+}
+
+impl JobHeader {
+    /// The next entry.
+    ///
+    /// # Safety
+    /// The record was listed (its link set by [`JobHeader::set_next`]).
+    #[inline(always)]
+    pub(crate) unsafe fn next(&self) -> usize {
+        // SAFETY: per the contract.
+        unsafe { self.next.get().assume_init() }
+    }
+
+    /// Sets the link.
+    #[inline(always)]
+    pub(crate) fn set_next(&self, next: usize) {
+        self.next.set(MaybeUninit::new(next));
+    }
+}
+
+/// A promoted record's thread settings when it has a name: in the joiner's frame, found
+/// through [`Job::settings`].
+struct Named {
+    name: Option<String>,
+    stack_size: usize,
 }
 
 /// A forked closure `B` returning `R`, in its joiner's frame.
@@ -67,11 +94,11 @@ struct Job<B, R> {
     body: UnsafeCell<ManuallyDrop<B>>,
     /// The promoted thread's outcome, written before `done` completes.
     outcome: UnsafeCell<MaybeUninit<Outcome<R>>>,
-    /// Stack size the promoted thread gets.
-    stack_size: usize,
-    /// The name it gets: null, or the joiner's `Option<String>` to take it from (a pointer, so
-    /// that a `join` without a name — the compiler sees the `None` — has nothing to drop).
-    name: *mut Option<String>,
+    /// The settings the promoted thread gets, in one word (one store per fork): the stack size
+    /// shifted left by one when it has no name (the compiler sees the `None` and the constant
+    /// size of a plain `join`: nothing to drop, one immediate store), else the address of the
+    /// joiner's [`Named`] with the low bit set.
+    settings: usize,
 }
 
 /// A record's address, moved into its promoted thread.
@@ -94,8 +121,13 @@ where
     let job = JobPtr(h as *const Job<B, R>);
     // SAFETY: a live record off the list: ours until its thread runs.
     unsafe {
-        let name = (*job.0).name.as_mut().and_then(Option::take);
-        let stack_size = (*job.0).stack_size;
+        let settings = (*job.0).settings;
+        let (name, stack_size) = if settings & 1 == 0 {
+            (None, settings >> 1)
+        } else {
+            let named = (settings & !1) as *mut Named;
+            ((*named).name.take().map(String::into_boxed_str), (*named).stack_size)
+        };
         let t = Thmb::new_thread(v, move || run_promoted(job), name, stack_size, 1);
         // Nobody joins the thread itself: the record is the join.
         (*t).join.store(JOIN_DETACHED, Ordering::Relaxed);
@@ -130,45 +162,47 @@ where
     B: FnOnce() -> RB + Send + 'static,
     RB: Send + 'static,
 {
-    let mut name = name;
-    let name_at: *mut Option<String> = if name.is_some() { &mut name } else { core::ptr::null_mut() };
+    let mut named = Named { name, stack_size };
+    let settings = if named.name.is_some() { &raw mut named as usize | 1 } else { stack_size << 1 };
     let job = Job {
-        header: JobHeader { next: Cell::new(0), promote: promote::<B, RB> },
+        header: JobHeader { next: Cell::new(MaybeUninit::uninit()), promote: promote::<B, RB> },
         done: Completion::new(),
         body: UnsafeCell::new(ManuallyDrop::new(b)),
         outcome: UnsafeCell::new(MaybeUninit::uninit()),
-        stack_size,
-        name: name_at,
+        settings,
     };
     // SAFETY: the record stays here, unmoved, until it is taken back or completed (below, or
     // in `Listed::drop` when `a` unwinds).
-    if !unsafe { crate::sched::push_job(&job.header) } {
+    let me = unsafe { crate::sched::push_job(&job.header) };
+    if me.is_null() {
         // Outside a user thread (or inside a library critical section): plain calls.
         let ra = a();
         // SAFETY: never listed, so the closure is still here and ours.
         let b = unsafe { ManuallyDrop::take(&mut *job.body.get()) };
         return (ra, b());
     }
-    let listed = Listed(&job);
+    let listed = Listed(&job, me);
     let ra = a();
     core::mem::forget(listed);
-    // SAFETY: listed above and not taken back since.
-    let rb = unsafe { finish(&job) };
+    // SAFETY: listed above, by `me`, and not taken back since.
+    let rb = unsafe { finish(&job, me) };
+    drop(named);
     (ra, rb)
 }
 
 /// Takes the listed record `job` back and runs its closure, or waits for its promoted thread.
 ///
 /// # Safety
-/// `job` was pushed by `sched::push_job` and not taken back or waited for since.
+/// `job` was pushed by `sched::push_job`, which returned `me`, and not taken back or waited for
+/// since.
 #[inline(always)]
-unsafe fn finish<B, R>(job: &Job<B, R>) -> R
+unsafe fn finish<B, R>(job: &Job<B, R>, me: *mut Thmb) -> R
 where
     B: FnOnce() -> R + Send + 'static,
     R: Send + 'static,
 {
     // SAFETY: per the contract.
-    if unsafe { crate::sched::take_job(&job.header) } {
+    if unsafe { crate::sched::take_job(&job.header, me) } {
         // Taken back: never promoted, so the closure is here and ours.
         let b = unsafe { ManuallyDrop::take(&mut *job.body.get()) };
         return b();
@@ -194,7 +228,7 @@ unsafe fn wait_promoted<B, R>(job: &Job<B, R>) -> Outcome<R> {
 /// A listed record whose `a` is running: if `a` unwinds, takes the record back (dropping its
 /// closure) or waits for its promoted thread (dropping its outcome), so the frame never goes
 /// while the scheduler or a thread can still reach the record.
-struct Listed<'a, B, R>(&'a Job<B, R>)
+struct Listed<'a, B, R>(&'a Job<B, R>, *mut Thmb)
 where
     B: FnOnce() -> R + Send + 'static,
     R: Send + 'static;
@@ -208,7 +242,7 @@ where
         let job = self.0;
         // SAFETY: listed by `join_with` and not taken back (the normal path forgets `self`).
         unsafe {
-            if crate::sched::take_job(&job.header) {
+            if crate::sched::take_job(&job.header, self.1) {
                 ManuallyDrop::drop(&mut *job.body.get());
             } else {
                 drop(wait_promoted(job));

@@ -202,11 +202,13 @@ impl<T: 'static> core::fmt::Debug for LocalKey<T> {
 
 /// Drops the exiting thread `t`'s values (in its own context: destructors may use the library,
 /// even other thread-locals, which are then created afresh and dropped in the next round).
+/// Leaves the table unallocated (capacity 0), so a retiring ThMB need not look at it again
+/// (`Thmb::retire_ran`).
 #[inline]
 pub(crate) fn destroy_all(t: *mut Thmb) {
     // Most threads never touch a thread-local: nothing to take or drop.
     // SAFETY: only the running thread touches its own table.
-    if unsafe { !(*(*t).locals.get()).is_empty() } {
+    if unsafe { (*(*t).locals.get()).capacity() != 0 } {
         destroy_each(t);
     }
 }

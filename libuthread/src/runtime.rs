@@ -1,6 +1,6 @@
 //! The runtime entry: [`run`].
 
-use alloc::string::String;
+use alloc::boxed::Box;
 
 use crate::sched;
 
@@ -29,7 +29,7 @@ where
     F: FnOnce() -> T + Send + 'static,
     T: Send + 'static,
 {
-    let outcome = sched::run(vcpus, Some(String::from("main")), main);
+    let outcome = sched::run(vcpus, Some(Box::from("main")), main);
     crate::trace::dump();
     match outcome {
         Ok(value) => value,

@@ -154,6 +154,16 @@ impl Critical {
         Err(Critical {})
     }
 
+    /// [`Critical::enter`] by the user thread `me`, known to be the caller (its LTN is `me`,
+    /// not 0): skips the read of LTN.
+    #[cfg(not(loom))]
+    #[inline(always)]
+    pub(crate) fn enter_as(me: *mut crate::thmb::Thmb) -> Critical {
+        debug_assert!(!me.is_null() && crate::platform::ltn() == me);
+        crate::platform::set_ltn(core::ptr::null_mut());
+        Critical { saved: me }
+    }
+
     /// The user thread that entered (null when entered from scheduler code or outside any
     /// user thread).
     /// A critical section inside another one (LTN is 0 already): leaving it does nothing.

@@ -162,26 +162,36 @@ impl Task {
         self.holds.set(OUTCOME);
     }
 
-    /// Runs the held closure and takes its outcome, for a joiner that runs the task inline
-    /// (`sched::run_inline`): the task is marked empty before the run, as in [`Task::run`],
-    /// and stays so — nobody looks at it between the run and the take, so the two stores of
-    /// "outcome held, then empty" are left out.
+    /// Runs the held closure, for a joiner that runs the task inline (`sched::run_inline`):
+    /// the task is marked empty before the run, as in [`Task::run`], and stays so, with the
+    /// outcome left in its bytes for [`Task::take_ran`]. Nobody looks at the task between the
+    /// run and the take, so the two stores of "outcome held, then empty" are left out; and the
+    /// take comes last, so the outcome goes from the ThMB straight to the joiner's registers
+    /// instead of through the stack across the joiner's critical section.
     ///
     /// # Safety
-    /// The task holds a closure (claimed: nobody else runs or drops it) and `T` is its result
-    /// type.
+    /// The task holds a closure (claimed: nobody else runs or drops it).
     #[inline(always)]
-    pub(crate) unsafe fn run_claimed_and_take<T>(&self) -> Outcome<T> {
+    pub(crate) unsafe fn run_claimed(&self) {
         debug_assert_eq!(self.holds.get(), CLOSURE);
         // SAFETY: per the contract a closure is held, so its operations were set with it.
         let ops = unsafe { self.ops.get().unwrap_unchecked() };
         self.holds.set(EMPTY);
         // SAFETY: the closure is held, with the layout `ops` reads; the run leaves the outcome
-        // of a `T` closure in the bytes, which only we read.
-        unsafe {
-            (ops.run)(self.at());
-            OpsFor::<fn() -> T, T>::take_outcome(self.at())
-        }
+        // in the bytes.
+        unsafe { (ops.run)(self.at()) }
+    }
+
+    /// Takes the outcome [`Task::run_claimed`] left.
+    ///
+    /// # Safety
+    /// The task ran by `run_claimed` and its outcome was not taken since; `T` is the closure's
+    /// result type; only the caller touches the task.
+    #[inline(always)]
+    pub(crate) unsafe fn take_ran<T>(&self) -> Outcome<T> {
+        debug_assert_eq!(self.holds.get(), EMPTY);
+        // SAFETY: per the contract: the outcome of a `T` closure is in the bytes.
+        unsafe { OpsFor::<fn() -> T, T>::take_outcome(self.at()) }
     }
 
     /// Takes the outcome of a task that ran a closure returning `T`.

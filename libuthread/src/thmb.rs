@@ -26,7 +26,6 @@
 //! state.
 
 use alloc::boxed::Box;
-use alloc::string::String;
 use alloc::vec::Vec;
 use core::any::Any;
 use core::cell::{Cell, UnsafeCell};
@@ -77,8 +76,9 @@ pub struct Thmb {
     pub(crate) task: Task,
     /// Its thread-locals ([`crate::local`]), indexed by key.
     pub(crate) locals: UnsafeCell<Vec<Option<Box<dyn Any>>>>,
-    /// Its name.
-    pub(crate) name: Option<String>,
+    /// Its name (a `Box<str>`, not a `String`: `None` is a null pointer, so the test a
+    /// retiring ThMB makes of it is one compare with zero).
+    pub(crate) name: Option<Box<str>>,
     /// Whether this is the runtime's main thread (its exit ends the runtime).
     pub(crate) is_main: bool,
 
@@ -147,7 +147,7 @@ impl Thmb {
     /// # Safety
     /// If `v` is given, the caller runs on that vCPU with LTN = 0.
     #[inline(always)]
-    pub(crate) unsafe fn new_thread<F, T>(v: Option<&'static crate::sched::Vcpu>, f: F, name: Option<String>, stack_size: usize, refs: usize) -> *mut Thmb
+    pub(crate) unsafe fn new_thread<F, T>(v: Option<&'static crate::sched::Vcpu>, f: F, name: Option<Box<str>>, stack_size: usize, refs: usize) -> *mut Thmb
     where
         F: FnOnce() -> T + Send + 'static,
         T: Send + 'static,
@@ -163,7 +163,9 @@ impl Thmb {
                 Thmb::set_mask(t, mask::NONE);
                 ptr::write(&raw mut (*t).state, RunState::new());
                 debug_assert_eq!((*t).stack.get(), (0, 0));
-                (*t).is_main = false;
+                // A pooled ThMB never was the main thread's: `run` takes the main thread's
+                // from the heap and gives it back there (`Thmb::release` outside any thread).
+                debug_assert!(!(*t).is_main);
                 (*t).join.store(JOIN_RUNNING, Ordering::Relaxed);
             } else {
                 ptr::write(t, Thmb::blank());
@@ -196,20 +198,21 @@ impl Thmb {
         }
     }
 
-    /// [`Thmb::retire`] of a ThMB whose task is known to be empty (its outcome was just taken by
-    /// `Task::run_claimed_and_take`): two loads.
+    /// [`Thmb::retire`] of a ThMB whose task is known to be empty (`Task::run_claimed` marked
+    /// it so; the outcome is still in its bytes, for the caller to take) and whose thread-locals
+    /// were destroyed (`local::destroy_all` leaves an unallocated table): one load.
     ///
     /// # Safety
-    /// As for `retire`; the task holds nothing.
+    /// As for `retire`; the task holds nothing and the thread-local table is unallocated.
     #[inline(always)]
     pub(crate) unsafe fn retire_ran(this: *mut Thmb) {
         // SAFETY: per the contract.
         unsafe {
             debug_assert!((*this).task.is_empty());
-            if (*this).name.is_none() && (*(*this).locals.get()).capacity() == 0 {
-                return;
+            debug_assert_eq!((*(*this).locals.get()).capacity(), 0);
+            if (*this).name.is_some() {
+                Thmb::retire_slow(this)
             }
-            Thmb::retire_slow(this)
         }
     }
 

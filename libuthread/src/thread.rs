@@ -5,6 +5,7 @@ use alloc::boxed::Box;
 use alloc::string::String;
 use core::any::Any;
 use core::marker::PhantomData;
+use core::mem::MaybeUninit;
 use core::num::NonZeroUsize;
 use core::ptr::NonNull;
 use core::time::Duration;
@@ -355,7 +356,8 @@ impl Builder {
         T: Send + 'static,
     {
         let size = self.stack_size.unwrap_or(sched::DEFAULT_STACK_SIZE).max(16 * 1024);
-        let t = sched::spawn(f, self.name, size);
+        // The name as a `Box<str>` from here on: `None` is one null word, passed in a register.
+        let t = sched::spawn(f, self.name.map(String::into_boxed_str), size);
         JoinHandle { thmb: t, _marker: PhantomData }
     }
 }
@@ -416,22 +418,25 @@ impl<T: 'static> JoinHandle<T> {
         // A child that has not started yet runs right here, on this stack, as itself
         // (work-first; see `sched::run_inline`, which also looks at the join word when the
         // child is not on the unpublished list); otherwise wait for it.
+        // Both ways write the outcome into `out`, so they meet without a copy.
+        let mut out = MaybeUninit::uninit();
         // SAFETY: our reference, and `T` is the spawned closure's result type. On success the
         // call also took the outcome and gave up our reference.
-        if let Some(outcome) = unsafe { crate::sched::run_inline::<T>(t) } {
-            return outcome;
+        if !unsafe { crate::sched::run_inline::<T>(t, &mut out) } {
+            // SAFETY: our reference, not given up above.
+            unsafe { Self::join_waiting(t, &mut out) }
         }
-        // SAFETY: our reference, not given up above.
-        unsafe { Self::join_waiting(t) }
+        // SAFETY: written by one of the two.
+        unsafe { out.assume_init() }
     }
 
     /// [`join`](Self::join) of a child that started (or finished) already: waits for it, then
-    /// takes its result.
+    /// moves its result into `out`.
     ///
     /// # Safety
     /// The caller gives up its handle's reference to `t`, whose result type is `T`.
     #[inline(never)]
-    unsafe fn join_waiting(t: *mut Thmb) -> Result<T, Box<dyn Any + Send + 'static>> {
+    unsafe fn join_waiting(t: *mut Thmb, out: &mut MaybeUninit<Result<T, Box<dyn Any + Send + 'static>>>) {
         // SAFETY: our reference keeps `t` live.
         let join = unsafe { &(*t).join };
         if join.load(Ordering::Acquire) != JOIN_EXITED {
@@ -444,10 +449,9 @@ impl<T: 'static> JoinHandle<T> {
         debug_assert_eq!(exited, JOIN_EXITED);
         // SAFETY: EXITED: the outcome is written and only we read it; the handle's `T` is the
         // spawned closure's result type.
-        let outcome = unsafe { (*t).task.take::<T>() };
+        out.write(unsafe { (*t).task.take::<T>() });
         // SAFETY: our reference.
         unsafe { Thmb::release(t) };
-        outcome
     }
 
     /// The thread's id.

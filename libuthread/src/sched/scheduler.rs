@@ -90,7 +90,7 @@
 //! 10,945 promotions, about 7,000 16 KiB stacks live, 120 M instructions on x86_64 against 1 M
 //! for fork-everywhere; now no promotion and 12.7 M, two switches per leaf).
 
-use alloc::string::String;
+use alloc::boxed::Box;
 use alloc::vec::Vec;
 use core::ptr;
 
@@ -294,7 +294,7 @@ impl Vcpu {
     #[inline(always)]
     unsafe fn push_job(&self, h: *const JobHeader) {
         // SAFETY: per the contract, the record and the list are ours.
-        unsafe { (*h).next.set(self.fresh.load(Ordering::Relaxed)) };
+        unsafe { (*h).set_next(self.fresh.load(Ordering::Relaxed)) };
         self.fresh.store(h as usize | JOB_TAG, Ordering::Relaxed);
     }
 
@@ -309,7 +309,7 @@ impl Vcpu {
         let entry = h as usize | JOB_TAG;
         if head == entry {
             // SAFETY: a listed record is live and its link is the list's.
-            self.fresh.store(unsafe { (*h).next.get() }, Ordering::Relaxed);
+            self.fresh.store(unsafe { (*h).next() }, Ordering::Relaxed);
             return true;
         }
         // SAFETY: forwarded contract.
@@ -1137,18 +1137,20 @@ const INLINE_LOOKUP: usize = 64;
 /// While inline, the child uses the joiner's FP area (the joiner is off every vCPU and saves
 /// nothing there until it runs again).
 ///
-/// On success it also does the join's part: it takes the outcome and frees `t` (the caller's
-/// handle and the running reference are the only ones, and both are ours now), so the caller
-/// gives up its handle's reference by this call.
+/// On success (true) it also does the join's part: it moves the outcome into `out` and frees
+/// `t` (the caller's handle and the running reference are the only ones, and both are ours
+/// now), so the caller gives up its handle's reference by this call. (`out` rather than a
+/// returned `Option`: the outcome is returned in memory, and the waiting join writes the
+/// same slot, so the two paths meet without a copy.)
 ///
 /// # Safety
 /// The caller holds a reference to `t` (its `JoinHandle`), and `T` is `t`'s result type.
 #[inline(always)]
-pub(crate) unsafe fn run_inline<T>(t: *mut Thmb) -> Option<crate::task::Outcome<T>> {
+pub(crate) unsafe fn run_inline<T>(t: *mut Thmb, out: &mut core::mem::MaybeUninit<crate::task::Outcome<T>>) -> bool {
     let mut critical = crate::spin::Critical::enter();
     let me = critical.thread();
     if me.is_null() {
-        return None;
+        return false;
     }
     // SAFETY: `me` is the calling thread; its vCPU cannot change with LTN = 0.
     let vcpu = unsafe { home_of(me) };
@@ -1161,7 +1163,7 @@ pub(crate) unsafe fn run_inline<T>(t: *mut Thmb) -> Option<crate::task::Outcome<
         || (unsafe { (*t).join.load(Ordering::Acquire) } != JOIN_EXITED && unsafe { claim_queued(vcpu.id, t) });
     if !claimed {
         critical.leave();
-        return None;
+        return false;
     }
     // SAFETY: `t` never ran and is in no list: it is ours, and its `vcpu` says `v` (spawned
     // here, or set by `claim_queued`). `me` is the calling thread.
@@ -1170,8 +1172,9 @@ pub(crate) unsafe fn run_inline<T>(t: *mut Thmb) -> Option<crate::task::Outcome<
         (*t).state.set(RUNNING);
         platform::set_ltn(t);
         // From here this code runs as `t`. (Its task holds the closure: a thread off every
-        // list that never ran.) The outcome is taken at once: nobody else looks at the task.
-        let outcome = (*t).task.run_claimed_and_take::<T>();
+        // list that never ran.) Nobody else looks at the task: the outcome stays in it until
+        // taken below.
+        (*t).task.run_claimed();
         crate::local::destroy_all(t);
         // No JOIN_EXITED store: only a `JoinHandle` reads the join word, and the one handle is
         // the caller's, consumed by this join; the ThMB is retired below (a pooled ThMB gets
@@ -1181,11 +1184,17 @@ pub(crate) unsafe fn run_inline<T>(t: *mut Thmb) -> Option<crate::task::Outcome<
         let home = home_of(t);
         set_home(me, home);
         // The join: both references are ours (the handle's and the finished run's), so no
-        // count to decrement; the ThMB goes straight to this vCPU's pool (LTN = 0 here).
+        // count to decrement; the ThMB goes straight to this vCPU's pool. LTN = 0 here, so
+        // nothing reuses it before the critical section ends: the outcome is read after, into
+        // registers (read before, it lived on the stack across the pool's full case).
         Thmb::retire_ran(t);
-        free_thmb(t, Some(home));
+        let pooled = home.pool.give_thmb(t);
+        out.write((*t).task.take_ran::<T>());
+        if !pooled {
+            free_thmb_to_heap(t);
+        }
         platform::set_ltn(me);
-        Some(outcome)
+        true
     }
 }
 
@@ -1224,7 +1233,7 @@ unsafe fn claim_queued(v: usize, t: *mut Thmb) -> bool {
 
 /// Queues a new thread (lazy creation: no stack yet).
 #[inline]
-pub(crate) fn spawn<F, T>(f: F, name: Option<String>, stack_size: usize) -> *mut Thmb
+pub(crate) fn spawn<F, T>(f: F, name: Option<Box<str>>, stack_size: usize) -> *mut Thmb
 where
     F: FnOnce() -> T + Send + 'static,
     T: Send + 'static,
@@ -1258,7 +1267,7 @@ where
 /// [`spawn`] from outside any user thread (scheduler code, or no runtime at all): a heap ThMB,
 /// published at once on vCPU 0.
 #[inline(never)]
-fn spawn_outside<F, T>(f: F, name: Option<String>, stack_size: usize) -> *mut Thmb
+fn spawn_outside<F, T>(f: F, name: Option<Box<str>>, stack_size: usize) -> *mut Thmb
 where
     F: FnOnce() -> T + Send + 'static,
     T: Send + 'static,
@@ -1282,7 +1291,7 @@ unsafe fn entry_next(e: usize) -> usize {
     // SAFETY: per the contract.
     unsafe {
         if e & JOB_TAG != 0 {
-            (*((e & !JOB_TAG) as *const JobHeader)).next.get()
+            (*((e & !JOB_TAG) as *const JobHeader)).next()
         } else {
             (*(e as *mut Thmb)).run_next.get() as usize
         }
@@ -1298,7 +1307,7 @@ unsafe fn set_entry_next(e: usize, next: usize) {
     // SAFETY: per the contract.
     unsafe {
         if e & JOB_TAG != 0 {
-            (*((e & !JOB_TAG) as *const JobHeader)).next.set(next)
+            (*((e & !JOB_TAG) as *const JobHeader)).set_next(next)
         } else {
             (*(e as *mut Thmb)).run_next.set(next as *mut Thmb)
         }
@@ -1322,18 +1331,19 @@ unsafe fn entry_thread(e: usize, v: Option<&'static Vcpu>) -> *mut Thmb {
 }
 
 /// `crate::join`'s fork: lists the task record `h` on the calling thread's vCPU (handing the
-/// list to the ready queue at once if a vCPU is idle, as `spawn` does). Returns false, listing
-/// nothing, outside a user thread or inside a library critical section.
+/// list to the ready queue at once if a vCPU is idle, as `spawn` does). Returns the calling
+/// thread, for [`take_job`]; null, listing nothing, outside a user thread or inside a library
+/// critical section.
 ///
 /// # Safety
 /// `h` is a live record in no list; it stays live and unmoved until [`take_job`] returned true
 /// or its promoted thread completed it.
 #[inline(always)]
-pub(crate) unsafe fn push_job(h: *const JobHeader) -> bool {
+pub(crate) unsafe fn push_job(h: *const JobHeader) -> *mut Thmb {
     let mut critical = crate::spin::Critical::enter();
     let me = critical.thread();
     if me.is_null() {
-        return false;
+        return me;
     }
     // SAFETY: `me` is the live calling thread; its vCPU cannot change with LTN = 0, and on it
     // the list is ours. The record is live (contract).
@@ -1345,7 +1355,7 @@ pub(crate) unsafe fn push_job(h: *const JobHeader) -> bool {
         }
     }
     critical.leave();
-    true
+    me
 }
 
 /// `crate::join`'s join: takes the task record `h` back off the calling thread's vCPU's
@@ -1354,16 +1364,15 @@ pub(crate) unsafe fn push_job(h: *const JobHeader) -> bool {
 /// publishes its list), which promotes it when it next enters the scheduler. Either way the
 /// caller waits on the record's state word.
 ///
+/// `me` is what `push_job` returned: the caller, whose LTN it is now too (critical sections
+/// nest and end), so the critical section is entered without reading LTN again.
+///
 /// # Safety
-/// `h` was listed by [`push_job`] from the calling user thread and not taken back since.
+/// `h` was listed by [`push_job`], which returned `me`, from the calling user thread, and not
+/// taken back since.
 #[inline(always)]
-pub(crate) unsafe fn take_job(h: *const JobHeader) -> bool {
-    let mut critical = crate::spin::Critical::enter();
-    let me = critical.thread();
-    debug_assert!(!me.is_null(), "take_job outside the user thread that listed the record");
-    if me.is_null() {
-        return false;
-    }
+pub(crate) unsafe fn take_job(h: *const JobHeader, me: *mut Thmb) -> bool {
+    let mut critical = crate::spin::Critical::enter_as(me);
     // SAFETY: as in `push_job`.
     let vcpu = unsafe { home_of(me) };
     // SAFETY: as in `push_job`.
@@ -2527,7 +2536,7 @@ fn vcpu_main(vcpu: usize) -> ! {
 
 /// Runs `main` as the first user thread on `vcpus` vCPUs (0: the platform's default) and
 /// returns its result once it returns. See [`crate::run`].
-pub(crate) fn run<F, T>(vcpus: usize, name: Option<String>, body: F) -> crate::task::Outcome<T>
+pub(crate) fn run<F, T>(vcpus: usize, name: Option<Box<str>>, body: F) -> crate::task::Outcome<T>
 where
     F: FnOnce() -> T + Send + 'static,
     T: Send + 'static,
