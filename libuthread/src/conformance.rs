@@ -58,6 +58,7 @@ pub const CHECKS: &[Check] = &[
     ("rwlock_downgrade_and_map", rwlock_downgrade_and_map),
     ("once_force_and_wait", once_force_and_wait),
     ("local_key_accessors", local_key_accessors),
+    ("reused_threads_start_clean", reused_threads_start_clean),
     ("sleep_until_and_parallelism", sleep_until_and_parallelism),
     ("freed_stacks_are_used_again", freed_stacks_are_used_again),
 ];
@@ -1102,6 +1103,46 @@ fn local_key_accessors() -> Outcome {
     ensure!(CELL.try_with(|c| c.get()) == Ok(0), "try_with");
     let (cell, list) = child.join().map_err(|_| String::from("child panicked"))?;
     ensure!(cell == 1 && list == [1], "the child's values: {cell}, {list:?}");
+    Ok(())
+}
+
+/// Drops counted by [`reused_threads_start_clean`].
+static DROPS: AtomicUsize = AtomicUsize::new(0);
+
+/// A thread-local value that counts its drop.
+struct CountsDrop(u32);
+
+impl Drop for CountsDrop {
+    fn drop(&mut self) {
+        DROPS.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+crate::thread_local! {
+    static COUNTED: core::cell::RefCell<CountsDrop> = core::cell::RefCell::new(CountsDrop(0));
+}
+
+/// A named child with a thread-local, joined (inline when it has not started: its ThMB goes
+/// straight back to the vCPU's pool), then plain children, which get that ThMB again: the
+/// value's destructor ran once, and the new threads see no name and a fresh value.
+fn reused_threads_start_clean() -> Outcome {
+    let before = DROPS.load(Ordering::SeqCst);
+    for round in 0..3u32 {
+        let named = crate::Builder::new().name(format!("named-{round}")).spawn(move || {
+            COUNTED.with_borrow_mut(|c| c.0 = round + 1);
+            (crate::current().name().map(String::from), COUNTED.with_borrow(|c| c.0))
+        });
+        let (name, value) = named.join().map_err(|_| String::from("named child panicked"))?;
+        ensure!(name.as_deref() == Some(format!("named-{round}").as_str()) && value == round + 1, "named child saw {name:?}, {value}");
+        // This round's named child and the earlier rounds' two children each dropped one.
+        let expected = before + 2 * round as usize + 1;
+        ensure!(DROPS.load(Ordering::SeqCst) == expected, "the joined child's thread-local was not dropped exactly once");
+        let plain = crate::spawn(|| (crate::current().name().map(String::from), COUNTED.with_borrow(|c| c.0)));
+        let (name, value) = plain.join().map_err(|_| String::from("plain child panicked"))?;
+        ensure!(name.is_none() && value == 0, "a reused thread saw the old name or value: {name:?}, {value}");
+    }
+    // Each plain child made a fresh value too, dropped at its end.
+    ensure!(DROPS.load(Ordering::SeqCst) == before + 6, "thread-local drops: {}", DROPS.load(Ordering::SeqCst) - before);
     Ok(())
 }
 

@@ -73,6 +73,8 @@ impl<T: 'static> LocalKey<T> {
                     table.resize_with(index + 1, || None);
                 }
                 table[index] = Some(fresh);
+                // SAFETY: the running thread's own ThMB.
+                unsafe { (*t).extras.set(true) };
                 Self::lookup(t, index).expect("just stored")
             }
         };
@@ -202,13 +204,11 @@ impl<T: 'static> core::fmt::Debug for LocalKey<T> {
 
 /// Drops the exiting thread `t`'s values (in its own context: destructors may use the library,
 /// even other thread-locals, which are then created afresh and dropped in the next round).
-/// Leaves the table unallocated (capacity 0), so a retiring ThMB need not look at it again
-/// (`Thmb::retire_ran`).
 #[inline]
 pub(crate) fn destroy_all(t: *mut Thmb) {
-    // Most threads never touch a thread-local: nothing to take or drop.
-    // SAFETY: only the running thread touches its own table.
-    if unsafe { (*(*t).locals.get()).capacity() != 0 } {
+    // Most threads never touch a thread-local (nor have a name): nothing to take or drop.
+    // SAFETY: only the running thread touches its own ThMB.
+    if unsafe { (*t).extras.get() } {
         destroy_each(t);
     }
 }

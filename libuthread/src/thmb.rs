@@ -81,6 +81,10 @@ pub struct Thmb {
     pub(crate) name: Option<Box<str>>,
     /// Whether this is the runtime's main thread (its exit ends the runtime).
     pub(crate) is_main: bool,
+    /// Whether the ThMB holds a name or an allocated thread-local table: set where either is
+    /// made (`new_thread`, `LocalKey::with`), cleared only by `retire_slow`, so a pooled ThMB
+    /// has it clear and a retiring or inline-joined thread tests one byte for both.
+    pub(crate) extras: Cell<bool>,
 
     // -- Atomic.
     /// `JOIN_RUNNING`, `JOIN_EXITED`, `JOIN_DETACHED`, or the waiting joiner's ThMB address.
@@ -130,6 +134,7 @@ impl Thmb {
             locals: UnsafeCell::new(Vec::new()),
             name: None,
             is_main: false,
+            extras: Cell::new(false),
             join: AtomicUsize::new(JOIN_RUNNING),
             refs: AtomicUsize::new(0),
             wait_result: AtomicUsize::new(0),
@@ -171,8 +176,10 @@ impl Thmb {
                 ptr::write(t, Thmb::blank());
             }
             (*t).task.set(f);
+            debug_assert!(!(*t).extras.get());
             if name.is_some() {
                 (*t).name = name;
+                (*t).extras.set(true);
             }
             (*t).stack_size = stack_size;
             (*t).refs.store(refs, Ordering::Relaxed);
@@ -188,47 +195,28 @@ impl Thmb {
     #[inline(always)]
     pub(crate) unsafe fn retire(this: *mut Thmb) {
         // The common case — a thread whose result was taken, with no name and no thread-local
-        // ever touched — holds nothing: three loads.
+        // ever touched — holds nothing: two loads.
         // SAFETY: per the contract.
         unsafe {
-            if (*this).task.is_empty() && (*this).name.is_none() && (*(*this).locals.get()).capacity() == 0 {
+            if (*this).task.is_empty() && !(*this).extras.get() {
                 return;
             }
             Thmb::retire_slow(this)
         }
     }
 
-    /// [`Thmb::retire`] of a ThMB whose task is known to be empty (`Task::run_claimed` marked
-    /// it so; the outcome is still in its bytes, for the caller to take) and whose thread-locals
-    /// were destroyed (`local::destroy_all` leaves an unallocated table): one load.
-    ///
-    /// # Safety
-    /// As for `retire`; the task holds nothing and the thread-local table is unallocated.
-    #[inline(always)]
-    pub(crate) unsafe fn retire_ran(this: *mut Thmb) {
-        // SAFETY: per the contract.
-        unsafe {
-            debug_assert!((*this).task.is_empty());
-            debug_assert_eq!((*(*this).locals.get()).capacity(), 0);
-            if (*this).name.is_some() {
-                Thmb::retire_slow(this)
-            }
-        }
-    }
-
-    /// [`Thmb::retire`] when something is held.
+    /// [`Thmb::retire`] when something is held (also for a ThMB whose task is empty and which
+    /// has extras).
     ///
     /// # Safety
     /// As for `retire`.
     #[inline(never)]
-    unsafe fn retire_slow(this: *mut Thmb) {
+    pub(crate) unsafe fn retire_slow(this: *mut Thmb) {
         // SAFETY: per the contract.
         unsafe {
             (*this).task.clear();
-            if (*this).name.is_some() {
+            if (*this).extras.replace(false) {
                 drop((*this).name.take());
-            }
-            if (*(*this).locals.get()).capacity() != 0 {
                 drop(core::mem::take(&mut *(*this).locals.get()));
             }
         }

@@ -1175,7 +1175,11 @@ pub(crate) unsafe fn run_inline<T>(t: *mut Thmb, out: &mut core::mem::MaybeUnini
         // list that never ran.) Nobody else looks at the task: the outcome stays in it until
         // taken below.
         (*t).task.run_claimed();
-        crate::local::destroy_all(t);
+        // Its thread-locals and name, if it has any, go now, while it is still `t`; then the
+        // ThMB holds nothing but the outcome (one test, and the retire has nothing left to do).
+        if (*t).extras.get() {
+            drop_extras(t);
+        }
         // No JOIN_EXITED store: only a `JoinHandle` reads the join word, and the one handle is
         // the caller's, consumed by this join; the ThMB is retired below (a pooled ThMB gets
         // the word reset when it is reused).
@@ -1187,7 +1191,6 @@ pub(crate) unsafe fn run_inline<T>(t: *mut Thmb, out: &mut core::mem::MaybeUnini
         // count to decrement; the ThMB goes straight to this vCPU's pool. LTN = 0 here, so
         // nothing reuses it before the critical section ends: the outcome is read after, into
         // registers (read before, it lived on the stack across the pool's full case).
-        Thmb::retire_ran(t);
         let pooled = home.pool.give_thmb(t);
         out.write((*t).task.take_ran::<T>());
         if !pooled {
@@ -1196,6 +1199,19 @@ pub(crate) unsafe fn run_inline<T>(t: *mut Thmb, out: &mut core::mem::MaybeUnini
         platform::set_ltn(me);
         true
     }
+}
+
+/// [`run_inline`]'s end of a child with thread-locals or a name: destroys the thread-locals
+/// (as the child: the caller's LTN is `t`) and drops both, leaving the ThMB's extras clear.
+///
+/// # Safety
+/// `t` is the running thread, just finished inline, its task empty (the outcome in its bytes).
+#[cold]
+#[inline(never)]
+unsafe fn drop_extras(t: *mut Thmb) {
+    crate::local::destroy_all(t);
+    // SAFETY: the task is empty (contract), so only the name and the table are dropped.
+    unsafe { Thmb::retire_slow(t) }
 }
 
 /// [`run_inline`]'s claim of a child that was published: takes it off the ready queue it was
