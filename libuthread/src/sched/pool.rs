@@ -22,7 +22,7 @@
 //! runs into the FP area of the stack below. Hosted, stacks stay separate mappings with a guard
 //! page (an mmap is cheap there), and only the free lists are used.
 //!
-//! Bounds: a vCPU keeps at most [`KEEP_THMBS`] free ThMBs and [`KEEP_STACKS`] free stacks per
+//! Bounds: a vCPU keeps at most [`KEEP_THMBS`] + 1 free ThMBs (the list and the hot one) and [`KEEP_STACKS`] free stacks per
 //! size; beyond that a ThMB goes back to the heap and a stack to the shared, locked overflow
 //! list in `scheduler`. A vCPU whose pool has no free stack of the size takes one from that
 //! list before it carves a new one (`scheduler::take_stack`), so on Tsumugi stack memory stays
@@ -60,6 +60,10 @@ struct Class {
 }
 
 struct Inner {
+    /// The free ThMB given last (or null), kept out of the list: a thread spawned and joined
+    /// (or exiting) in turn takes it and gives it back with two memory operations each, where
+    /// the list costs three and the count's update.
+    hot: *mut Thmb,
     /// Free ThMBs, linked through `run_next` (retired: every field valid, nothing held).
     thmbs: *mut Thmb,
     thmb_count: usize,
@@ -88,6 +92,7 @@ impl Pool {
     /// An empty pool.
     pub(crate) const fn new() -> Pool {
         Pool(UnsafeCell::new(Inner {
+            hot: ptr::null_mut(),
             thmbs: ptr::null_mut(),
             thmb_count: 0,
             stacks: [Class { size: 0, len: 0, head: 0, count: 0 }; CLASSES],
@@ -114,6 +119,11 @@ impl Pool {
     pub(crate) unsafe fn take_thmb(&self) -> *mut Thmb {
         // SAFETY: forwarded contract.
         let p = unsafe { self.inner() };
+        let t = p.hot;
+        if !t.is_null() {
+            p.hot = ptr::null_mut();
+            return t;
+        }
         let t = p.thmbs;
         if !t.is_null() {
             // SAFETY: a free ThMB's memory is ours; its link was written by `give_thmb`.
@@ -131,6 +141,10 @@ impl Pool {
     pub(crate) unsafe fn give_thmb(&self, t: *mut Thmb) -> bool {
         // SAFETY: forwarded contract.
         let p = unsafe { self.inner() };
+        if p.hot.is_null() {
+            p.hot = t;
+            return true;
+        }
         if p.thmb_count == KEEP_THMBS {
             return false;
         }
