@@ -13,14 +13,16 @@
 //!   call: no ThMB, no stack, no identity switch, the result in a local. This is the whole cost
 //!   of a fork that nobody else wanted: two short critical sections and four stores.
 //! - If the record is not on the list any more, it was **promoted**: whenever the vCPU enters the
-//!   scheduler (the thread blocked, yielded or was preempted; an idle vCPU asked for work, see
-//!   `Vcpu::publish_fresh`; a block while another thread is ready here leaves the list for a
-//!   while, see "Deferred promotion" in `sched::scheduler`), every record on the list becomes an ordinary thread (a ThMB from
+//!   scheduler (the thread blocked, yielded or was preempted; a block while another thread is
+//!   ready here leaves the list for a while, see "Deferred promotion" in `sched::scheduler`),
+//!   every record on the list becomes an ordinary thread (a ThMB from
 //!   the vCPU's pool, the record's closure moved into it, detached) on the ready queue, where it
 //!   runs — or is stolen — like any spawned thread, and writes its outcome back into the
 //!   record. The joiner then waits for it on the record's completion word
 //!   (`sched::completion`, the join word protocol), so a join never misses a promoted child
-//!   however the two race.
+//!   however the two race. A fork that sees an idle vCPU promotes only the *oldest* entry of
+//!   the list (`Vcpu::publish_oldest`: the outermost fork, the largest piece of work, as a Cilk
+//!   thief steals it) and hands it to that vCPU; the newer records stay records.
 //!
 //! So `b` behaves as a thread whenever that matters: if `a` blocks (on anything, including on
 //! what `b` will do), the vCPU's scheduler promotes `b` and it runs — at once when nothing else
