@@ -40,7 +40,7 @@ pub const STACKTHREADS_BENCH: Bench = Bench {
 pub const HOST_STACKTHREADS: TableInfo = TableInfo {
     table: "host_stackthreads",
     note: "criterion on the host, ns per whole run: the StackThreads apps sequential, fk and sw \
-           on one vCPU; fib_fk_vcpus_1 / fib_fk_vcpus_2 is FK fib's speed-up on 2 vCPUs",
+           on one vCPU (fib(20)); fib_fk_vcpus_1 / fib_fk_vcpus_2 is FK fib(25)'s speed-up on 2 vCPUs",
     x_label: "benchmark",
     y_label: "ns per run",
     chart: &["mid_ns"],
