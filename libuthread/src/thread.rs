@@ -280,7 +280,9 @@ where
 /// thread of the child even when it runs inline). The record becomes a thread of its own (a
 /// detached one, with the default stack size; see [`Builder::join`] for another) as soon as
 /// that can matter: when `a` blocks, yields or is preempted (its vCPU enters the scheduler), or
-/// when a vCPU is idle and could run `b` in parallel; `join` then waits for that thread. So `a`
+/// when a fork of this thread finds a vCPU idle and `b` is its oldest fork still pending (the
+/// outermost, largest piece, as a Cilk thief takes it), so the idle vCPU runs `b` in parallel;
+/// `join` then waits for that thread. So `a`
 /// may wait for something `b` does, as with two threads. If `b` runs inline and blocks, the
 /// caller (about to wait for `b` anyway) blocks with it.
 ///

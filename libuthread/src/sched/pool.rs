@@ -22,8 +22,8 @@
 //! runs into the FP area of the stack below. Hosted, stacks stay separate mappings with a guard
 //! page (an mmap is cheap there), and only the free lists are used.
 //!
-//! Bounds: a vCPU keeps at most [`KEEP_THMBS`] + 1 free ThMBs (the list and the hot one) and [`KEEP_STACKS`] free stacks per
-//! size; beyond that a ThMB goes back to the heap and a stack to the shared, locked overflow
+//! Bounds: a vCPU keeps at most [`KEEP_THMBS`] + 1 free ThMBs (the list and the hot one) and
+//! [`KEEP_STACKS`] free stacks per size; beyond that a ThMB goes back to the heap and a stack to the shared, locked overflow
 //! list in `scheduler`. A vCPU whose pool has no free stack of the size takes one from that
 //! list before it carves a new one (`scheduler::take_stack`), so on Tsumugi stack memory stays
 //! bounded by the peak number of live threads (the conformance check

@@ -1228,8 +1228,9 @@ pub(crate) unsafe fn run_inline<T>(t: *mut Thmb, out: &mut core::mem::MaybeUnini
         set_home(me, home);
         // The join: both references are ours (the handle's and the finished run's), so no
         // count to decrement; the ThMB goes straight to this vCPU's pool. LTN = 0 here, so
-        // nothing reuses it before the critical section ends: the outcome is read after, into
-        // registers (read before, it lived on the stack across the pool's full case).
+        // nothing reuses it before the critical section ends: the outcome is moved into `out`
+        // after that (moved before, it was also spilled to the stack across the pool's full
+        // case).
         let pooled = home.pool.give_thmb(t);
         out.write((*t).task.take_ran::<T>());
         if !pooled {
