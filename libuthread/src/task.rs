@@ -34,6 +34,9 @@ const _: () = assert!(align_of::<Bytes>() == TASK_ALIGN);
 struct Ops {
     /// Runs the closure held and stores its outcome in its place.
     run: unsafe fn(*mut u8),
+    /// Runs the closure held and writes its outcome to the second pointer (an
+    /// `MaybeUninit<Outcome<T>>` of the joiner's, see [`Task::run_claimed_into`]).
+    run_into: unsafe fn(*mut u8, *mut u8),
     /// Drops the closure held (never run).
     drop_closure: unsafe fn(*mut u8),
     /// Drops the outcome held (never taken).
@@ -62,7 +65,7 @@ const fn fits<X>() -> bool {
 struct OpsFor<F, T>(PhantomData<(F, T)>);
 
 impl<F: FnOnce() -> T, T> OpsFor<F, T> {
-    const OPS: Ops = Ops { run: Self::run, drop_closure: Self::drop_closure, drop_outcome: Self::drop_outcome };
+    const OPS: Ops = Ops { run: Self::run, run_into: Self::run_into, drop_closure: Self::drop_closure, drop_outcome: Self::drop_outcome };
 
     /// # Safety
     /// `p` holds an `F` stored by [`Task::set`] (inline or boxed).
@@ -89,6 +92,16 @@ impl<F: FnOnce() -> T, T> OpsFor<F, T> {
                 ptr::write(p as *mut Box<Outcome<T>>, Box::new(outcome))
             }
         }
+    }
+
+    /// # Safety
+    /// As for `run`; `out` is valid for a write of an `Outcome<T>`.
+    unsafe fn run_into(p: *mut u8, out: *mut u8) {
+        // SAFETY: `Task::run_claimed_into` calls this only while the closure is held.
+        let f = unsafe { Self::take_closure(p) };
+        let outcome = crate::unwind::catch(f);
+        // SAFETY: per the contract.
+        unsafe { ptr::write(out as *mut Outcome<T>, outcome) }
     }
 
     unsafe fn drop_closure(p: *mut u8) {
@@ -162,36 +175,24 @@ impl Task {
         self.holds.set(OUTCOME);
     }
 
-    /// Runs the held closure, for a joiner that runs the task inline (`sched::run_inline`):
-    /// the task is marked empty before the run, as in [`Task::run`], and stays so, with the
-    /// outcome left in its bytes for [`Task::take_ran`]. Nobody looks at the task between the
-    /// run and the take, so the two stores of "outcome held, then empty" are left out; and the
-    /// take comes last, so the outcome goes from the ThMB straight to the joiner's registers
-    /// instead of through the stack across the joiner's critical section.
+    /// Runs the held closure, for a joiner that runs the task inline (`sched::run_inline`),
+    /// writing its outcome straight into the joiner's `out`: the task is marked empty before
+    /// the run, as in [`Task::run`], and stays so. The outcome is written once, by the code
+    /// that made it, where the joiner reads it — not into the ThMB and copied out after. (A
+    /// copy cost four moves on the targets, and hosted a stall: the closure's two 8-byte
+    /// stores read back by one 16-byte SSE load cannot be forwarded, ~10 ns per spawn + join.)
     ///
     /// # Safety
-    /// The task holds a closure (claimed: nobody else runs or drops it).
+    /// The task holds a closure (claimed: nobody else runs or drops it) returning `T`; `out`
+    /// stays put until the run returns.
     #[inline(always)]
-    pub(crate) unsafe fn run_claimed(&self) {
+    pub(crate) unsafe fn run_claimed_into<T>(&self, out: &mut MaybeUninit<Outcome<T>>) {
         debug_assert_eq!(self.holds.get(), CLOSURE);
         // SAFETY: per the contract a closure is held, so its operations were set with it.
         let ops = unsafe { self.ops.get().unwrap_unchecked() };
         self.holds.set(EMPTY);
-        // SAFETY: the closure is held, with the layout `ops` reads; the run leaves the outcome
-        // in the bytes.
-        unsafe { (ops.run)(self.at()) }
-    }
-
-    /// Takes the outcome [`Task::run_claimed`] left.
-    ///
-    /// # Safety
-    /// The task ran by `run_claimed` and its outcome was not taken since; `T` is the closure's
-    /// result type; only the caller touches the task.
-    #[inline(always)]
-    pub(crate) unsafe fn take_ran<T>(&self) -> Outcome<T> {
-        debug_assert_eq!(self.holds.get(), EMPTY);
-        // SAFETY: per the contract: the outcome of a `T` closure is in the bytes.
-        unsafe { OpsFor::<fn() -> T, T>::take_outcome(self.at()) }
+        // SAFETY: the closure is held, with the layout `ops` reads, and returns `T` (contract).
+        unsafe { (ops.run_into)(self.at(), out.as_mut_ptr() as *mut u8) }
     }
 
     /// Takes the outcome of a task that ran a closure returning `T`.

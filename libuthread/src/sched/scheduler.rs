@@ -1176,9 +1176,10 @@ const INLINE_LOOKUP: usize = 64;
 /// While inline, the child uses the joiner's FP area (the joiner is off every vCPU and saves
 /// nothing there until it runs again).
 ///
-/// On success (true) it also does the join's part: it moves the outcome into `out` and frees
-/// `t` (the caller's handle and the running reference are the only ones, and both are ours
-/// now), so the caller gives up its handle's reference by this call. (`out` rather than a
+/// On success (true) it also does the join's part: the child's outcome is in `out` (written
+/// there by the child's own code) and `t` is freed (the caller's handle and the running
+/// reference are the only ones, and both are ours now), so the caller gives up its handle's
+/// reference by this call. (`out` rather than a
 /// returned `Option`: the outcome is returned in memory, and the waiting join writes the
 /// same slot, so the two paths meet without a copy.)
 ///
@@ -1211,9 +1212,9 @@ pub(crate) unsafe fn run_inline<T>(t: *mut Thmb, out: &mut core::mem::MaybeUnini
         (*t).state.set(RUNNING);
         platform::set_ltn(t);
         // From here this code runs as `t`. (Its task holds the closure: a thread off every
-        // list that never ran.) Nobody else looks at the task: the outcome stays in it until
-        // taken below.
-        (*t).task.run_claimed();
+        // list that never ran.) Its outcome goes straight into `out`, which stays put: this
+        // frame is not left before the run returns, also when the child blocks.
+        (*t).task.run_claimed_into(out);
         // Its thread-locals and name, if it has any, go now, while it is still `t`; then the
         // ThMB holds nothing but the outcome (one test, and the retire has nothing left to do).
         if (*t).extras.get() {
@@ -1227,12 +1228,8 @@ pub(crate) unsafe fn run_inline<T>(t: *mut Thmb, out: &mut core::mem::MaybeUnini
         let home = home_of(t);
         set_home(me, home);
         // The join: both references are ours (the handle's and the finished run's), so no
-        // count to decrement; the ThMB goes straight to this vCPU's pool. LTN = 0 here, so
-        // nothing reuses it before the critical section ends: the outcome is moved into `out`
-        // after that (moved before, it was also spilled to the stack across the pool's full
-        // case).
+        // count to decrement; the ThMB, holding nothing now, goes straight to this vCPU's pool.
         let pooled = home.pool.give_thmb(t);
-        out.write((*t).task.take_ran::<T>());
         if !pooled {
             free_thmb_to_heap(t);
         }
