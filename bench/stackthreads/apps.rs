@@ -13,18 +13,17 @@
 //! hosted criterion bench `libuthread/benches/stackthreads.rs`; the crate that includes it
 //! must say `extern crate alloc`.
 
-use alloc::sync::Arc;
 use alloc::vec::Vec;
 use core::sync::atomic::{AtomicU64, Ordering};
 
 use libuthread::mpsc;
 
 /// What a recursive call is: run it now, or in a thread of its own.
-pub trait Strategy: Clone + Send + 'static {
+pub trait Strategy: Copy + Send + Sync {
     /// Makes the two recursive calls `a` and `b` (`b` as a call or a fork, `a` always a call)
     /// and gives both results; a fork runs `a` first and `b` at the join (or elsewhere), a
     /// call runs `b` first.
-    fn join<RA, RB: Send + 'static>(&self, a: impl FnOnce() -> RA, b: impl FnOnce() -> RB + Send + 'static) -> (RA, RB);
+    fn join<RA, RB: Send>(&self, a: impl FnOnce() -> RA, b: impl FnOnce() -> RB + Send) -> (RA, RB);
     /// Called once by every leaf call.
     fn leaf(&self);
 }
@@ -35,7 +34,7 @@ pub struct Sequential;
 
 impl Strategy for Sequential {
     #[inline(always)]
-    fn join<RA, RB: Send + 'static>(&self, a: impl FnOnce() -> RA, b: impl FnOnce() -> RB + Send + 'static) -> (RA, RB) {
+    fn join<RA, RB: Send>(&self, a: impl FnOnce() -> RA, b: impl FnOnce() -> RB + Send) -> (RA, RB) {
         // `b` first: the forked call comes first in the programs' text, and this is their
         // plain recursion.
         let rb = b();
@@ -52,7 +51,7 @@ pub const FORK_STACK: usize = 16 * 1024;
 /// Two recursive calls, `b` forked: `libuthread::Builder::join` (lazy task creation: `b` is a
 /// record until someone else could run it, then a thread with a [`FORK_STACK`] stack).
 #[inline]
-fn fork_join<RA, RB: Send + 'static>(a: impl FnOnce() -> RA, b: impl FnOnce() -> RB + Send + 'static) -> (RA, RB) {
+fn fork_join<RA, RB: Send>(a: impl FnOnce() -> RA, b: impl FnOnce() -> RB + Send) -> (RA, RB) {
     libuthread::Builder::new().stack_size(FORK_STACK).join(a, b)
 }
 
@@ -62,7 +61,7 @@ pub struct ForkEverywhere;
 
 impl Strategy for ForkEverywhere {
     #[inline]
-    fn join<RA, RB: Send + 'static>(&self, a: impl FnOnce() -> RA, b: impl FnOnce() -> RB + Send + 'static) -> (RA, RB) {
+    fn join<RA, RB: Send>(&self, a: impl FnOnce() -> RA, b: impl FnOnce() -> RB + Send) -> (RA, RB) {
         fork_join(a, b)
     }
     #[inline]
@@ -71,14 +70,14 @@ impl Strategy for ForkEverywhere {
 
 /// Every recursive call is a fork and every leaf suspends once (SW): it sends a reply
 /// channel to the server thread and blocks until the server answers on it.
-#[derive(Clone)]
-pub struct SuspendEverywhere {
-    server: mpsc::Sender<mpsc::Sender<()>>,
+#[derive(Clone, Copy)]
+pub struct SuspendEverywhere<'a> {
+    server: &'a mpsc::Sender<mpsc::Sender<()>>,
 }
 
-impl SuspendEverywhere {
+impl SuspendEverywhere<'_> {
     /// Runs `body` with an SW strategy whose server thread lives as long as `body` runs.
-    pub fn with<R>(body: impl FnOnce(&SuspendEverywhere) -> R) -> R {
+    pub fn with<R>(body: impl FnOnce(&SuspendEverywhere<'_>) -> R) -> R {
         let (server, requests) = mpsc::channel::<mpsc::Sender<()>>();
         let thread = libuthread::spawn(move || {
             for reply in requests.iter() {
@@ -86,18 +85,17 @@ impl SuspendEverywhere {
                 let _ = reply.send(());
             }
         });
-        let strategy = SuspendEverywhere { server };
-        let result = body(&strategy);
-        drop(strategy);
-        // The server ends when the last sender (ours and every clone) is gone.
+        let result = body(&SuspendEverywhere { server: &server });
+        // The server ends when the sender is gone.
+        drop(server);
         let _ = thread.join();
         result
     }
 }
 
-impl Strategy for SuspendEverywhere {
+impl Strategy for SuspendEverywhere<'_> {
     #[inline]
-    fn join<RA, RB: Send + 'static>(&self, a: impl FnOnce() -> RA, b: impl FnOnce() -> RB + Send + 'static) -> (RA, RB) {
+    fn join<RA, RB: Send>(&self, a: impl FnOnce() -> RA, b: impl FnOnce() -> RB + Send) -> (RA, RB) {
         fork_join(a, b)
     }
     fn leaf(&self) {
@@ -120,7 +118,9 @@ pub fn fib<S: Strategy>(strategy: &S, n: u32) -> u64 {
         strategy.leaf();
         return u64::from(n);
     }
-    let child = strategy.clone();
+    // The forked call gets its own copy of the strategy (a `Copy` of nothing or of one
+    // pointer), so the record holds no pointer back into this frame.
+    let child = *strategy;
     let (second, first) = strategy.join(|| fib(strategy, n - 2), move || fib(&child, n - 1));
     first + second
 }
@@ -162,7 +162,7 @@ fn squares<S: Strategy>(strategy: &S, n: u32, row: u32, columns: u32, left: u32,
     let board = (1u32 << n) - 1;
     let bit = free & free.wrapping_neg();
     let others = free & (free - 1);
-    let child = strategy.clone();
+    let child = *strategy;
     let (rest, first) = strategy.join(
         || if others == 0 { 0 } else { squares(strategy, n, row, columns, left, right, others) },
         move || place(&child, n, row + 1, columns | bit, ((left | bit) << 1) & board, (right | bit) >> 1),
@@ -235,10 +235,10 @@ impl Chart {
 pub fn cky<S2: Strategy>(strategy: &S2) -> u64 {
     let words: Vec<usize> = SENTENCE.split(' ').map(tag).collect();
     let n = words.len();
-    let chart = Arc::new(Chart {
+    let chart = Chart {
         words: n,
         cells: (0..(n + 1) * (n + 1) * SYMBOLS).map(|_| AtomicU64::new(0)).collect(),
-    });
+    };
     for (i, &symbol) in words.iter().enumerate() {
         chart.set(i, i + 1, symbol, 1);
     }
@@ -249,17 +249,17 @@ pub fn cky<S2: Strategy>(strategy: &S2) -> u64 {
 }
 
 /// Fills the cells of span `length` starting at `first..last`.
-fn cells<S2: Strategy>(strategy: &S2, chart: &Arc<Chart>, length: usize, first: usize, last: usize) {
+fn cells<S2: Strategy>(strategy: &S2, chart: &Chart, length: usize, first: usize, last: usize) {
     if last - first == 1 {
         strategy.leaf();
         fill(chart, first, first + length);
         return;
     }
     let middle = first + (last - first) / 2;
-    let (child, child_chart) = (strategy.clone(), chart.clone());
+    let child = *strategy;
     strategy.join(
         || cells(strategy, chart, length, middle, last),
-        move || cells(&child, &child_chart, length, first, middle),
+        move || cells(&child, chart, length, first, middle),
     );
 }
 

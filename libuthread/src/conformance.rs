@@ -50,6 +50,7 @@ pub const CHECKS: &[Check] = &[
     ("inline_child_blocks_like_a_thread", inline_child_blocks_like_a_thread),
     ("unjoined_children_still_run", unjoined_children_still_run),
     ("join_forks_lazily", join_forks_lazily),
+    ("join_borrows_the_callers_frame", join_borrows_the_callers_frame),
     ("condvar_wait_timeout", condvar_wait_timeout),
     ("channel_timeouts", channel_timeouts),
     ("channel_iterators_and_names", channel_iterators_and_names),
@@ -968,6 +969,45 @@ fn channel_iterators_and_names() -> Outcome {
     drop((tx, stx));
     let owned: Vec<i32> = rx.into_iter().chain(&srx).collect();
     ensure!(owned == [1, 2], "mpmc iterators: {owned:?}");
+    Ok(())
+}
+
+/// `join`'s `b` borrows the caller's frame (it need not be `'static`): mutably, while `a`
+/// blocks until `b` has run (so `b` is a promoted thread, running on its own stack, maybe on
+/// another vCPU, and writing into the joiner's frame); returning a reference into it; and a
+/// recursive sum over a borrowed slice whose leaves yield, so records are promoted and run
+/// anywhere while their joiners wait.
+fn join_borrows_the_callers_frame() -> Outcome {
+    let mut filled = [0u64; 32];
+    let (tx, rx) = mpsc::channel::<()>();
+    let (got, ()) = crate::join(
+        || rx.recv().is_ok(),
+        || {
+            for (i, x) in filled.iter_mut().enumerate() {
+                *x = 3 * i as u64;
+            }
+            tx.send(()).ok();
+        },
+    );
+    let total: u64 = filled.iter().sum();
+    ensure!(got && total == 3 * 31 * 32 / 2, "b writing the caller's array as a thread: sum {total} (a got the signal: {got})");
+
+    let table = [5u64, 7, 11, 13];
+    let (first, third) = crate::join(|| &table[0], || &table[2]);
+    ensure!((*first, *third) == (5, 11), "references into the caller's frame gave {first}, {third}");
+
+    fn sum(v: &[u64]) -> u64 {
+        if v.len() <= 8 {
+            crate::yield_now();
+            return v.iter().sum();
+        }
+        let (left, right) = v.split_at(v.len() / 2);
+        let (a, b) = crate::join(|| sum(left), || sum(right));
+        a + b
+    }
+    let v: Vec<u64> = (1..=1_000).collect();
+    let s = sum(&v);
+    ensure!(s == 500_500, "sum over a borrowed slice by join gave {s}");
     Ok(())
 }
 

@@ -103,34 +103,59 @@ struct Job<B, R> {
     settings: usize,
 }
 
-/// A record's address, moved into its promoted thread.
-struct JobPtr<B, R>(*const Job<B, R>);
-
-// SAFETY: the record is only touched by its promoted thread until that completes it, then
-// only by its joiner; `B` and `R` are `Send`.
-unsafe impl<B: Send, R: Send> Send for JobPtr<B, R> {}
-
 /// `JobHeader::promote` for a `Job<B, R>`.
+///
+/// `B` and `R` need not be `'static`: the record's joiner does not leave `join` (returning or
+/// unwinding) before the promoted thread has completed the record, and the thread touches
+/// neither `B` nor `R` after that — what `std::thread::scope` and `rayon::join` rely on too.
+/// The thread's closure is built by [`spawn_promoted`], which names neither type.
 ///
 /// # Safety
 /// `h` is the header of a live `Job<B, R>` just taken off an unpublished list (its closure
 /// still in it); if `v` is given, the caller runs on vCPU `v` with LTN = 0.
 unsafe fn promote<B, R>(h: *const JobHeader, v: Option<&'static crate::sched::Vcpu>) -> *mut Thmb
 where
-    B: FnOnce() -> R + Send + 'static,
-    R: Send + 'static,
+    B: FnOnce() -> R + Send,
+    R: Send,
 {
-    let job = JobPtr(h as *const Job<B, R>);
+    let job = h as *const Job<B, R>;
     // SAFETY: a live record off the list: ours until its thread runs.
     unsafe {
-        let settings = (*job.0).settings;
+        let settings = (*job).settings;
         let (name, stack_size) = if settings & 1 == 0 {
             (None, settings >> 1)
         } else {
             let named = (settings & !1) as *mut Named;
             ((*named).name.take().map(String::into_boxed_str), (*named).stack_size)
         };
-        let t = Thmb::new_thread(v, move || run_promoted(job), name, stack_size, 1);
+        spawn_promoted(v, h, run_promoted::<B, R>, name, stack_size)
+    }
+}
+
+/// A promoted record and the function that runs it, moved into its thread: no type of the
+/// record's in it, so the thread's closure is `'static` whatever the record borrows.
+struct Promoted(*const JobHeader, unsafe fn(*const JobHeader));
+
+// SAFETY: the record is only touched by its promoted thread until that completes it, then
+// only by its joiner; its closure and result are `Send` (`promote`'s bounds).
+unsafe impl Send for Promoted {}
+
+/// Makes the detached thread of a promoted record (see [`promote`]). Not generic, so the one
+/// closure type it spawns is `'static`.
+///
+/// # Safety
+/// As for `promote`; `run` is `run_promoted` for the record's types.
+#[inline(never)]
+unsafe fn spawn_promoted(v: Option<&'static crate::sched::Vcpu>, h: *const JobHeader, run: unsafe fn(*const JobHeader), name: Option<alloc::boxed::Box<str>>, stack_size: usize) -> *mut Thmb {
+    let job = Promoted(h, run);
+    let body = move || {
+        let job = job;
+        // SAFETY: `run` matches the record (contract), which stays until completed.
+        unsafe { (job.1)(job.0) }
+    };
+    // SAFETY: forwarded contract.
+    unsafe {
+        let t = Thmb::new_thread(v, body, name, stack_size, 1);
         // Nobody joins the thread itself: the record is the join.
         (*t).join.store(JOIN_DETACHED, Ordering::Relaxed);
         t
@@ -139,14 +164,18 @@ where
 
 /// The body of a promoted record's thread: runs the closure, stores its outcome in the record,
 /// completes it (waking its joiner if it waits). The record may be gone once it is completed.
-fn run_promoted<B, R>(job: JobPtr<B, R>)
+///
+/// # Safety
+/// `h` is the header of a promoted `Job<B, R>`: its closure is still in it and only this
+/// thread touches the record until it completes it; the joiner does not leave `join` before
+/// that.
+unsafe fn run_promoted<B, R>(h: *const JobHeader)
 where
-    B: FnOnce() -> R + Send + 'static,
-    R: Send + 'static,
+    B: FnOnce() -> R + Send,
+    R: Send,
 {
-    let job = job.0;
-    // SAFETY: promoted: the closure is still in the record and only this thread touches the
-    // record until it completes it; the joiner does not leave `join` before that.
+    let job = h as *const Job<B, R>;
+    // SAFETY: per the contract.
     unsafe {
         let body = ManuallyDrop::take(&mut *(*job).body.get());
         let outcome = crate::unwind::catch(body);
@@ -161,8 +190,8 @@ where
 pub(crate) fn join_with<A, B, RA, RB>(name: Option<String>, stack_size: usize, a: A, b: B) -> (RA, RB)
 where
     A: FnOnce() -> RA,
-    B: FnOnce() -> RB + Send + 'static,
-    RB: Send + 'static,
+    B: FnOnce() -> RB + Send,
+    RB: Send,
 {
     let mut named = Named { name, stack_size };
     let settings = if named.name.is_some() { &raw mut named as usize | 1 } else { stack_size << 1 };
@@ -200,8 +229,8 @@ where
 #[inline(always)]
 unsafe fn finish<B, R>(job: &Job<B, R>, me: *mut Thmb) -> R
 where
-    B: FnOnce() -> R + Send + 'static,
-    R: Send + 'static,
+    B: FnOnce() -> R + Send,
+    R: Send,
 {
     // SAFETY: per the contract.
     if unsafe { crate::sched::take_job(&job.header, me) } {
@@ -232,13 +261,13 @@ unsafe fn wait_promoted<B, R>(job: &Job<B, R>) -> Outcome<R> {
 /// while the scheduler or a thread can still reach the record.
 struct Listed<'a, B, R>(&'a Job<B, R>, *mut Thmb)
 where
-    B: FnOnce() -> R + Send + 'static,
-    R: Send + 'static;
+    B: FnOnce() -> R + Send,
+    R: Send;
 
 impl<B, R> Drop for Listed<'_, B, R>
 where
-    B: FnOnce() -> R + Send + 'static,
-    R: Send + 'static,
+    B: FnOnce() -> R + Send,
+    R: Send,
 {
     fn drop(&mut self) {
         let job = self.0;

@@ -290,6 +290,10 @@ where
 /// is propagated once `a` has returned. Outside a user thread (outside [`run`](crate::run)) or
 /// inside a library critical section, `a` and then `b` are plain calls.
 ///
+/// Both closures may borrow from the caller (`b` need not be `'static`, only `Send`): `join`
+/// does not return, nor unwind, before `b` has run — inline or as its thread — as with
+/// `std::thread::scope` or `rayon::join`.
+///
 /// ```
 /// fn fib(n: u64) -> u64 {
 ///     if n < 2 {
@@ -299,13 +303,25 @@ where
 ///     x + y
 /// }
 /// libuthread::run(2, || assert_eq!(fib(15), 610));
+///
+/// // Borrowing: sum the halves of a slice in place.
+/// fn sum(v: &[u64]) -> u64 {
+///     if v.len() <= 4 {
+///         return v.iter().sum();
+///     }
+///     let (left, right) = v.split_at(v.len() / 2);
+///     let (a, b) = libuthread::join(|| sum(left), || sum(right));
+///     a + b
+/// }
+/// let v: Vec<u64> = (1..=100).collect();
+/// libuthread::run(2, move || assert_eq!(sum(&v), 5050));
 /// ```
 #[inline]
 pub fn join<A, B, RA, RB>(a: A, b: B) -> (RA, RB)
 where
     A: FnOnce() -> RA,
-    B: FnOnce() -> RB + Send + 'static,
-    RB: Send + 'static,
+    B: FnOnce() -> RB + Send,
+    RB: Send,
 {
     crate::join::join_with(None, sched::DEFAULT_STACK_SIZE, a, b)
 }
@@ -378,8 +394,8 @@ impl Builder {
     pub fn join<A, B, RA, RB>(self, a: A, b: B) -> (RA, RB)
     where
         A: FnOnce() -> RA,
-        B: FnOnce() -> RB + Send + 'static,
-        RB: Send + 'static,
+        B: FnOnce() -> RB + Send,
+        RB: Send,
     {
         let size = self.stack_size.unwrap_or(sched::DEFAULT_STACK_SIZE).max(16 * 1024);
         crate::join::join_with(self.name, size, a, b)
