@@ -171,7 +171,9 @@ impl Thmb {
                 // A pooled ThMB never was the main thread's: `run` takes the main thread's
                 // from the heap and gives it back there (`Thmb::release` outside any thread).
                 debug_assert!(!(*t).is_main);
-                (*t).join.store(JOIN_RUNNING, Ordering::Relaxed);
+                // The join word too is reset already: `free_thmb` resets it, and an inline
+                // join pools a ThMB whose word was never changed (see `sched::run_inline`).
+                debug_assert_eq!((*t).join.load(Ordering::Relaxed), JOIN_RUNNING);
             } else {
                 ptr::write(t, Thmb::blank());
             }

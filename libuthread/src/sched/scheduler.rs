@@ -1099,6 +1099,11 @@ fn alloc_thmb_from_heap() -> *mut Thmb {
 #[inline]
 pub(crate) unsafe fn free_thmb(t: *mut Thmb, v: Option<&'static Vcpu>) {
     if let Some(vcpu) = v {
+        // A pooled ThMB's join word says RUNNING (invariant; `Thmb::new_thread` relies on
+        // it): reset here, where the thread exited, not at every spawn — the inline join's
+        // ThMB, pooled by `run_inline`, never left RUNNING.
+        // SAFETY: retired and unreachable (contract): ours.
+        unsafe { (*t).join.store(JOIN_RUNNING, Ordering::Relaxed) };
         // SAFETY: forwarded contract.
         if unsafe { vcpu.pool.give_thmb(t) } {
             return;
@@ -1221,14 +1226,15 @@ pub(crate) unsafe fn run_inline<T>(t: *mut Thmb, out: &mut core::mem::MaybeUnini
             drop_extras(t);
         }
         // No JOIN_EXITED store: only a `JoinHandle` reads the join word, and the one handle is
-        // the caller's, consumed by this join; the ThMB is retired below (a pooled ThMB gets
-        // the word reset when it is reused).
+        // the caller's, consumed by this join. So the word still says RUNNING, as a pooled
+        // ThMB's must (the caller, who alone could change it, is here and not waiting).
         // Back to the joiner, on the vCPU the child is on now.
         platform::set_ltn(ptr::null_mut());
         let home = home_of(t);
         set_home(me, home);
         // The join: both references are ours (the handle's and the finished run's), so no
         // count to decrement; the ThMB, holding nothing now, goes straight to this vCPU's pool.
+        debug_assert_eq!((*t).join.load(Ordering::Relaxed), JOIN_RUNNING);
         let pooled = home.pool.give_thmb(t);
         if !pooled {
             free_thmb_to_heap(t);
