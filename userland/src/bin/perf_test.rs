@@ -90,7 +90,16 @@ fn main() -> i32 {
     let elapsed = sys::clock(libuthread::Clock::Cycles).unwrap_or(0) - t0;
     let Ok((domain, _)) = sys::counters(tsumugi_abi::stats::scope::DOMAIN) else { return 1 };
     let all = domain[tsumugi_abi::stats::Counter::ContextSwitches as usize] as usize;
-    println!("perf_test: switched to me {mine} times, to the other thread {theirs}, to the program {all}; my cycles {my_cycles} of {elapsed} elapsed");
+    // Where it ended: the cycle counters are per CPU, so `elapsed` means something only if the
+    // pin held (the two reads on one CPU). Printed, and a failure says which case it was.
+    let end_cpu = sys::cpu_id();
+    println!("perf_test: switched to me {mine} times, to the other thread {theirs}, to the program {all}; my cycles {my_cycles} of {elapsed} elapsed (cpu {cpu} -> {end_cpu})");
+    if end_cpu != cpu {
+        println!("perf_test: FAILED: pinned to cpu {cpu} but ended on cpu {end_cpu}");
+        ok = false;
+    } else if my_cycles >= elapsed {
+        println!("perf_test: FAILED: on one cpu, my cycles {my_cycles} >= the {elapsed} that elapsed");
+    }
     // Each thread counts only the switches to itself, and only its own cycles.
     ok &= mine >= YIELDS / 2 && mine <= YIELDS + 4 && theirs >= YIELDS / 2 && theirs <= YIELDS + 4;
     ok &= mine + theirs <= all && my_cycles < elapsed;
