@@ -132,9 +132,15 @@ pub fn parse_go_bench(output: &str) -> Vec<CriterionResult> {
         .collect()
 }
 
-/// A ratio as a cell: two decimals.
+/// A ratio as a cell: two decimals, or three significant digits below 0.1 (libuthread's
+/// spawn + join against corosensei's create + run is about 0.001, which two decimals showed
+/// as a bare 0.00).
 fn ratio(x: f64) -> Value {
-    Value::Decimal(format!("{x:.2}"))
+    if x == 0.0 || x.abs() >= 0.1 {
+        return Value::Decimal(format!("{x:.2}"));
+    }
+    let decimals = (2.0 - x.abs().log10().floor()) as usize;
+    Value::Decimal(format!("{x:.decimals$}"))
 }
 
 /// Builds the comparison table from the host tables `tables` holds (criterion's `host_switch`
@@ -222,6 +228,19 @@ BenchmarkSpawnWait        	  100984	      3078 ns/op
 PASS
 ok  	tsumugi.invalid/bench/go	2.432s
 ";
+
+    #[test]
+    fn small_ratios_keep_three_significant_digits() {
+        let text = |x: f64| match ratio(x) {
+            Value::Decimal(s) => s,
+            _ => unreachable!(),
+        };
+        assert_eq!(text(22.004), "22.00");
+        assert_eq!(text(0.5), "0.50");
+        assert_eq!(text(0.0013099), "0.00131");
+        assert_eq!(text(0.04567), "0.0457");
+        assert_eq!(text(0.0), "0.00");
+    }
 
     #[test]
     fn parses_go_bench_output() {
