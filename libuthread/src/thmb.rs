@@ -38,11 +38,14 @@ use crate::context::Window;
 use crate::task::Task;
 use crate::prim::{AtomicPtr, AtomicUsize, Ordering};
 use crate::sched::queue::Linked;
-use crate::sched::runstate::RunState;
+use crate::sched::runstate::{RunState, READY, RUNNING};
 
 
 /// `join` word: the thread is still running and nobody waits.
 pub(crate) const JOIN_RUNNING: usize = 0;
+/// References of a spawned thread (its `JoinHandle` and its run), and what a pooled ThMB's
+/// count says (`sched::free_thmb` resets it; an inline join pools its ThMB with both).
+pub(crate) const SPAWN_REFS: usize = 2;
 /// `join` word: the thread has exited (its result is ready).
 pub(crate) const JOIN_EXITED: usize = 1;
 /// `join` word: the `JoinHandle` was dropped; the thread drops its own result at exit.
@@ -166,7 +169,11 @@ impl Thmb {
                 // `header.fp_area` (set before the thread first runs, on a stack of its own or
                 // inline, and read by the kernel only while the thread runs).
                 Thmb::set_mask(t, mask::NONE);
-                ptr::write(&raw mut (*t).state, RunState::new());
+                // The run state is not set either: a pooled ThMB's says READY or RUNNING (a
+                // running thread's is one of the two, and it ended running), and nothing reads
+                // a thread's state before the thread itself writes it as it blocks (see
+                // `runstate`).
+                debug_assert!(matches!((*t).state.get(), READY | RUNNING));
                 debug_assert_eq!((*t).stack.get(), (0, 0));
                 // A pooled ThMB never was the main thread's: `run` takes the main thread's
                 // from the heap and gives it back there (`Thmb::release` outside any thread).
@@ -174,8 +181,15 @@ impl Thmb {
                 // The join word too is reset already: `free_thmb` resets it, and an inline
                 // join pools a ThMB whose word was never changed (see `sched::run_inline`).
                 debug_assert_eq!((*t).join.load(Ordering::Relaxed), JOIN_RUNNING);
+                // And its count says SPAWN_REFS (reset by `free_thmb`, never changed by an
+                // inline join): a spawn's constant `refs` folds this test away.
+                debug_assert_eq!((*t).refs.load(Ordering::Relaxed), SPAWN_REFS);
+                if refs != SPAWN_REFS {
+                    (*t).refs.store(refs, Ordering::Relaxed);
+                }
             } else {
                 ptr::write(t, Thmb::blank());
+                (*t).refs.store(refs, Ordering::Relaxed);
             }
             (*t).task.set(f);
             debug_assert!(!(*t).extras.get());
@@ -184,7 +198,6 @@ impl Thmb {
                 (*t).extras.set(true);
             }
             (*t).stack_size = stack_size;
-            (*t).refs.store(refs, Ordering::Relaxed);
         }
         t
     }

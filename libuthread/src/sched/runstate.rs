@@ -21,9 +21,16 @@
 
 use crate::prim::{AtomicU32, Ordering};
 
-/// Never run yet, or queued (`READY`).
+/// Queued (a new thread: this or `RUNNING`, see below).
 pub(crate) const READY: u32 = 0;
 /// On a vCPU.
+///
+/// The two are told apart only for whoever looks (tests, a debugger): nothing decides on
+/// them. A thread's state matters from the moment it blocks, and it writes it itself then
+/// ([`RunState::begin_park`], [`RunState::park_direct`]), so a new thread starts with what its
+/// ThMB last said — `READY` or `RUNNING`, never a blocking state, since every thread ends
+/// running — and a child run inline at its join is not marked `RUNNING` (two stores fewer
+/// per spawn + inline join).
 pub(crate) const RUNNING: u32 = 1;
 /// Decided to block; may not have left its vCPU yet.
 pub(crate) const PARKING: u32 = 2;

@@ -1102,8 +1102,12 @@ pub(crate) unsafe fn free_thmb(t: *mut Thmb, v: Option<&'static Vcpu>) {
         // A pooled ThMB's join word says RUNNING (invariant; `Thmb::new_thread` relies on
         // it): reset here, where the thread exited, not at every spawn — the inline join's
         // ThMB, pooled by `run_inline`, never left RUNNING.
+        // The same for its count (`SPAWN_REFS`, which an inline join's ThMB still has).
         // SAFETY: retired and unreachable (contract): ours.
-        unsafe { (*t).join.store(JOIN_RUNNING, Ordering::Relaxed) };
+        unsafe {
+            (*t).join.store(JOIN_RUNNING, Ordering::Relaxed);
+            (*t).refs.store(crate::thmb::SPAWN_REFS, Ordering::Relaxed);
+        }
         // SAFETY: forwarded contract.
         if unsafe { vcpu.pool.give_thmb(t) } {
             return;
@@ -1214,7 +1218,8 @@ pub(crate) unsafe fn run_inline<T>(t: *mut Thmb, out: &mut core::mem::MaybeUnini
     // here, or set by `claim_queued`). `me` is the calling thread.
     unsafe {
         (*t).header.fp_area = (*me).header.fp_area;
-        (*t).state.set(RUNNING);
+        // Its run state is left as it is (READY or RUNNING, see `Thmb::new_thread`): nothing
+        // reads it before the child writes it itself, as it blocks.
         platform::set_ltn(t);
         // From here this code runs as `t`. (Its task holds the closure: a thread off every
         // list that never ran.) Its outcome goes straight into `out`, which stays put: this
@@ -1235,6 +1240,7 @@ pub(crate) unsafe fn run_inline<T>(t: *mut Thmb, out: &mut core::mem::MaybeUnini
         // The join: both references are ours (the handle's and the finished run's), so no
         // count to decrement; the ThMB, holding nothing now, goes straight to this vCPU's pool.
         debug_assert_eq!((*t).join.load(Ordering::Relaxed), JOIN_RUNNING);
+        debug_assert_eq!((*t).refs.load(Ordering::Relaxed), crate::thmb::SPAWN_REFS);
         let pooled = home.pool.give_thmb(t);
         if !pooled {
             free_thmb_to_heap(t);
@@ -1312,7 +1318,7 @@ where
     // (which could run it in parallel).
     // SAFETY: LTN = 0 on `v`; the new thread is ours until listed.
     unsafe {
-        let t = Thmb::new_thread(Some(vcpu), f, name, stack_size, 2);
+        let t = Thmb::new_thread(Some(vcpu), f, name, stack_size, crate::thmb::SPAWN_REFS);
         set_home(t, vcpu);
         vcpu.push_fresh(t);
         if IDLE.any() {
@@ -1333,7 +1339,7 @@ where
 {
     assert!(vcpu_count() > 0, "libuthread: spawn outside libuthread::run");
     // SAFETY: no vCPU given: heap memory.
-    let t = unsafe { Thmb::new_thread(None, f, name, stack_size, 2) };
+    let t = unsafe { Thmb::new_thread(None, f, name, stack_size, crate::thmb::SPAWN_REFS) };
     make_ready(t, 0);
     t
 }
@@ -2623,7 +2629,7 @@ where
         vcpu.ensure_stack();
     }
     // SAFETY: no vCPU given: heap memory.
-    let main = unsafe { Thmb::new_thread(None, body, name, DEFAULT_STACK_SIZE, 2) };
+    let main = unsafe { Thmb::new_thread(None, body, name, DEFAULT_STACK_SIZE, crate::thmb::SPAWN_REFS) };
     // SAFETY: new and ours.
     unsafe { (*main).is_main = true };
     // SAFETY: new and ours.
