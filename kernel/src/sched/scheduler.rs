@@ -517,6 +517,10 @@ unsafe fn switch_to_idle(cpu: &Cpu, leftover: Prev) {
     // SAFETY: the caller's; the thread's context stays valid until the idle loop has
     // finished the switch (`on_cpu`).
     unsafe {
+        // What its hardware counters counted since it came is its own, as in a switch to a
+        // thread: the switch from idle back to it restarts them (`switch_in`), so without this
+        // a thread that blocks into the idle loop lost every count of its last run.
+        crate::perf::switch_out(&*prev);
         let prev_ctx = (*prev).context.get();
         *cpu.prev.get() = leftover;
         crate::trace::idle();

@@ -35,6 +35,38 @@ fn other(cpu: usize) -> usize {
     0
 }
 
+/// A thread's counts survive its blocks: a long loop, then a sleep, a short loop and another
+/// sleep (with nothing else to run, this CPU goes to its idle loop at each). The thread's cycles
+/// are at least half of what the long loop took on the clock — the half allows for time it
+/// was not running — where the kernel, which lost the counts of every run that ended in the
+/// idle loop, counted only the last short run. Called pinned, so clock and counter are one
+/// CPU's.
+fn counts_across_sleeps() -> bool {
+    let Ok(h) = sys::perf_open(Event::Cycles) else { return false };
+    let _ = sys::perf_start(h);
+    let t0 = sys::clock(libuthread::Clock::Cycles).unwrap_or(0);
+    let mut x = 0u64;
+    for i in 0..200_000u64 {
+        x = core::hint::black_box(x.wrapping_add(i));
+    }
+    let long = sys::clock(libuthread::Clock::Cycles).unwrap_or(0) - t0;
+    let _ = sys::sleep_nanos(1_000_000);
+    for i in 0..100u64 {
+        x = core::hint::black_box(x.wrapping_add(i));
+    }
+    let _ = sys::sleep_nanos(1_000_000);
+    let _ = sys::perf_stop(h);
+    let n = sys::perf_read(h).unwrap_or(0);
+    let _ = sys::perf_close(h);
+    if n < long / 2 {
+        println!("perf_test: FAILED: my cycles {n} over a loop that took {long} on the clock and two sleeps ({x})");
+        false
+    } else {
+        println!("perf_test: my cycles {n} over a loop that took {long} on the clock and two sleeps");
+        true
+    }
+}
+
 fn main() -> i32 {
     let mut ok = true;
     for e in [Event::Instructions, Event::DtlbMiss, Event::ItlbMiss] {
@@ -54,6 +86,7 @@ fn main() -> i32 {
                 } else {
                     println!("perf_test: {} supported here ({n} over a 1,000-iteration loop)", e.name());
                 }
+
                 let _ = sys::perf_close(h);
             }
             Err(Some(Errno::NotSup)) => println!("perf_test: {}: unsupported (ENOTSUP), as it should say", e.name()),
@@ -68,6 +101,7 @@ fn main() -> i32 {
         println!("perf_test: FAILED: could not pin to cpu {cpu}");
         return 1;
     }
+    ok &= counts_across_sleeps();
     let Ok(t) = sys::spawn(other, cpu, 16 * 1024, false) else { return 1 };
     // Wait (yielding, which does nothing until it is here) for the other thread to be on this
     // CPU; its thread_pin moves it here if it started elsewhere.
