@@ -145,7 +145,8 @@ impl Thmb {
     }
 
     /// A new, never-run thread with `refs` references: a ThMB from the pool of the vCPU `v` (if
-    /// given and not empty), else a blank one from the heap.
+    /// given and not empty), else a blank one from the heap. With `v` given, the thread's vCPU
+    /// is `v`.
     ///
     /// A pooled ThMB is an old thread's, emptied by [`Thmb::retire`]: only the fields a thread
     /// that never ran reads are set again (about a dozen stores, where a blank ThMB is 600
@@ -167,8 +168,11 @@ impl Thmb {
             if pooled {
                 // Not set again: `run_next` (whoever lists the thread sets it) and
                 // `header.fp_area` (set before the thread first runs, on a stack of its own or
-                // inline, and read by the kernel only while the thread runs).
-                Thmb::set_mask(t, mask::NONE);
+                // inline, and read by the kernel only while the thread runs). Nor its save
+                // mask and vCPU: a pooled ThMB's say NONE and the pool's vCPU (`free_thmb`
+                // sets both; an inline join pools a ThMB that says so already).
+                debug_assert_eq!(Thmb::mask(t), mask::NONE);
+                debug_assert!(v.is_some_and(|v| ptr::eq((*t).vcpu.load(Ordering::Relaxed) as *const crate::sched::Vcpu, v)));
                 // The run state is not set either: a pooled ThMB's says READY or RUNNING (a
                 // running thread's is one of the two, and it ended running), and nothing reads
                 // a thread's state before the thread itself writes it as it blocks (see
@@ -190,6 +194,9 @@ impl Thmb {
             } else {
                 ptr::write(t, Thmb::blank());
                 (*t).refs.store(refs, Ordering::Relaxed);
+                if let Some(v) = v {
+                    crate::sched::set_home(t, v);
+                }
             }
             (*t).task.set(f);
             debug_assert!(!(*t).extras.get());

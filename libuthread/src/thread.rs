@@ -445,7 +445,7 @@ impl<T: 'static> JoinHandle<T> {
             unsafe { Self::join_waiting(t, &mut out) }
         }
         // SAFETY: written by one of the two.
-        unsafe { out.assume_init() }
+        crate::unwind::settled(unsafe { out.assume_init() })
     }
 
     /// [`join`](Self::join) of a child that started (or finished) already: waits for it, then

@@ -895,7 +895,7 @@ pub(crate) unsafe fn vcpu_of(t: *const Thmb) -> usize {
 /// `t` is live, and the caller may write its `vcpu` word (it runs `t` with LTN = 0, or `t` is
 /// READY and the caller's until queued).
 #[inline(always)]
-unsafe fn set_home(t: *mut Thmb, vcpu: &'static Vcpu) {
+pub(crate) unsafe fn set_home(t: *mut Thmb, vcpu: &'static Vcpu) {
     // SAFETY: per the contract.
     unsafe { (*t).vcpu.store(vcpu as *const Vcpu as *mut Vcpu, Ordering::Relaxed) }
 }
@@ -1104,9 +1104,13 @@ pub(crate) unsafe fn free_thmb(t: *mut Thmb, v: Option<&'static Vcpu>) {
         // ThMB, pooled by `run_inline`, never left RUNNING.
         // The same for its count (`SPAWN_REFS`, which an inline join's ThMB still has).
         // SAFETY: retired and unreachable (contract): ours.
+        // Its save mask says NONE and its vCPU is the pool's too (invariants `Thmb::new_thread`
+        // relies on, as for the join word): an exited thread's may say anything.
         unsafe {
             (*t).join.store(JOIN_RUNNING, Ordering::Relaxed);
             (*t).refs.store(crate::thmb::SPAWN_REFS, Ordering::Relaxed);
+            Thmb::set_mask(t, mask::NONE);
+            set_home(t, vcpu);
         }
         // SAFETY: forwarded contract.
         if unsafe { vcpu.pool.give_thmb(t) } {
@@ -1241,6 +1245,9 @@ pub(crate) unsafe fn run_inline<T>(t: *mut Thmb, out: &mut core::mem::MaybeUnini
         // count to decrement; the ThMB, holding nothing now, goes straight to this vCPU's pool.
         debug_assert_eq!((*t).join.load(Ordering::Relaxed), JOIN_RUNNING);
         debug_assert_eq!((*t).refs.load(Ordering::Relaxed), crate::thmb::SPAWN_REFS);
+        // Its save mask says NONE (it runs: see `resume`), and its vCPU is `home`, the pool's:
+        // what a pooled ThMB's must say, with nothing to store.
+        debug_assert_eq!(Thmb::mask(t), mask::NONE);
         let pooled = home.pool.give_thmb(t);
         if !pooled {
             free_thmb_to_heap(t);
@@ -1318,8 +1325,8 @@ where
     // (which could run it in parallel).
     // SAFETY: LTN = 0 on `v`; the new thread is ours until listed.
     unsafe {
+        // Its vCPU is this one already (`Thmb::new_thread` given a vCPU).
         let t = Thmb::new_thread(Some(vcpu), f, name, stack_size, crate::thmb::SPAWN_REFS);
-        set_home(t, vcpu);
         vcpu.push_fresh(t);
         if IDLE.any() {
             vcpu.publish_fresh();
