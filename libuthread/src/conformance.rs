@@ -726,6 +726,17 @@ fn join_forks_lazily() -> Outcome {
     ensure!(b == 11, "b blocking on the filler got {b}");
     ensure!(a == me && crate::current().id() == me, "the joiner is someone else after join");
 
+    // `a` spawns a child and joins it at once (run inline, on the joiner's stack, as itself),
+    // and the child waits for `b`: `b` is the joiner's record, not the blocking child's, and
+    // must still become a thread (the joiner's records go to its vCPU's list before the child
+    // runs inline), also on one vCPU.
+    let (b_tx, b_rx) = mpsc::channel::<u32>();
+    let (got, sent) = crate::join(
+        move || crate::spawn(move || b_rx.recv().unwrap_or(0)).join().unwrap_or(0),
+        move || b_tx.send(13).is_ok(),
+    );
+    ensure!(got == 13 && sent, "a child joined inline waiting for its joiner's b got {got} (sent: {sent})");
+
     // Spawned children left unjoined inside `a`, joined after the join.
     let mut handles = Vec::new();
     let (n, m) = crate::join(

@@ -1,28 +1,33 @@
 //! Fork-join with a task record on the caller's stack ([`join`](crate::join)): lazy thread
 //! creation as StackThreads and Cilk mean it — the forked closure costs a *record* (a few words
-//! in the joiner's own frame, pushed on its vCPU's unpublished list), not a thread; it becomes a
+//! in the joiner's own frame, pushed on its thread's own record list), not a thread; it becomes a
 //! thread only when someone else could run it.
 //!
 //! # The record's life
-//! - `join(a, b)` builds a [`Job`] for `b` in its frame and pushes it on its vCPU's unpublished
-//!   list (`Vcpu::fresh`, the list lazy `spawn`s use, the entry tagged as a record), in a
-//!   library critical section (LTN = 0, so no upcall edits the list meanwhile). Then it calls
-//!   `a`.
-//! - When `a` returns, the joiner takes the record back off the list (the head, usually: every
-//!   record pushed by `a` has been taken back or promoted) and calls `b` right there, as a plain
-//!   call: no ThMB, no stack, no identity switch, the result in a local. This is the whole cost
-//!   of a fork that nobody else wanted: two short critical sections and four stores.
-//! - If the record is not on the list any more, it was **promoted**: whenever the vCPU enters the
-//!   scheduler (the thread blocked, yielded or was preempted; a block while another thread is
+//! - `join(a, b)` builds a [`Job`] for `b` in its frame and pushes it on the calling thread's
+//!   own record list (`Thmb::records`, the entry tagged as a record), with plain loads and
+//!   stores and no critical section: only the thread touches that list while it runs (see
+//!   `sched::push_job`). Then it calls `a`.
+//! - When `a` returns, the joiner takes the record back off its own list (the head, if it is
+//!   there: every record pushed by `a` has been taken back or handed on) and calls `b` right
+//!   there, as a plain call: no ThMB, no stack, no identity switch, the result in a local. This
+//!   is the whole cost of a fork that nobody else wanted: a load and a compare more than the
+//!   record's stores and the list's two.
+//! - If the record is not there, the thread's records went to its vCPU's unpublished list
+//!   (`Vcpu::fresh`, the list lazy `spawn`s use) when it entered the scheduler (it blocked or
+//!   yielded inside `a`) or ran a spawned child inline; the join looks there, in a library
+//!   critical section. Not there either, it was **promoted**: whenever the vCPU enters the
+//!   scheduler (a thread blocked, yielded or was preempted; a block while another thread is
 //!   ready here leaves the list for a while, see "Deferred promotion" in `sched::scheduler`),
-//!   every record on the list becomes an ordinary thread (a ThMB from
+//!   every record on that list becomes an ordinary thread (a ThMB from
 //!   the vCPU's pool, the record's closure moved into it, detached) on the ready queue, where it
 //!   runs — or is stolen — like any spawned thread, and writes its outcome back into the
 //!   record. The joiner then waits for it on the record's completion word
 //!   (`sched::completion`, the join word protocol), so a join never misses a promoted child
-//!   however the two race. A fork that sees an idle vCPU promotes only the *oldest* entry of
-//!   the list (`Vcpu::publish_oldest`: the outermost fork, the largest piece of work, as a Cilk
-//!   thief steals it) and hands it to that vCPU; the newer records stay records.
+//!   however the two race. A fork that sees an idle vCPU promotes only the *oldest* record of
+//!   its thread's own list (`sched::promote_oldest_record`: the outermost fork, the largest
+//!   piece of work, as a Cilk thief steals it) and hands it to that vCPU; the newer records
+//!   stay records. A thread that blocks in the kernel has its records promoted at once.
 //!
 //! So `b` behaves as a thread whenever that matters: if `a` blocks (on anything, including on
 //! what `b` will do), the vCPU's scheduler promotes `b` and it runs — at once when nothing else
@@ -51,9 +56,9 @@ use crate::thmb::{Thmb, JOIN_DETACHED};
 /// into a thread.
 #[repr(C)]
 pub(crate) struct JobHeader {
-    /// The next entry of the unpublished list (a tagged entry word, see `scheduler::JOB_TAG`);
-    /// set when the record is listed (left unset before, saving a store on every fork: the
-    /// critical section's LTN writes keep the compiler from seeing an initial value as dead).
+    /// The next entry of the list the record is on (its thread's own, or a vCPU's unpublished
+    /// list: a tagged entry word, see `scheduler::JOB_TAG`); set when the record is listed
+    /// (left unset before: an initial value would be one more store per fork).
     next: Cell<MaybeUninit<usize>>,
     /// Makes the record a detached thread (a ThMB from the pool of vCPU `v` if given, with LTN =
     /// 0 on it), whose body runs the record's closure and completes the record; returns its

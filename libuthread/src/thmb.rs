@@ -71,6 +71,14 @@ pub struct Thmb {
     pub(crate) run_next: Cell<*mut Thmb>,
 
     // -- Owned by the thread while it runs and by the scheduler while it is off every vCPU.
+    /// The thread's own task records (`crate::join`): the newest entry of a LIFO list linked
+    /// through the records' headers (entry words tagged as on a vCPU's unpublished list), or 0.
+    /// Touched by the thread alone while it runs — a fork and its join are a few plain loads and
+    /// stores, no critical section —, and by the scheduler only where the thread is not in
+    /// the middle of one: when it enters the scheduler itself (`sched::flush_records`) or is
+    /// blocked in the kernel (`sched::note_blocked`). 0 in a pooled ThMB (a thread ends with
+    /// every record taken back).
+    pub(crate) records: Cell<usize>,
     /// Its stack `(base, len)`, or `(0, 0)` before it first runs (lazy creation).
     pub(crate) stack: Cell<(usize, usize)>,
     /// Stack size asked for at spawn.
@@ -131,6 +139,7 @@ impl Thmb {
             vcpu: AtomicPtr::new(crate::sched::FIRST_VCPU),
             resume: ZERO_FRAME,
             run_next: Cell::new(ptr::null_mut()),
+            records: Cell::new(0),
             stack: Cell::new((0, 0)),
             stack_size: 0,
             task: Task::new(),

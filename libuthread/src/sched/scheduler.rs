@@ -65,7 +65,9 @@
 //! scheduler loop) ≈ 115 ns. Current figures: `cargo bench -p libuthread --bench switch`.
 //!
 //! # Deferred promotion
-//! A task record (`crate::join`) on the unpublished list becomes a thread when the list is
+//! A task record (`crate::join`) lives on its thread's own list (`Thmb::records`) until the
+//! thread enters the scheduler, which puts the thread's records on top of its vCPU's
+//! unpublished list ([`flush_records`]); there it becomes a thread when the list is
 //! published. A thread that *blocks* while another thread is ready on its vCPU and no vCPU is
 //! idle does not publish its records ([`Vcpu::keep_unpublished`], from [`park_slow`]): it
 //! switches to the ready thread and leaves them listed, the vCPU's deferral naming it as their
@@ -230,17 +232,33 @@ impl Vcpu {
         self.fresh.load(Ordering::Relaxed) != 0
     }
 
-    /// Non-zero if a voluntary switch on this vCPU has more to do than switch to the head of
-    /// its own queue: a switch flag ([`context::switch_flags`]: full-save baseline, shutdown),
-    /// threads on the shared queue or some vCPU idle (then work is to be offered) — all three
-    /// in `attention` —, or unpublished children. One value ORed from the two words, tested
+    /// Non-zero if a voluntary switch of the thread `t` on this vCPU has more to do than switch
+    /// to the head of its own queue: a switch flag ([`context::switch_flags`]: full-save
+    /// baseline, shutdown), threads on the shared queue or some vCPU idle (then work is to be
+    /// offered) — all three in `attention` —, unpublished children, or task records of `t`'s
+    /// own (to hand over, [`flush_records`]). One value ORed from the three words, tested
     /// with one branch (x86_64: an `or` per word instead of a `test` and a branch each; the
     /// flags, the queue bit and the idle mirror in one word: x86_64 -icount, the mirror instead
     /// of a look at the shared idle word saved a load and an `or` per look). Relaxed looks,
     /// hints as in [`take_direct`].
+    ///
+    /// # Safety
+    /// `t` is the calling thread, switching on this vCPU with LTN = 0.
+    ///
+    /// The unpublished list's head is read with a plain load, which the compiler folds into
+    /// the `or` (an atomic load it keeps as a load of its own): only this vCPU writes it (with
+    /// LTN = 0, as here), or the adopter of a revoked vCPU, which is stopped then — so no write
+    /// races this read. (x86_64 -icount: one instruction per voluntary switch, which pays for
+    /// the look at `t`'s own records.)
     #[inline(always)]
-    fn unusual(&self) -> usize {
-        self.attention.load(Ordering::Relaxed) | self.fresh.load(Ordering::Relaxed)
+    unsafe fn unusual(&self, t: *mut Thmb) -> usize {
+        #[cfg(not(loom))]
+        // SAFETY: no write races this read (see above).
+        let fresh = unsafe { *self.fresh.as_ptr() };
+        #[cfg(loom)]
+        let fresh = self.fresh.load(Ordering::Relaxed);
+        // SAFETY: per the contract, `t`'s own list is its own.
+        self.attention.load(Ordering::Relaxed) | fresh | unsafe { (*t).records.get() }
     }
 
     /// Whether the shared queue holds a thread (a hint without its lock).
@@ -285,17 +303,6 @@ impl Vcpu {
         }
         // SAFETY: forwarded contract.
         !head.is_null() && unsafe { self.take_fresh_deeper(head as usize, t as usize) }
-    }
-
-    /// Lists the task record `h` (`crate::join`) on the unpublished list.
-    ///
-    /// # Safety
-    /// The caller runs on this vCPU with LTN = 0; `h` is a live record in no list, 8-aligned.
-    #[inline(always)]
-    unsafe fn push_job(&self, h: *const JobHeader) {
-        // SAFETY: per the contract, the record and the list are ours.
-        unsafe { (*h).set_next(self.fresh.load(Ordering::Relaxed)) };
-        self.fresh.store(h as usize | JOB_TAG, Ordering::Relaxed);
     }
 
     /// Takes the task record `h` off the unpublished list if it is among its first
@@ -363,20 +370,14 @@ impl Vcpu {
     /// As for `publish_fresh`.
     #[inline(never)]
     unsafe fn publish_fresh_slow(&'static self) {
-        let mut newest = self.fresh.load(Ordering::Relaxed);
+        let newest = self.fresh.load(Ordering::Relaxed);
         self.fresh.store(0, Ordering::Relaxed);
         self.defer_owner.store(0, Ordering::Relaxed);
-        // Reverse (newest first → oldest first) so the queue keeps spawn order.
-        let mut oldest = 0;
         // SAFETY: the list's entries are ours (contract): live threads, READY, and records,
         // linked only here.
         unsafe {
-            while newest != 0 {
-                let next = entry_next(newest);
-                set_entry_next(newest, oldest);
-                oldest = newest;
-                newest = next;
-            }
+            // Oldest first, so the queue keeps spawn order.
+            let mut oldest = reverse_entries(newest);
             while oldest != 0 {
                 let next = entry_next(oldest);
                 // A task record becomes a thread now (`crate::join`).
@@ -385,45 +386,6 @@ impl Vcpu {
                 self.local.push(t);
                 oldest = next;
             }
-            offer_work(self.id);
-        }
-    }
-
-    /// Publishes only the oldest entry of the unpublished list (a spawned child, or a task record
-    /// made a thread) and offers it to an idle vCPU: what a fork does when it sees an idle vCPU.
-    /// The oldest entry is the outermost fork — in divide-and-conquer the largest piece of work,
-    /// the one a Cilk thief steals —, and the rest stay cheap records that their joiners take
-    /// back. (Publishing the whole list made every pending fork of the forking thread a thread
-    /// at each idle moment: FK `fib(25)` hosted took 3.8 ms on 2 vCPUs against 1.0 ms on one.)
-    ///
-    /// # Safety
-    /// As for [`Vcpu::publish_fresh`]; the list is not empty.
-    #[cold]
-    #[inline(never)]
-    unsafe fn publish_oldest(&'static self) {
-        let head = self.fresh.load(Ordering::Relaxed);
-        debug_assert_ne!(head, 0);
-        let mut before = 0;
-        let mut oldest = head;
-        // SAFETY: the list's entries are ours (contract), linked only here.
-        unsafe {
-            loop {
-                let next = entry_next(oldest);
-                if next == 0 {
-                    break;
-                }
-                before = oldest;
-                oldest = next;
-            }
-            if before == 0 {
-                self.fresh.store(0, Ordering::Relaxed);
-                self.defer_owner.store(0, Ordering::Relaxed);
-            } else {
-                set_entry_next(before, 0);
-            }
-            let t = entry_thread(oldest, Some(self));
-            set_home(t, self);
-            self.local.push(t);
             offer_work(self.id);
         }
     }
@@ -1221,6 +1183,11 @@ pub(crate) unsafe fn run_inline<T>(t: *mut Thmb, out: &mut core::mem::MaybeUnini
     // SAFETY: `t` never ran and is in no list: it is ours, and its `vcpu` says `v` (spawned
     // here, or set by `claim_queued`). `me` is the calling thread.
     unsafe {
+        // The joiner's own task records go to the unpublished list: the child, on the joiner's
+        // stack, may block, and what it waits for may be one of them — which its block (that
+        // hands over the records of the thread that blocks, the child's) must be able to
+        // promote. The joiner takes them back from there (`take_job_elsewhere`).
+        flush_records(me, vcpu);
         (*t).header.fp_area = (*me).header.fp_area;
         // Its run state is left as it is (READY or RUNNING, see `Thmb::new_thread`): nothing
         // reads it before the child writes it itself, as it blocks.
@@ -1354,6 +1321,25 @@ where
 /// Tag (low bit) of an unpublished-list entry that is a task record (`crate::join`), not a ThMB.
 const JOB_TAG: usize = 1;
 
+/// Reverses the list of entries whose newest is `newest` (links rewritten): returns its oldest
+/// entry, now its head.
+///
+/// # Safety
+/// The list's entries are live and the caller's (off every other list, linked only here).
+unsafe fn reverse_entries(mut newest: usize) -> usize {
+    let mut oldest = 0;
+    // SAFETY: per the contract.
+    unsafe {
+        while newest != 0 {
+            let next = entry_next(newest);
+            set_entry_next(newest, oldest);
+            oldest = newest;
+            newest = next;
+        }
+    }
+    oldest
+}
+
 /// The entry after the unpublished-list entry `e` (a ThMB's `run_next`, a record's `next`).
 ///
 /// # Safety
@@ -1402,73 +1388,190 @@ unsafe fn entry_thread(e: usize, v: Option<&'static Vcpu>) -> *mut Thmb {
     }
 }
 
-/// `crate::join`'s fork: lists the task record `h` on the calling thread's vCPU (handing the
-/// list to the ready queue at once if a vCPU is idle, as `spawn` does). Returns the calling
-/// thread, for [`take_job`]; null, listing nothing, outside a user thread or inside a library
-/// critical section.
+/// `crate::join`'s fork: lists the task record `h` on the calling thread's own list
+/// (`Thmb::records`; promoting the list's oldest record at once if a vCPU is idle, see
+/// [`promote_oldest_record`]). Returns the calling thread, for [`take_job`]; null, listing
+/// nothing, outside a user thread or inside a library critical section.
+///
+/// No critical section: the list is the thread's, and nothing but the thread touches it while
+/// it runs — a preemption upcall leaves it alone (the thread may be in the middle of this push),
+/// and the list moves with the thread wherever it is resumed. The scheduler takes it over only
+/// where the thread cannot be in the middle of a push or take: when the thread enters the
+/// scheduler itself ([`flush_records`]) or blocks in the kernel ([`note_blocked`]).
 ///
 /// # Safety
 /// `h` is a live record in no list; it stays live and unmoved until [`take_job`] returned true
 /// or its promoted thread completed it.
 #[inline(always)]
 pub(crate) unsafe fn push_job(h: *const JobHeader) -> *mut Thmb {
-    let mut critical = crate::spin::Critical::enter();
-    let me = critical.thread();
+    let me = platform::ltn();
     if me.is_null() {
         return me;
     }
-    // SAFETY: `me` is the live calling thread; its vCPU cannot change with LTN = 0, and on it
-    // the list is ours. The record is live (contract).
+    // SAFETY: `me` is the live calling thread, whose own list only it touches now (see above);
+    // the record is live (contract).
     unsafe {
-        let vcpu = home_of(me);
-        vcpu.push_job(h);
+        (*h).set_next((*me).records.get());
+        (*me).records.set(h as usize | JOB_TAG);
         if IDLE.any() {
-            vcpu.publish_oldest();
+            promote_oldest_record(me);
         }
     }
-    critical.leave();
     me
 }
 
-/// `crate::join`'s join: takes the task record `h` back off the calling thread's vCPU's
-/// unpublished list; false if it is not there: then it was promoted, or is still listed on a
-/// vCPU the caller has left (a preemption upcall can requeue the caller before that vCPU's loop
-/// publishes its list), which promotes it when it next enters the scheduler. Either way the
-/// caller waits on the record's state word.
-///
-/// `me` is what `push_job` returned: the caller, whose LTN it is now too (critical sections
-/// nest and end), so the critical section is entered without reading LTN again.
+/// `crate::join`'s join: takes the task record `h` back off the calling thread's own list
+/// (where, if it is there at all, it is the newest entry: records are joined in the reverse
+/// order of their forks); else [`take_job_elsewhere`].
 ///
 /// # Safety
 /// `h` was listed by [`push_job`], which returned `me`, from the calling user thread, and not
 /// taken back since.
 #[inline(always)]
 pub(crate) unsafe fn take_job(h: *const JobHeader, me: *mut Thmb) -> bool {
+    // SAFETY: `me` is the calling thread (contract), its own list only its own to touch; a
+    // listed record is live and its link the list's.
+    unsafe {
+        if (*me).records.get() == h as usize | JOB_TAG {
+            (*me).records.set((*h).next());
+            return true;
+        }
+        take_job_elsewhere(h, me)
+    }
+}
+
+/// [`take_job`] of a record that is not its thread's newest own entry: the own list went to a
+/// vCPU's unpublished list when the thread entered the scheduler ([`flush_records`]) or
+/// blocked in the kernel ([`note_blocked`]), or the record was promoted
+/// ([`promote_oldest_record`]). Takes it off the calling thread's vCPU's unpublished list if it
+/// is near the head there (the thread blocked, its records were left unpublished — "Deferred
+/// promotion" — and it runs on that vCPU again); false if not: then it was promoted, or is
+/// still listed on a vCPU the caller has left, which promotes it when it next enters the
+/// scheduler. Either way the caller waits on the record's state word next; a list left here is
+/// published now, so that the record is a thread by then if it is here.
+///
+/// # Safety
+/// As for [`take_job`].
+#[inline(always)]
+unsafe fn take_job_elsewhere(h: *const JobHeader, me: *mut Thmb) -> bool {
+    // SAFETY: `me` is the caller (contract).
+    debug_assert!(unsafe { !own_records_hold(me, h as usize | JOB_TAG) });
     let mut critical = crate::spin::Critical::enter_as(me);
-    // SAFETY: as in `push_job`.
+    // SAFETY: `me` is the live calling thread; its vCPU cannot change with LTN = 0, and on it
+    // the unpublished list is ours.
     let vcpu = unsafe { home_of(me) };
-    // SAFETY: as in `push_job`.
+    // SAFETY: as above.
     let taken = unsafe { vcpu.take_job(h) };
-    if !taken && vcpu.has_fresh() {
-        // Not near the head: maybe deeper in the list. The caller waits for the record next, and a
-        // block may leave the list unpublished ("Deferred promotion"): publish it now, so that the
-        // record is a thread by then.
+    if !taken {
         // SAFETY: on `v` with LTN = 0.
-        unsafe { take_job_missed(vcpu) };
+        unsafe { vcpu.publish_fresh() };
     }
     critical.leave();
     taken
 }
 
-/// [`take_job`] when the record was not found and the list is not empty: publishes the list.
+/// Whether the own list of `t` holds the entry `e` (a debug check).
 ///
 /// # Safety
-/// The caller runs on vCPU `v` with LTN = 0.
+/// `t` is the calling thread.
+unsafe fn own_records_hold(t: *mut Thmb, e: usize) -> bool {
+    // SAFETY: per the contract, the list is ours; listed entries are live.
+    let mut cur = unsafe { (*t).records.get() };
+    while cur != 0 {
+        if cur == e {
+            return true;
+        }
+        // SAFETY: as above.
+        cur = unsafe { entry_next(cur) };
+    }
+    false
+}
+
+/// A fork that sees an idle vCPU: promotes the *oldest* record of the calling thread's own list
+/// — the outermost fork, in divide-and-conquer the largest piece of work, the one a Cilk thief
+/// steals — and offers it to an idle vCPU; the newer records stay records that their joiner
+/// takes back. (Publishing every pending record made each fork of the forking thread a thread
+/// at each idle moment: FK `fib(25)` hosted took 3.8 ms on 2 vCPUs against 1.0 ms on one.)
+///
+/// # Safety
+/// `me` is the calling thread, its own list not empty.
 #[cold]
 #[inline(never)]
-unsafe fn take_job_missed(vcpu: &'static Vcpu) {
+unsafe fn promote_oldest_record(me: *mut Thmb) {
+    let mut critical = crate::spin::Critical::enter_as(me);
+    // SAFETY: `me` is the caller: its own list is its own, its vCPU fixed with LTN = 0.
+    unsafe {
+        let vcpu = home_of(me);
+        let head = (*me).records.get();
+        debug_assert_ne!(head, 0);
+        let mut before = 0;
+        let mut oldest = head;
+        loop {
+            let next = entry_next(oldest);
+            if next == 0 {
+                break;
+            }
+            before = oldest;
+            oldest = next;
+        }
+        if before == 0 {
+            (*me).records.set(0);
+        } else {
+            set_entry_next(before, 0);
+        }
+        let t = entry_thread(oldest, Some(vcpu));
+        set_home(t, vcpu);
+        vcpu.local.push(t);
+        offer_work(vcpu.id);
+    }
+    critical.leave();
+}
+
+/// Hands the own records of `t`, which enters the scheduler on `vcpu`, to `vcpu`'s unpublished
+/// list, on top (the newest first, as if they had been listed there): from here that list's
+/// rules apply — published, or left for a while when `t` blocks ("Deferred promotion"), and
+/// taken back from there by `t`'s joins ([`take_job_elsewhere`]).
+///
+/// # Safety
+/// `t` is the calling thread, entering the scheduler on `vcpu` with LTN = 0 (so not in the
+/// middle of a fork or a join).
+#[inline(always)]
+unsafe fn flush_records(t: *mut Thmb, vcpu: &'static Vcpu) {
     // SAFETY: forwarded contract.
-    unsafe { vcpu.publish_fresh() }
+    unsafe {
+        if (*t).records.get() != 0 {
+            flush_records_slow(t, vcpu);
+        }
+    }
+}
+
+/// [`flush_records`] with records to hand over.
+///
+/// # Safety
+/// As for `flush_records`; the own list is not empty.
+#[inline(never)]
+unsafe fn flush_records_slow(t: *mut Thmb, vcpu: &'static Vcpu) {
+    // SAFETY: per the contract, the own list and `vcpu`'s unpublished list are ours.
+    unsafe {
+        let head = (*t).records.get();
+        let below = vcpu.fresh.load(Ordering::Relaxed);
+        if below != 0 {
+            // Linked on top: the own list's oldest entry gets the old head. (The own list is
+            // the short one here: a thread that blocks again after running on has only what
+            // it forked since on it, its older records being on this list already.)
+            let mut last = head;
+            loop {
+                let next = entry_next(last);
+                if next == 0 {
+                    break;
+                }
+                last = next;
+            }
+            set_entry_next(last, below);
+        }
+        vcpu.fresh.store(head, Ordering::Relaxed);
+        (*t).records.set(0);
+    }
 }
 
 /// Wakes a thread blocked in [`block_current`].
@@ -1699,7 +1802,7 @@ pub(crate) fn block_current_direct(publish: impl FnOnce(*mut Thmb) -> bool) -> b
     // on vCPU `v` with LTN = 0 (its vCPU cannot change inside the critical section).
     unsafe {
         let vcpu = home_of(t);
-        let to = peek_direct(vcpu);
+        let to = peek_direct(vcpu, t);
         if to.is_null() {
             (*t).state.begin_park();
         } else {
@@ -1778,7 +1881,7 @@ unsafe fn park_current(t: *mut Thmb) {
     // SAFETY: `t` is the calling thread; the vCPU cannot change inside the critical section.
     let vcpu = unsafe { home_of(t) };
     // SAFETY: on `vcpu` with LTN = 0.
-    let to = unsafe { take_direct(vcpu) };
+    let to = unsafe { take_direct(vcpu, t) };
     if !to.is_null() {
         // SAFETY: `to` is prepared on `v` and ours; `t` is the caller, PARKING and published
         // (as in `block_to`).
@@ -1809,6 +1912,9 @@ unsafe fn park_slow(t: *mut Thmb, vcpu: &'static Vcpu) {
     let state = unsafe { &(*t).state };
     let v = vcpu.id;
     IDLE.settle(&vcpu.attention, IDLE_SEEN);
+    // Its own records join the unpublished list, whose rules decide from here.
+    // SAFETY: `t` is the caller entering the scheduler on `vcpu` with LTN = 0.
+    unsafe { flush_records(t, vcpu) };
     // Task records left unpublished while another thread runs ("Deferred promotion").
     // SAFETY: `t` is the caller on `v` with LTN = 0, the list not empty.
     let keep = vcpu.has_fresh() && !SHUTDOWN.load(Ordering::Relaxed) && unsafe { vcpu.keep_unpublished(t) };
@@ -1908,7 +2014,7 @@ pub(crate) fn yield_current() {
     if !to.is_null() {
         // SAFETY: `t` is the caller on `vcpu` with LTN = 0; `to` is the head of its own queue.
         unsafe { yield_to_next(t, to, vcpu) }
-    } else if vcpu.unusual() != 0 {
+    } else if unsafe { vcpu.unusual(t) } != 0 {
         // SAFETY: as above.
         unsafe { yield_slow(t, vcpu) }
     } else {
@@ -1939,7 +2045,7 @@ unsafe fn yield_to_next(t: *mut Thmb, to: *mut Thmb, vcpu: &'static Vcpu) {
     // (The arguments in the order `libuthread_switch_window` takes them: no register moves.)
     // SAFETY: `t` is live (the caller).
     debug_assert!(!to.is_null() && ptr::eq(vcpu, unsafe { home_of(t) }));
-    if vcpu.unusual() == 0 && Thmb::mask(to) & !mask::FP == mask::WINDOW {
+    if unsafe { vcpu.unusual(t) } == 0 && Thmb::mask(to) & !mask::FP == mask::WINDOW {
         // SAFETY: on `vcpu` with LTN = 0: the own queue is ours, its head `to` READY and ours
         // once taken; `t` is the caller (see above for its mask).
         unsafe {
@@ -1968,11 +2074,12 @@ unsafe fn yield_to_next(t: *mut Thmb, to: *mut Thmb, vcpu: &'static Vcpu) {
 /// or a vCPU gone idle that these miss is seen at the next switch or by the idle re-check.
 ///
 /// # Safety
-/// The caller runs on `vcpu` with LTN = 0.
+/// The caller is the thread `t`, switching on `vcpu` with LTN = 0.
 #[inline(always)]
-unsafe fn take_direct(vcpu: &'static Vcpu) -> *mut Thmb {
-    // (Switch flags, unpublished children, shared queue and idle bits: one test.)
-    if vcpu.unusual() == 0 {
+unsafe fn take_direct(vcpu: &'static Vcpu, t: *mut Thmb) -> *mut Thmb {
+    // (Switch flags, unpublished children and records, shared queue and idle bits: one test.)
+    // SAFETY: per the contract.
+    if unsafe { vcpu.unusual(t) } == 0 {
         let to = vcpu.local.head.load(Ordering::Relaxed) as *mut Thmb;
         if !to.is_null() && Thmb::mask(to) & !mask::FP == mask::WINDOW {
             // SAFETY: on `vcpu` with LTN = 0: the own queue is ours, its head `to` READY and
@@ -1991,10 +2098,11 @@ unsafe fn take_direct(vcpu: &'static Vcpu) -> *mut Thmb {
 /// voluntary switch holds (see there), left on the queue; else null.
 ///
 /// # Safety
-/// The caller runs on `vcpu` with LTN = 0.
+/// The caller is the thread `t`, switching on `vcpu` with LTN = 0.
 #[inline(always)]
-unsafe fn peek_direct(vcpu: &'static Vcpu) -> *mut Thmb {
-    if vcpu.unusual() == 0 {
+unsafe fn peek_direct(vcpu: &'static Vcpu, t: *mut Thmb) -> *mut Thmb {
+    // SAFETY: per the contract.
+    if unsafe { vcpu.unusual(t) } == 0 {
         let to = vcpu.local.head.load(Ordering::Relaxed) as *mut Thmb;
         if !to.is_null() && Thmb::mask(to) & !mask::FP == mask::WINDOW {
             return to;
@@ -2054,8 +2162,12 @@ unsafe fn resume_direct_on(vcpu: &'static Vcpu, from: *mut Thmb, to: *mut Thmb) 
 unsafe fn yield_slow(t: *mut Thmb, vcpu: &'static Vcpu) {
     let v = vcpu.id;
     IDLE.settle(&vcpu.attention, IDLE_SEEN);
-    // SAFETY: on `v` with LTN = 0.
-    unsafe { vcpu.publish_fresh() };
+    // SAFETY: on `v` with LTN = 0; `t` is the caller entering the scheduler (its own records
+    // are published with the list: it stays runnable, and what it yields for may be one).
+    unsafe {
+        flush_records(t, vcpu);
+        vcpu.publish_fresh();
+    }
     if !SHUTDOWN.load(Ordering::Relaxed) {
         // Take the next thread off this vCPU's own queue and put `t` behind the others: no
         // lock (the queue is this vCPU's alone, and LTN = 0 until the next thread runs).
@@ -2290,6 +2402,9 @@ unsafe extern "C" fn thread_main(t: *mut Thmb) -> ! {
     // SAFETY: the scheduler started `t` on its own fresh stack; the closure is set at spawn,
     // and nobody reads the outcome before `join` says EXITED.
     unsafe { (*t).task.run() };
+    // Every record a thread forks lives in its frames, so is taken back before they go.
+    // SAFETY: `t` is the calling thread.
+    debug_assert_eq!(unsafe { (*t).records.get() }, 0);
     crate::local::destroy_all(t);
     // SAFETY: `t` is live (this thread holds a reference until it leaves the vCPU).
     match unsafe { (*t).join.swap(JOIN_EXITED, Ordering::AcqRel) } {
@@ -2595,7 +2710,37 @@ pub unsafe fn requeue_full(t: *mut Thmb) {
 /// `t` is a live ThMB of this runtime. Call with LTN = 0.
 pub unsafe fn note_blocked(t: *mut Thmb) {
     // SAFETY: per the contract.
-    unsafe { (*t).state.set(KERNEL_BLOCKED) };
+    unsafe {
+        (*t).state.set(KERNEL_BLOCKED);
+        if (*t).records.get() != 0 {
+            promote_records_of_blocked(t);
+        }
+    }
+}
+
+/// [`note_blocked`] of a thread with task records of its own: they become threads now — what
+/// it waits for in the kernel may be one of them (a pipe its `b` writes). The thread is in a
+/// system call, so not in the middle of a fork or a join, and runs again only after
+/// `UNBLOCKED`: its own list is the scheduler's until then. Its joins find the records
+/// promoted and wait for their threads.
+///
+/// # Safety
+/// As for `note_blocked`; the own list is not empty.
+#[cold]
+#[inline(never)]
+unsafe fn promote_records_of_blocked(t: *mut Thmb) {
+    // SAFETY: per the contract the list is ours; its entries are live records.
+    unsafe {
+        let home = vcpu_of(t);
+        // Oldest first, as a publication queues them.
+        let mut oldest = reverse_entries((*t).records.get());
+        (*t).records.set(0);
+        while oldest != 0 {
+            let next = entry_next(oldest);
+            make_ready(entry_thread(oldest, None), home);
+            oldest = next;
+        }
+    }
 }
 
 /// What the platform runs on each new vCPU.
