@@ -152,7 +152,7 @@ fn with_own_cache<R>(f: impl FnOnce(&VcpuCache) -> Option<R>) -> Option<R> {
     if me.is_null() {
         return None;
     }
-    crate::platform::set_ltn(core::ptr::null_mut());
+    crate::platform::clear_ltn();
     // SAFETY: `me` is the calling thread, live; its `vcpu` is exact with LTN = 0.
     let v = unsafe { crate::sched::vcpu_of(me) } % tsumugi_abi::kn::MAX_VCPUS;
     let r = f(&CACHES.0[v]);

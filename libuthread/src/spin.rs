@@ -125,7 +125,7 @@ impl Critical {
             // the read and the write, the thread (and so `saved`) is still the same.
             let saved = crate::platform::ltn();
             if !saved.is_null() {
-                crate::platform::set_ltn(core::ptr::null_mut());
+                crate::platform::clear_ltn();
             }
             Critical { saved }
         }
@@ -147,7 +147,7 @@ impl Critical {
             if saved.is_null() {
                 return Err(Critical { saved });
             }
-            crate::platform::set_ltn(core::ptr::null_mut());
+            crate::platform::clear_ltn();
             Ok(Critical { saved })
         }
         #[cfg(loom)]
@@ -160,7 +160,7 @@ impl Critical {
     #[inline(always)]
     pub(crate) fn enter_as(me: *mut crate::thmb::Thmb) -> Critical {
         debug_assert!(!me.is_null() && crate::platform::ltn() == me);
-        crate::platform::set_ltn(core::ptr::null_mut());
+        crate::platform::clear_ltn();
         Critical { saved: me }
     }
 

@@ -57,6 +57,12 @@ pub fn ltn() -> *mut Thmb {
     value as *mut Thmb
 }
 
+/// Sets LTN = 0 (entering a critical section).
+#[inline(always)]
+pub fn clear_ltn() {
+    set_ltn(core::ptr::null_mut())
+}
+
 /// Sets the LTN word.
 #[inline(always)]
 pub fn set_ltn(t: *mut Thmb) {

@@ -49,6 +49,13 @@ pub fn set_ltn(t: *mut Thmb) {
     sys::ltn_write(t as usize);
 }
 
+/// Sets LTN = 0 (entering a critical section): [`set_ltn`]`(null)` from the zero register
+/// where the port has one (riscv64, aarch64: one instruction fewer per entry).
+#[inline(always)]
+pub fn clear_ltn() {
+    sys::ltn_clear();
+}
+
 /// The number of CPUs the kernel runs.
 pub fn default_vcpus() -> usize {
     sys::counters(scope::ALL_CPUS).map(|(_, cpus)| cpus).unwrap_or(1).max(1)

@@ -87,6 +87,19 @@ impl RunState {
         self.0.store(state, Ordering::Release);
     }
 
+    /// [`set`](Self::set) of `READY` or `RUNNING` on a voluntary switch's common path (the
+    /// thread taken off, or put on, its vCPU's own queue, which only that vCPU touches with
+    /// LTN = 0), where the store publishes nothing: no waker acts on a READY or RUNNING thread
+    /// (wakers own the wake-up of a thread they found parking or parked), and whoever takes
+    /// the thread from elsewhere synchronises through the queue or its mask, not through this
+    /// word. A plain store on every port (a release store is `fence` + `sw` on riscv64, and an
+    /// address computation + `stlr` on aarch64: four instructions per yield round trip there).
+    #[inline]
+    pub(crate) fn set_switching(&self, state: u32) {
+        debug_assert!(state == READY || state == RUNNING);
+        self.0.store(state, Ordering::Relaxed);
+    }
+
     /// The running thread decides to block (before it becomes visible to a waker).
     #[inline]
     pub(crate) fn begin_park(&self) {

@@ -1205,7 +1205,7 @@ pub(crate) unsafe fn run_inline<T>(t: *mut Thmb, out: &mut core::mem::MaybeUnini
         // the caller's, consumed by this join. So the word still says RUNNING, as a pooled
         // ThMB's must (the caller, who alone could change it, is here and not waiting).
         // Back to the joiner, on the vCPU the child is on now.
-        platform::set_ltn(ptr::null_mut());
+        platform::clear_ltn();
         let home = home_of(t);
         set_home(me, home);
         // The join: both references are ours (the handle's and the finished run's), so no
@@ -1850,7 +1850,7 @@ fn enter_block() -> Option<*mut Thmb> {
         blocking_outside_thread();
         return None;
     }
-    platform::set_ltn(ptr::null_mut());
+    platform::clear_ltn();
     Some(t)
 }
 
@@ -2007,7 +2007,7 @@ pub(crate) fn yield_current() {
     if t.is_null() {
         return;
     }
-    platform::set_ltn(ptr::null_mut());
+    platform::clear_ltn();
     // SAFETY: `t` is the calling thread; its vCPU cannot change with LTN = 0.
     let vcpu = unsafe { home_of(t) };
     let to = vcpu.local.head.load(Ordering::Relaxed) as *mut Thmb;
@@ -2050,7 +2050,7 @@ unsafe fn yield_to_next(t: *mut Thmb, to: *mut Thmb, vcpu: &'static Vcpu) {
         // once taken; `t` is the caller (see above for its mask).
         unsafe {
             take_head(vcpu, to);
-            (*t).state.set(READY);
+            (*t).state.set_switching(READY);
             vcpu.local.rotate(to, t);
             resume_direct_on(vcpu, t, to);
         }
@@ -2123,7 +2123,7 @@ unsafe fn take_head(vcpu: &'static Vcpu, to: *mut Thmb) {
     // SAFETY: per the contract.
     unsafe {
         debug_assert!(ptr::eq(home_of(to), vcpu));
-        (*to).state.set(RUNNING);
+        (*to).state.set_switching(RUNNING);
     }
 }
 
@@ -2415,7 +2415,7 @@ unsafe extern "C" fn thread_main(t: *mut Thmb) -> ! {
         // SAFETY: the joiner published itself by CAS and waits for exactly this wake-up.
         joiner => unsafe { wake(joiner as *mut Thmb) },
     }
-    platform::set_ltn(ptr::null_mut());
+    platform::clear_ltn();
     // SAFETY: vCPU fixed now (LTN = 0).
     let v = unsafe { vcpu_of(t) };
     // Children it left unjoined go to the queue like any others.

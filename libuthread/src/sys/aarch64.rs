@@ -46,3 +46,12 @@ pub fn ltn_write(v: usize) {
     // compiler barrier — no memory access (a lock's, a queue's) may move across it.
     unsafe { core::arch::asm!("msr tpidr_el0, {}", in(reg) v, options(nostack, preserves_flags)) };
 }
+
+/// Writes 0 to the LTN register (`tpidr_el0`) from the zero register: [`ltn_write`]`(0)` costs
+/// a `mov` more (its operand is a register the compiler fills). A compiler barrier for memory,
+/// as `ltn_write`.
+#[inline(always)]
+pub fn ltn_clear() {
+    // SAFETY: as for `ltn_write`.
+    unsafe { core::arch::asm!("msr tpidr_el0, xzr", options(nostack, preserves_flags)) };
+}

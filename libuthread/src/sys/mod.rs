@@ -16,11 +16,11 @@ mod imp;
 
 pub use imp::syscall6;
 #[cfg(target_arch = "x86_64")]
-pub use imp::{ltn_read, ltn_write};
+pub use imp::{ltn_clear, ltn_read, ltn_write};
 #[cfg(target_arch = "riscv64")]
-pub use imp::{ltn_read, ltn_write};
+pub use imp::{ltn_clear, ltn_read, ltn_write};
 #[cfg(target_arch = "aarch64")]
-pub use imp::{ltn_read, ltn_write};
+pub use imp::{ltn_clear, ltn_read, ltn_write};
 
 /// The result of a syscall: a value, or an error code (`None` when the kernel returned a code
 /// this library does not know).

@@ -48,3 +48,12 @@ pub fn ltn_write(v: usize) {
     // no memory; it is only declared as possibly doing so, to keep memory accesses on their side.
     unsafe { core::arch::asm!("mv tp, {}", in(reg) v, options(nostack, preserves_flags)) };
 }
+
+/// Writes 0 to the LTN register (`tp`) from the zero register: [`ltn_write`]`(0)` costs a
+/// `li` more (its operand is a register the compiler fills). A compiler barrier for memory,
+/// as `ltn_write`.
+#[inline(always)]
+pub fn ltn_clear() {
+    // SAFETY: as for `ltn_write`.
+    unsafe { core::arch::asm!("mv tp, zero", options(nostack, preserves_flags)) };
+}

@@ -47,3 +47,9 @@ pub fn ltn_write(v: usize) {
     // compiler barrier — no memory access (a lock's, a queue's) may move across it.
     unsafe { core::arch::asm!("wrgsbase {}", in(reg) v, options(nostack, preserves_flags)) };
 }
+
+/// Writes 0 to the LTN register (`wrgsbase` takes a register: the compiler's zeroed one).
+#[inline(always)]
+pub fn ltn_clear() {
+    ltn_write(0)
+}
