@@ -1,7 +1,8 @@
 //! libuthread on Tsumugi, what only a kernel with upcalls can do, on one vCPU:
 //! a thread sleeping in the kernel does not stop the other threads of its vCPU (the kernel hands
-//! the vCPU back with BLOCKED), and a thread that never yields is preempted (PREEMPTED) so the
-//! others still run.
+//! the vCPU back with BLOCKED), a thread that never yields is preempted (PREEMPTED) so the
+//! others still run, and a `join` whose `a` blocks in the kernel until its `b` has run gets `b`
+//! run (the task record becomes a thread at BLOCKED).
 #![no_std]
 #![no_main]
 
@@ -19,6 +20,18 @@ mod program {
     static SLEEPING: AtomicBool = AtomicBool::new(false);
     static SPIN: AtomicUsize = AtomicUsize::new(0);
     static STOP: AtomicBool = AtomicBool::new(false);
+    /// Part 3: set by the join's `b`; the kernel thread its `a` joins waits for it.
+    static B_RAN: AtomicBool = AtomicBool::new(false);
+    /// What that kernel thread exits with once it saw `b` run.
+    const B_SEEN: usize = 7;
+
+    /// Part 3's kernel thread: waits (yielding its CPU) until the join's `b` ran.
+    fn waits_for_b(_: usize) -> usize {
+        while !B_RAN.load(Ordering::SeqCst) {
+            libuthread::sys::yield_now();
+        }
+        B_SEEN
+    }
 
     pub fn main() -> i32 {
         let ok = libuthread::run(1, || {
@@ -62,7 +75,18 @@ mod program {
             STOP.store(true, Ordering::Relaxed);
             spinner.join().ok();
             println!("uthread_kn: a thread finished beside one that never yields (which had spun {spins_seen} times by then)");
-            while_asleep > 0 && spins_seen > 0
+
+            // 3. `join(a, b)` whose `a` waits in the kernel (joining a kernel thread of the
+            // program) until `b` has run: `b` is a task record of the thread the kernel blocks,
+            // which must become a thread at BLOCKED — one vCPU, so no idle vCPU takes it at the
+            // fork, and nothing else would ever run it.
+            let Ok(k) = libuthread::sys::spawn(waits_for_b, 0, 16 * 1024, false) else {
+                println!("uthread_kn: FAILED: spawning a kernel thread");
+                return false;
+            };
+            let (joined, ()) = libuthread::join(|| libuthread::sys::thread_join(k), || B_RAN.store(true, Ordering::SeqCst));
+            println!("uthread_kn: a join's a waited in the kernel for its b: {joined:?}");
+            while_asleep > 0 && spins_seen > 0 && joined == Ok(B_SEEN)
         });
         i32::from(!ok)
     }
