@@ -10,6 +10,8 @@ libuthread's structures by symbol.
                           carry no debug information to find them by)
   tsumugi ubt THMB        (a ThreadId is its ThMB address) backtrace of the user thread whose ThMB is at THMB, from its saved
                           register window (or the full frame the kernel saved), by frame pointers
+                          (stopped inside a function's prologue, as a new thread preempted at its
+                          first instructions is: its caller from the link register or the stack)
 
 `cargo xtask gdb` sets `tsumugi_programs` (name -> ELF path) before sourcing this file.
 """
@@ -323,11 +325,53 @@ def _symbol(pc):
     return sym.split(" in section ")[0]
 
 
+# Where a FULL frame keeps the link register (the return address while a function's prologue
+# has not yet stored it in a frame record), and how many bytes of a function count as its
+# prologue: the frame record is set up by then in this build (`-C force-frame-pointers`).
+FULL_LINK = {"riscv64": ("x", 1), "aarch64": ("x", 30)}
+PROLOGUE_BYTES = {"x86_64": 4, "riscv64": 16, "aarch64": 12}
+
+
+def _function_offset(pc):
+    """The offset of `pc` in its function (from the symbol table), or None if unknown."""
+    sym = gdb.execute("info symbol 0x%x" % pc, to_string=True).strip()
+    if sym.startswith("No symbol"):
+        return None
+    name = sym.split(" in section ")[0]
+    if " + " not in name:
+        return 0
+    try:
+        return int(name.rsplit(" + ", 1)[1])
+    except ValueError:
+        return None
+
+
+def _prologue_caller(addr, pc, sp):
+    """The return address of a thread stopped (FULL frame) inside its function's prologue, which
+    has not yet linked a frame record — so the frame-pointer walk would skip its caller (a
+    thread preempted at its first instructions, as a new thread often is): the link register
+    (riscv64, aarch64), or the word the call pushed (x86_64, before and just after `push rbp`).
+    None when the stop is past the prologue."""
+    arch = _arch()
+    offset = _function_offset(pc)
+    if offset is None or offset >= PROLOGUE_BYTES[arch]:
+        return None
+    if arch == "x86_64":
+        # At the entry the return address is at rsp; after `push rbp` (1 byte) at rsp + 8.
+        return _read_u64(sp if offset == 0 else sp + 8) if offset <= 1 else None
+    fields = {f.name: f.bitpos // 8 for f in _full_type().fields()}
+    field, index = FULL_LINK[arch]
+    return _read_u64(addr + 8 + fields[field] + 8 * index)
+
+
 def backtrace(addr, limit=32):
     """[(pc, function)] of the user thread at ThMB `addr`, walking frame pointers."""
-    pc, fp, _, _ = _saved_registers(addr)
+    pc, fp, sp, kind = _saved_registers(addr)
     arch = _arch()
     frames = [(pc, _symbol(pc))]
+    caller = _prologue_caller(addr, pc, sp) if kind == "full frame" else None
+    if caller:
+        frames.append((caller, _symbol(caller)))
     for _ in range(limit):
         if fp == 0 or fp % 8:
             break
@@ -340,7 +384,9 @@ def backtrace(addr, limit=32):
             break
         if ret == 0:
             break
-        frames.append((ret, _symbol(ret)))
+        if not (caller and len(frames) == 2 and ret == caller):
+            # (Equal: the prologue had linked its record after all, and the caller is listed.)
+            frames.append((ret, _symbol(ret)))
         if prev <= fp:
             break
         fp = prev
