@@ -1065,9 +1065,9 @@ pub(crate) unsafe fn free_thmb(t: *mut Thmb, v: Option<&'static Vcpu>) {
         // it): reset here, where the thread exited, not at every spawn — the inline join's
         // ThMB, pooled by `run_inline`, never left RUNNING.
         // The same for its count (`SPAWN_REFS`, which an inline join's ThMB still has).
-        // SAFETY: retired and unreachable (contract): ours.
         // Its save mask says NONE and its vCPU is the pool's too (invariants `Thmb::new_thread`
         // relies on, as for the join word): an exited thread's may say anything.
+        // SAFETY: retired and unreachable (contract): ours.
         unsafe {
             (*t).join.store(JOIN_RUNNING, Ordering::Relaxed);
             (*t).refs.store(crate::thmb::SPAWN_REFS, Ordering::Relaxed);
