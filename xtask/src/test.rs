@@ -69,6 +69,14 @@ pub struct TestArgs {
     /// it in the suite `programs`, which expects it to exit with status 0; repeatable.
     #[arg(long = "program", value_name = "DIR|ELF")]
     pub programs: Vec<PathBuf>,
+    /// How many architectures to test at once, each in a `cargo xtask test --arch` process of
+    /// its own whose output is printed when it ends (default: the host's CPU count, at most the
+    /// number of architectures); 1 tests them one after another, printing as it goes.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub jobs: Option<u32>,
+    /// Leave out the host tests (what `test` gives the per-architecture processes of `--jobs`).
+    #[arg(long, hide = true)]
+    pub no_host: bool,
 }
 
 /// The crates the `new-program` suite makes in a temporary folder (removed on drop).
@@ -261,7 +269,7 @@ pub fn run(args: &TestArgs) -> Result<u8> {
             .as_deref()
             .is_none_or(|filter| group.contains(filter))
     };
-    let run_host = selected(HOST_GROUP);
+    let run_host = selected(HOST_GROUP) && !args.no_host;
     // The programs of --program, checked (and named) before anything is built.
     let extra_names: Vec<String> = build::program_sources(&args.programs)?
         .iter()
@@ -296,6 +304,15 @@ pub fn run(args: &TestArgs) -> Result<u8> {
             args.filter.as_deref().unwrap_or_default(),
             known_groups.join(", ")
         );
+    }
+
+    let jobs = args.jobs.map_or_else(
+        || std::thread::available_parallelism().map_or(1, |n| n.get()),
+        |jobs| jobs as usize,
+    );
+    if plan.len() > 1 && jobs > 1 {
+        let arches: Vec<Arch> = plan.iter().map(|(arch, _, _)| *arch).collect();
+        return run_arches_at_once(args, &arches, jobs.min(arches.len()), run_host);
     }
 
     let fixtures = if plan
@@ -358,6 +375,144 @@ pub fn run(args: &TestArgs) -> Result<u8> {
     }
     println!("{} passed, {} failed", tally.passed, tally.failed);
     Ok(if tally.failed == 0 { 0 } else { 1 })
+}
+
+/// `cargo xtask test` over several architectures at once: one `test --arch <arch> --no-host`
+/// process per architecture, at most `jobs` running (each boots its suites one after another,
+/// so a 2-CPU host keeps both CPUs busy), the host tests meanwhile in this process. Setup runs
+/// here first, so the processes only find what it installed. Each process writes into
+/// `target/test-logs/<arch>-all.log`, printed whole when it ends; its final count line is
+/// renamed `<arch>: N passed, M failed`, so the output still ends with exactly one
+/// `N passed, M failed`, the sum.
+fn run_arches_at_once(args: &TestArgs, arches: &[Arch], jobs: usize, run_host: bool) -> Result<u8> {
+    let mut tally = Tally::default();
+    if let Err(error) = setup::ensure(arches).and_then(|_| setup::ensure_debugger()) {
+        tally.could_not_run("setup", "cannot build or boot the kernel", &error);
+        println!("{} passed, {} failed", tally.passed, tally.failed);
+        return Ok(1);
+    }
+    let exe = std::env::current_exe().context("finding the xtask executable")?;
+    let logs = workspace_root().join("target").join("test-logs");
+    std::fs::create_dir_all(&logs).with_context(|| format!("creating {}", logs.display()))?;
+    println!(
+        "test: {} architectures, {jobs} at a time, each in its own process (--jobs 1: one after another)",
+        arches.len()
+    );
+    let start = |arch: Arch| -> Result<ArchRun> {
+        let log = logs.join(format!("{arch}-all.log"));
+        let out = std::fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
+        let err = out.try_clone().with_context(|| format!("opening {}", log.display()))?;
+        let mut cmd = std::process::Command::new(&exe);
+        cmd.args(["test", "--no-host", "--jobs", "1", "--arch", arch.name()])
+            .args(["--repeat", &args.repeat.to_string()])
+            .current_dir(workspace_root())
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err);
+        if args.release {
+            cmd.arg("--release");
+        }
+        if let Some(filter) = &args.filter {
+            cmd.args(["--filter", filter]);
+        }
+        for program in &args.programs {
+            cmd.arg("--program").arg(program);
+        }
+        let child = cmd.spawn().with_context(|| format!("starting `{}` for {arch}", exe.display()))?;
+        println!("test {arch}: started, output in {}", log.display());
+        Ok(ArchRun { arch, child, log, started: std::time::Instant::now() })
+    };
+    let mut waiting: std::collections::VecDeque<Arch> = arches.iter().copied().collect();
+    let mut running: Vec<ArchRun> = Vec::new();
+    let mut fill = |running: &mut Vec<ArchRun>, tally: &mut Tally| {
+        while running.len() < jobs {
+            let Some(arch) = waiting.pop_front() else { break };
+            match start(arch) {
+                Ok(run) => running.push(run),
+                Err(error) => tally.could_not_run(arch.name(), "start its test process", &error),
+            }
+        }
+    };
+    fill(&mut running, &mut tally);
+    if run_host {
+        for run in 1..=args.repeat {
+            tally.run = run;
+            host_tests(&mut tally);
+        }
+    }
+    while !running.is_empty() {
+        let mut index = 0;
+        while index < running.len() {
+            match running[index].child.try_wait() {
+                Ok(None) => index += 1,
+                Ok(Some(status)) => {
+                    let run = running.swap_remove(index);
+                    run.report(status, &mut tally);
+                    fill(&mut running, &mut tally);
+                }
+                Err(error) => {
+                    let run = running.swap_remove(index);
+                    tally.could_not_run(run.arch.name(), "wait for its test process", &error.into());
+                }
+            }
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    if args.repeat > 1 && run_host {
+        for line in tally.repeat_report(args.repeat) {
+            println!("{line}");
+        }
+    }
+    println!("{} passed, {} failed", tally.passed, tally.failed);
+    Ok(if tally.failed == 0 { 0 } else { 1 })
+}
+
+/// One architecture's `cargo xtask test --arch` process of [`run_arches_at_once`].
+struct ArchRun {
+    arch: Arch,
+    child: std::process::Child,
+    log: PathBuf,
+    started: std::time::Instant,
+}
+
+impl ArchRun {
+    /// Prints the ended process's output and adds its counts to `tally` (a process that ended
+    /// without its count line counts as one failure).
+    fn report(self, status: std::process::ExitStatus, tally: &mut Tally) {
+        let arch = self.arch;
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        println!("==== test {arch}: ended after {} s ({status}) ====", self.started.elapsed().as_secs());
+        let counts = text.lines().rev().find_map(parse_count_line);
+        let mut lines: Vec<&str> = text.lines().collect();
+        if counts.is_some() {
+            if let Some(last) = lines.iter().rposition(|line| parse_count_line(line).is_some()) {
+                lines.remove(last);
+            }
+        }
+        for line in lines {
+            println!("{line}");
+        }
+        match counts {
+            Some((passed, failed)) => {
+                println!("{arch}: {passed} passed, {failed} failed");
+                tally.passed += passed;
+                tally.failed += failed;
+                if failed > 0 {
+                    tally.note_failure(format!("{arch}: {failed} check(s), see above"));
+                }
+            }
+            None => {
+                let error = anyhow::anyhow!("it ended ({status}) without its count line; its output is in {}", self.log.display());
+                tally.could_not_run(arch.name(), "its test process", &error);
+            }
+        }
+    }
+}
+
+/// The counts of a `N passed, M failed` line (the last line `cargo xtask test` prints).
+fn parse_count_line(line: &str) -> Option<(u64, u64)> {
+    let (passed, failed) = line.trim().split_once(" passed, ")?;
+    Some((passed.parse().ok()?, failed.strip_suffix(" failed")?.parse().ok()?))
 }
 
 /// `<arch>/<suite>`, the name of a QEMU suite in filters and result lines.
@@ -546,6 +701,13 @@ fn print_tail(text: &str, path: &std::path::Path) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn parses_the_count_line() {
+        assert_eq!(parse_count_line("742 passed, 3 failed"), Some((742, 3)));
+        assert_eq!(parse_count_line("host: 12 passed, 0 failed"), None);
+        assert_eq!(parse_count_line("ok   x86_64/kernel: 2 passed, 0 failed in the log"), None);
+    }
 
     #[test]
     fn parses_cargo_test_result_lines() {
