@@ -7,7 +7,7 @@
 //! - `join(a, b)` builds a [`Job`] for `b` in its frame and pushes it on the calling thread's
 //!   own record list (`Thmb::records`, the entry tagged as a record), with plain loads and
 //!   stores and no critical section: only the thread touches that list while it runs (see
-//!   `sched::push_job`). Then it calls `a`.
+//!   `sched::push_job`, `context::own_push`). Then it calls `a`.
 //! - When `a` returns, the joiner takes the record back off its own list (the head, if it is
 //!   there: every record pushed by `a` has been taken back or handed on) and calls `b` right
 //!   there, as a plain call: no ThMB, no stack, no identity switch, the result in a local. This
@@ -27,10 +27,13 @@
 //!   however the two race. A fork that sees an idle vCPU promotes only the *oldest* record of
 //!   its thread's own list (`sched::promote_oldest_record`: the outermost fork, the largest
 //!   piece of work, as a Cilk thief steals it) and hands it to that vCPU; the newer records
-//!   stay records. A thread that blocks in the kernel has its records promoted at once.
+//!   stay records. A thread that blocks in the kernel, or that the kernel preempts, has its
+//!   records promoted at once (a thread stopped inside a push or take of its list is first moved
+//!   back to its start: both are restartable edits, see `context`).
 //!
 //! So `b` behaves as a thread whenever that matters: if `a` blocks (on anything, including on
-//! what `b` will do), the vCPU's scheduler promotes `b` and it runs — at once when nothing else
+//! what `b` will do) or spins until `b` did something (and is preempted), the vCPU's scheduler
+//! promotes `b` and it runs — at once when nothing else
 //! is ready, else after a bounded number of other threads' blocks (or sooner: the caller, woken,
 //! usually takes `b` back itself); idle vCPUs get it to run
 //! in parallel. What `b` does not get when it runs inline is an identity of its own: there it
@@ -65,6 +68,10 @@ pub(crate) struct JobHeader {
     /// ThMB, READY and in no list.
     pub(crate) promote: unsafe fn(*const JobHeader, Option<&'static crate::sched::Vcpu>) -> *mut Thmb,
 }
+
+// The link is the first word: `context::own_push` and `own_take` address it as the entry word
+// (the header's address + 1, `sched::JOB_TAG`) minus one.
+const _: () = assert!(core::mem::offset_of!(JobHeader, next) == 0);
 
 impl JobHeader {
     /// The next entry.
@@ -237,17 +244,50 @@ where
     B: FnOnce() -> R + Send,
     R: Send,
 {
-    // SAFETY: per the contract.
-    if unsafe { crate::sched::take_job(&job.header, me) } {
-        // Taken back: never promoted, so the closure is here and ours.
-        let b = unsafe { ManuallyDrop::take(&mut *job.body.get()) };
-        return b();
+    // SAFETY: per the contract; taken back, the record was never promoted.
+    if unsafe { crate::sched::take_own_job(&job.header, me) } {
+        return unsafe { run_taken(job) };
     }
-    // SAFETY: not on the list: promoted (per the contract, nothing else takes it off).
+    // SAFETY: forwarded contract; not taken back.
+    unsafe { finish_missed(job, me) }
+}
+
+/// [`finish`] of a record that was not its thread's newest own entry: takes it off its vCPU's
+/// unpublished list and runs it, or waits for its promoted thread. Not inlined: its code in every
+/// joiner kept one more register live across `a` (FK fib on x86_64: four instructions a fork).
+///
+/// # Safety
+/// As for [`finish`], and the record is not on the own list.
+#[inline(never)]
+unsafe fn finish_missed<B, R>(job: &Job<B, R>, me: *mut Thmb) -> R
+where
+    B: FnOnce() -> R + Send,
+    R: Send,
+{
+    // SAFETY: per the contract; taken back, the record was never promoted.
+    if unsafe { crate::sched::take_job_elsewhere(&job.header, me) } {
+        return unsafe { run_taken(job) };
+    }
+    // SAFETY: not on any list: promoted (per the contract, nothing else takes it off).
     match unsafe { wait_promoted(job) } {
         Ok(value) => value,
         Err(payload) => crate::unwind::resume(payload),
     }
+}
+
+/// Runs the closure of the record `job`, taken back (never promoted): here, as a plain call.
+///
+/// # Safety
+/// `job` was taken back off its list and its closure not run since.
+#[inline(always)]
+unsafe fn run_taken<B, R>(job: &Job<B, R>) -> R
+where
+    B: FnOnce() -> R + Send,
+    R: Send,
+{
+    // SAFETY: never promoted (contract), so the closure is here and ours.
+    let b = unsafe { ManuallyDrop::take(&mut *job.body.get()) };
+    b()
 }
 
 /// Waits for the promoted record `job` to complete, then takes its outcome.

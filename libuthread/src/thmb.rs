@@ -74,9 +74,11 @@ pub struct Thmb {
     /// The thread's own task records (`crate::join`): the newest entry of a LIFO list linked
     /// through the records' headers (entry words tagged as on a vCPU's unpublished list), or 0.
     /// Touched by the thread alone while it runs — a fork and its join are a few plain loads and
-    /// stores, no critical section —, and by the scheduler only where the thread is not in
-    /// the middle of one: when it enters the scheduler itself (`sched::flush_records`) or is
-    /// blocked in the kernel (`sched::note_blocked`). 0 in a pooled ThMB (a thread ends with
+    /// stores (`context::own_push`, `context::own_take`), no critical section —, and by the
+    /// scheduler only where the thread is not in the middle of one: when it enters the
+    /// scheduler itself (`sched::flush_records`), is blocked in the kernel
+    /// (`sched::note_blocked`), or was stopped by the kernel and rewound out of any push or take
+    /// (`sched::requeue_full`, `context::restart_point`). 0 in a pooled ThMB (a thread ends with
     /// every record taken back).
     pub(crate) records: Cell<usize>,
     /// Its stack `(base, len)`, or `(0, 0)` before it first runs (lazy creation).
@@ -113,6 +115,9 @@ pub const WINDOW_OFFSET: usize = offset_of!(Thmb, window);
 pub const STATE_OFFSET: usize = offset_of!(Thmb, state);
 /// Offset of the library's copy of the full frame.
 pub const RESUME_OFFSET: usize = offset_of!(Thmb, resume);
+/// Offset of the own record list's head word (read and written by `context::own_push` and
+/// `context::own_take`).
+pub const RECORDS_OFFSET: usize = offset_of!(Thmb, records);
 
 const _: () = assert!(offset_of!(Thmb, header) == 0);
 const _: () = assert!(core::mem::align_of::<Thmb>() as u64 == THMB_ALIGN);

@@ -181,7 +181,7 @@ pub const AARCH64_NOT_YET_PORTED: &[&str] = &[];
 /// libuthread on Tsumugi: the conformance suite (the one run hosted by `cargo test`) on every
 /// CPU as a vCPU, and what needs upcalls: a sleep that keeps its vCPU's other threads running,
 /// a never-yielding thread preempted through `PREEMPTED`, a join's `b` run while its `a` blocks
-/// in the kernel.
+/// in the kernel, and while its `a` spins, and forks preempted inside their list edits.
 pub fn uthread_suite(name: &'static str, smp: u8) -> Suite {
     Suite {
         name,
@@ -194,6 +194,8 @@ pub fn uthread_suite(name: &'static str, smp: u8) -> Suite {
             Check::LogContains("while the other thread slept in the kernel".to_string()),
             Check::LogContains("beside one that never yields".to_string()),
             Check::LogContains("uthread_kn: a join's a waited in the kernel for its b: Ok(7)".to_string()),
+            Check::LogContains("uthread_kn: a join's a spun until its b ran (some spins)".to_string()),
+            Check::LogContains("uthread_kn: forks preempted in their list edits ran every b once: true".to_string()),
             Check::DomainExited { program: "uthread_conformance".to_string(), status: 0 },
             Check::LogContains("vCPUs: 0 failed".to_string()),
             Check::Halting(0),

@@ -122,6 +122,30 @@ pub(crate) unsafe fn frame_pc(frame: *const FullFrame) -> u64 {
     unsafe { core::ptr::read_volatile(&raw const (*frame).pc) }
 }
 
+super::own_list_edits! {
+    push: [
+        "ldr {t}, [{me}, #{head}]",
+        "stur {t}, [{e}, #-1]",
+        "str {e}, [{me}, #{head}]",
+    ],
+    take: [
+        "ldr {t}, [{me}, #{head}]",
+        "cmp {t}, {e}",
+        "b.ne {miss}",
+        "ldur {t}, [{e}, #-1]",
+        "str {t}, [{me}, #{head}]",
+    ],
+}
+
+/// Makes a full frame resume at `pc`.
+///
+/// # Safety
+/// `frame` points to a live frame, which nobody else touches.
+pub(crate) unsafe fn set_frame_pc(frame: *mut FullFrame, pc: u64) {
+    // SAFETY: forwarded contract.
+    unsafe { (*frame).pc = pc }
+}
+
 // Offsets used by the assembly, checked against the Rust layout at compile time (the `const`
 // operands below are computed from `offset_of!`, so they cannot drift). Window fields are
 // addressed from a base register holding the window's address, the resume copy from one
@@ -491,6 +515,13 @@ core::arch::global_asm!(
     "    brk #1",                                 // entry never returns
     "    .cfi_endproc",
     ".size libuthread_thread_start, . - libuthread_thread_start",
+    ".popsection",
+    // An empty entry of the restart table (`context::restart_point`): the section exists, and
+    // its bounds are defined, in every program, also one that never forks.
+    ".pushsection uthread_restart, \"aR\"",
+    "    .balign 4",
+    "    .long 0",
+    "    .long -4",
     ".popsection",
     mask_off = const MASK_OFFSET,
     mask_window = const mask::WINDOW,

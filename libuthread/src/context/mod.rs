@@ -19,6 +19,22 @@
 //! library's copy of the full frame (`crate::thmb::Thmb`'s `resume` field) are never written
 //! by the kernel, and [`interrupted_resume`] recognises the stop by its instruction pointer so
 //! the scheduler simply starts the resume again (like Linux's restartable sequences).
+//!
+//! # Restartable list edits
+//! A thread's own task-record list (`Thmb::records`, `crate::join`) is edited by the thread
+//! with plain loads and stores and no critical section ([`own_push`], [`own_take`]): a push
+//! is a load of the head, a store of the link, a store of the head; a take a compare, a load,
+//! a store. A kernel stop between the first load and the last store would leave a list the
+//! scheduler must not take over (the thread, resumed, would finish the edit against a head that
+//! is no longer there). Each edit is therefore one `asm!` block that records its range, from
+//! its first instruction to just after its committing store, in the section `uthread_restart`
+//! (two 32-bit offsets relative to themselves, so the table needs no relocation in a
+//! position-independent program); [`restart_point`] finds a stopped PC in it, and the scheduler
+//! moves such a thread back to the start of its edit, which then runs again from scratch
+//! (`sched::requeue_full`). Nothing before the committing store is visible to anyone but the
+//! thread, so running it again is harmless. After that the list is consistent and the
+//! scheduler may take it over: a preempted thread's records become threads, so a `join`'s `a`
+//! that spins until its `b` has run gets `b` run.
 
 #[cfg(target_arch = "x86_64")]
 #[path = "x86_64.rs"]
@@ -31,7 +47,116 @@ mod arch;
 mod arch;
 
 pub use arch::Window;
-pub(crate) use arch::{detect_fp, init_window, window_sp};
+pub(crate) use arch::{detect_fp, init_window, own_push, own_take, set_frame_pc, window_sp};
+
+/// One restartable edit's range in the `uthread_restart` section (see "Restartable list
+/// edits"): each offset is relative to the address of the word holding it.
+#[repr(C)]
+struct RestartEntry {
+    start: i32,
+    end: i32,
+}
+
+/// The `asm!` lines that record the edit between the local labels `2:` (its first instruction)
+/// and `3:` (just after its committing store) in the restart table.
+macro_rules! restart_entry {
+    () => {
+        concat!(
+            ".pushsection uthread_restart, \"aR\"\n",
+            ".balign 4\n",
+            ".long 2b - .\n",
+            ".long 3b - .\n",
+            ".popsection\n",
+        )
+    };
+}
+pub(crate) use restart_entry;
+
+/// Defines a port's `own_push` and `own_take` from its instructions (see "Restartable list
+/// edits"). Both get the thread's ThMB in `{me}`, the entry word in `{e}` (a task record's header
+/// address + 1, `sched::JOB_TAG`; the header's first word is its link), a scratch register
+/// `{t}` and the head word's offset `{head}`; `own_take` jumps to `{miss}` when the head is not
+/// `{e}`. Each is recorded in the restart table from its first instruction to just after its
+/// committing store (its last instruction).
+macro_rules! own_list_edits {
+    (push: [$($push:literal),* $(,)?], take: [$($take:literal),* $(,)?] $(,)?) => {
+        /// Pushes the entry `e` on the own record list of `me` (`Thmb::records`): a restartable
+        /// edit (see `context`'s "Restartable list edits"), committed by its store of the head.
+        ///
+        /// # Safety
+        /// `me` is the calling thread's ThMB; `e - 1` is a live record header in no list.
+        #[inline(always)]
+        pub(crate) unsafe fn own_push(me: *mut Thmb, e: usize) {
+            // SAFETY: per the contract: the head word is the thread's own, the link the record's.
+            unsafe {
+                core::arch::asm!(
+                    "2:",
+                    $($push,)*
+                    "3:",
+                    super::restart_entry!(),
+                    me = in(reg) me,
+                    e = in(reg) e,
+                    t = out(reg) _,
+                    head = const crate::thmb::RECORDS_OFFSET,
+                    options(nostack, preserves_flags),
+                );
+            }
+        }
+
+        /// Takes the entry `e` off the own record list of `me` if it is the newest entry (the
+        /// head becomes its link): a restartable edit committed by that store. False, changing
+        /// nothing, if the head is something else.
+        ///
+        /// # Safety
+        /// `me` is the calling thread's ThMB; `e - 1` is a live record header.
+        #[inline(always)]
+        pub(crate) unsafe fn own_take(me: *mut Thmb, e: usize) -> bool {
+            // SAFETY: per the contract.
+            unsafe {
+                core::arch::asm!(
+                    "2:",
+                    $($take,)*
+                    "3:",
+                    super::restart_entry!(),
+                    me = in(reg) me,
+                    e = in(reg) e,
+                    t = out(reg) _,
+                    head = const crate::thmb::RECORDS_OFFSET,
+                    miss = label { return false; },
+                    options(nostack),
+                );
+            }
+            true
+        }
+    };
+}
+pub(crate) use own_list_edits;
+
+extern "C" {
+    // The linker's bounds of the restart table (every port's `global_asm!` puts an empty entry
+    // there, so the section exists in every program).
+    static __start_uthread_restart: [RestartEntry; 0];
+    static __stop_uthread_restart: [RestartEntry; 0];
+}
+
+/// If `pc` is inside a restartable edit of an own record list (a kernel stop before its
+/// committing store), the address the edit starts at. See "Restartable list edits".
+pub fn restart_point(pc: u64) -> Option<u64> {
+    let pc = pc as usize;
+    let mut at = (&raw const __start_uthread_restart) as usize;
+    let stop = (&raw const __stop_uthread_restart) as usize;
+    while at < stop {
+        // SAFETY: inside the table the linker put together, of whole entries.
+        let entry = unsafe { &*(at as *const RestartEntry) };
+        let start = at.wrapping_add_signed(entry.start as isize);
+        let end = (at + 4).wrapping_add_signed(entry.end as isize);
+        if (start..end).contains(&pc) {
+            return Some(start as u64);
+        }
+        at += core::mem::size_of::<RestartEntry>();
+    }
+    None
+}
 
 use core::sync::atomic::AtomicUsize;
 
@@ -285,5 +410,54 @@ pub(crate) mod raw {
         pub(crate) fn libuthread_resume_full_end();
         /// A new thread's first instruction (jumped to, never called from Rust).
         pub(crate) fn libuthread_thread_start();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The restart table as [`restart_point`] reads it: the ranges of the edits in this binary.
+    fn ranges() -> Vec<(usize, usize)> {
+        let mut at = (&raw const __start_uthread_restart) as usize;
+        let stop = (&raw const __stop_uthread_restart) as usize;
+        let mut out = Vec::new();
+        while at < stop {
+            // SAFETY: inside the table.
+            let entry = unsafe { &*(at as *const RestartEntry) };
+            out.push((at.wrapping_add_signed(entry.start as isize), (at + 4).wrapping_add_signed(entry.end as isize)));
+            at += core::mem::size_of::<RestartEntry>();
+        }
+        out
+    }
+
+    #[test]
+    fn restart_points_cover_each_edit_up_to_its_commit() {
+        // A push and a take, so that this binary has both edits.
+        let mut me = crate::thmb::Thmb::blank();
+        let me = &raw mut me;
+        let record = [0usize; 2];
+        let e = &raw const record as usize | 1;
+        // SAFETY: `me` is a blank ThMB nobody else sees; the "record" is two words of ours.
+        unsafe {
+            own_push(me, e);
+            assert_eq!((*me).records.get(), e);
+            assert!(own_take(me, e));
+            assert_eq!((*me).records.get(), 0);
+            assert!(!own_take(me, e), "a take of an entry that is not the head changes nothing");
+        }
+        let edits: Vec<_> = ranges().into_iter().filter(|(start, end)| start < end).collect();
+        // The empty entry every port's assembly adds, plus at least one push and one take.
+        assert!(edits.len() >= 2, "restart table: {edits:x?}");
+        for (start, end) in edits {
+            // Every instruction of an edit up to its committing store restarts it; the address
+            // after that store (the next instruction) does not (edits never touch).
+            assert_eq!(restart_point(start as u64), Some(start as u64));
+            assert_eq!(restart_point((end - 1) as u64), Some(start as u64));
+            assert_ne!(restart_point(end as u64), Some(start as u64));
+            // The edit's code is the asm itself: at most a handful of instructions.
+            assert!(end - start <= 32, "an edit of {} bytes", end - start);
+        }
+        assert_eq!(restart_point(restart_point as *const () as u64), None);
     }
 }

@@ -126,6 +126,33 @@ pub(crate) unsafe fn frame_pc(frame: *const FullFrame) -> u64 {
     unsafe { core::ptr::read_volatile(&raw const (*frame).x[0]) }
 }
 
+super::own_list_edits! {
+    push: [
+        "ld {t}, {head}({me})",
+        "sd {t}, -1({e})",
+        "sd {e}, {head}({me})",
+    ],
+    take: [
+        "ld {t}, {head}({me})",
+        // (A `bne` to the label could be out of a branch's reach: the miss path may be placed
+        // far away.)
+        "beq {t}, {e}, 4f",
+        "j {miss}",
+        "4:",
+        "ld {t}, -1({e})",
+        "sd {t}, {head}({me})",
+    ],
+}
+
+/// Makes a full frame resume at `pc`.
+///
+/// # Safety
+/// `frame` points to a live frame, which nobody else touches.
+pub(crate) unsafe fn set_frame_pc(frame: *mut FullFrame, pc: u64) {
+    // SAFETY: forwarded contract.
+    unsafe { (*frame).x[0] = pc }
+}
+
 // Offsets used by the assembly, checked against the Rust layout at compile time (the `const`
 // operands below are computed from `offset_of!`, so they cannot drift). Every one fits a load's
 // 12-bit signed offset (the assembler refuses the instruction otherwise).
@@ -578,6 +605,13 @@ core::arch::global_asm!(
     "    .cfi_endproc",
     ".size libuthread_thread_start, . - libuthread_thread_start",
     ".option pop",
+    ".popsection",
+    // An empty entry of the restart table (`context::restart_point`): the section exists, and
+    // its bounds are defined, in every program, also one that never forks.
+    ".pushsection uthread_restart, \"aR\"",
+    "    .balign 4",
+    "    .long 0",
+    "    .long -4",
     ".popsection",
     mask_off = const MASK_OFFSET,
     mask_window = const mask::WINDOW,

@@ -204,6 +204,29 @@ pub(crate) unsafe fn frame_pc(frame: *const FullFrame) -> u64 {
     unsafe { core::ptr::read_volatile(&raw const (*frame).rip) }
 }
 
+super::own_list_edits! {
+    push: [
+        "mov {t}, qword ptr [{me} + {head}]",
+        "mov qword ptr [{e} - 1], {t}",
+        "mov qword ptr [{me} + {head}], {e}",
+    ],
+    take: [
+        "cmp qword ptr [{me} + {head}], {e}",
+        "jne {miss}",
+        "mov {t}, qword ptr [{e} - 1]",
+        "mov qword ptr [{me} + {head}], {t}",
+    ],
+}
+
+/// Makes a full frame resume at `pc`.
+///
+/// # Safety
+/// `frame` points to a live frame, which nobody else touches.
+pub(crate) unsafe fn set_frame_pc(frame: *mut FullFrame, pc: u64) {
+    // SAFETY: forwarded contract.
+    unsafe { (*frame).rip = pc }
+}
+
 // Offsets used by the assembly, checked against the Rust layout at compile time (the `const`
 // operands below are computed from `offset_of!`, so they cannot drift).
 const W: usize = WINDOW_OFFSET;
@@ -569,6 +592,13 @@ core::arch::global_asm!(
     "    ud2",                                    // entry never returns
     "    .cfi_endproc",
     ".size libuthread_thread_start, . - libuthread_thread_start",
+    ".popsection",
+    // An empty entry of the restart table (`context::restart_point`): the section exists, and
+    // its bounds are defined, in every program, also one that never forks.
+    ".pushsection uthread_restart, \"aR\"",
+    "    .balign 4",
+    "    .long 0",
+    "    .long -4",
     ".popsection",
     mask_off = const MASK_OFFSET,
     mask_window = const mask::WINDOW,

@@ -17,6 +17,6 @@ pub(crate) mod token;
 mod scheduler;
 
 #[cfg(not(loom))]
-pub use scheduler::{enter_vcpu_loop, note_blocked, requeue_full, resume_counts, vcpu_count};
+pub use scheduler::{enter_vcpu_loop, note_blocked, requeue_full, restart_count, resume_counts, vcpu_count};
 #[cfg(not(loom))]
 pub(crate) use scheduler::*;

@@ -922,6 +922,15 @@ pub fn resume_counts() -> (u64, u64) {
     })
 }
 
+/// How many kernel stops found a thread inside an edit of its own record list and moved it back
+/// to the edit's start (`context::restart_point`), since the program started.
+pub fn restart_count() -> u64 {
+    RESTARTS.load(Ordering::Relaxed)
+}
+
+/// See [`restart_count`].
+static RESTARTS: AtomicU64 = AtomicU64::new(0);
+
 /// Number of vCPUs of the running runtime (0 outside `run`).
 #[inline]
 pub fn vcpu_count() -> usize {
@@ -1320,6 +1329,9 @@ where
 
 /// Tag (low bit) of an unpublished-list entry that is a task record (`crate::join`), not a ThMB.
 const JOB_TAG: usize = 1;
+// `context::own_push` and `own_take` find a record's link at its entry word minus one (the
+// link is a header's first word: `crate::join`).
+const _: () = assert!(JOB_TAG == 1);
 
 /// Reverses the list of entries whose newest is `newest` (links rewritten): returns its oldest
 /// entry, now its head.
@@ -1394,10 +1406,11 @@ unsafe fn entry_thread(e: usize, v: Option<&'static Vcpu>) -> *mut Thmb {
 /// nothing, outside a user thread or inside a library critical section.
 ///
 /// No critical section: the list is the thread's, and nothing but the thread touches it while
-/// it runs — a preemption upcall leaves it alone (the thread may be in the middle of this push),
-/// and the list moves with the thread wherever it is resumed. The scheduler takes it over only
-/// where the thread cannot be in the middle of a push or take: when the thread enters the
-/// scheduler itself ([`flush_records`]) or blocks in the kernel ([`note_blocked`]).
+/// it runs; the list moves with the thread wherever it is resumed. The scheduler takes it over
+/// only where the thread is not in the middle of a push or take: when the thread enters the
+/// scheduler itself ([`flush_records`]), blocks in the kernel ([`note_blocked`]), or was
+/// stopped by the kernel ([`requeue_full`], which first moves a thread stopped inside the push
+/// or take back to its start: both are restartable edits, `context::own_push`).
 ///
 /// # Safety
 /// `h` is a live record in no list; it stays live and unmoved until [`take_job`] returned true
@@ -1411,8 +1424,7 @@ pub(crate) unsafe fn push_job(h: *const JobHeader) -> *mut Thmb {
     // SAFETY: `me` is the live calling thread, whose own list only it touches now (see above);
     // the record is live (contract).
     unsafe {
-        (*h).set_next((*me).records.get());
-        (*me).records.set(h as usize | JOB_TAG);
+        context::own_push(me, h as usize | JOB_TAG);
         if IDLE.any() {
             promote_oldest_record(me);
         }
@@ -1432,12 +1444,21 @@ pub(crate) unsafe fn take_job(h: *const JobHeader, me: *mut Thmb) -> bool {
     // SAFETY: `me` is the calling thread (contract), its own list only its own to touch; a
     // listed record is live and its link the list's.
     unsafe {
-        if (*me).records.get() == h as usize | JOB_TAG {
-            (*me).records.set((*h).next());
-            return true;
-        }
-        take_job_elsewhere(h, me)
+        take_own_job(h, me) || take_job_elsewhere(h, me)
     }
+}
+
+/// The first half of [`take_job`]: takes the task record `h` back off the calling thread's own
+/// list if it is the newest entry there; false (changing nothing) if not — then the caller
+/// goes on with [`take_job_elsewhere`].
+///
+/// # Safety
+/// As for [`take_job`].
+#[inline(always)]
+pub(crate) unsafe fn take_own_job(h: *const JobHeader, me: *mut Thmb) -> bool {
+    // SAFETY: `me` is the calling thread (contract), its own list only its own to touch; a
+    // listed record is live and its link the list's.
+    unsafe { context::own_take(me, h as usize | JOB_TAG) }
 }
 
 /// [`take_job`] of a record that is not its thread's newest own entry: the own list went to a
@@ -1453,7 +1474,7 @@ pub(crate) unsafe fn take_job(h: *const JobHeader, me: *mut Thmb) -> bool {
 /// # Safety
 /// As for [`take_job`].
 #[inline(always)]
-unsafe fn take_job_elsewhere(h: *const JobHeader, me: *mut Thmb) -> bool {
+pub(crate) unsafe fn take_job_elsewhere(h: *const JobHeader, me: *mut Thmb) -> bool {
     // SAFETY: `me` is the caller (contract).
     debug_assert!(unsafe { !own_records_hold(me, h as usize | JOB_TAG) });
     let mut critical = crate::spin::Critical::enter_as(me);
@@ -2695,10 +2716,22 @@ pub unsafe fn requeue_full(t: *mut Thmb) {
             Some(context::Interrupted::Full) => Thmb::set_mask(t, mask::FULL | fp),
             None => {
                 (*t).resume = ptr::read_volatile(&raw const (*t).header.full);
+                // Stopped inside an edit of its own record list: back to the edit's start
+                // (it runs again from scratch), so that the list is whole — see below.
+                if let Some(start) = context::restart_point(pc) {
+                    context::set_frame_pc(&raw mut (*t).resume, start);
+                    RESTARTS.fetch_add(1, Ordering::Relaxed);
+                }
                 Thmb::set_mask(t, mask::FULL | fp);
             }
         }
         (*t).state.set(READY);
+        // Its task records become threads now, queued before it: its `a` may be waiting —
+        // spinning, with no library call — for something a `b` does (on one vCPU nothing else
+        // would ever run `b`). A thread stopped in a resume sequence was in no fork or join.
+        if (*t).records.get() != 0 {
+            promote_own_records(t);
+        }
         let home = vcpu_of(t);
         make_ready(t, home);
     }
@@ -2713,22 +2746,24 @@ pub unsafe fn note_blocked(t: *mut Thmb) {
     unsafe {
         (*t).state.set(KERNEL_BLOCKED);
         if (*t).records.get() != 0 {
-            promote_records_of_blocked(t);
+            promote_own_records(t);
         }
     }
 }
 
-/// [`note_blocked`] of a thread with task records of its own: they become threads now — what
-/// it waits for in the kernel may be one of them (a pipe its `b` writes). The thread is in a
-/// system call, so not in the middle of a fork or a join, and runs again only after
-/// `UNBLOCKED`: its own list is the scheduler's until then. Its joins find the records
-/// promoted and wait for their threads.
+/// The task records of a thread the kernel stopped ([`note_blocked`], [`requeue_full`]) become
+/// threads now — what it waits for may be one of them (a pipe its `b` writes, a flag its `b`
+/// sets while its `a` spins). The thread is in a system call, or was moved back to the start
+/// of any edit of its list it was in (`context::restart_point`), so the list is whole; it runs
+/// again only once queued: its own list is the scheduler's until then. Its joins find the
+/// records promoted and wait for their threads.
 ///
 /// # Safety
-/// As for `note_blocked`; the own list is not empty.
+/// `t` is a live ThMB of this runtime, stopped by the kernel outside any edit of its own list,
+/// which is not empty. Call with LTN = 0.
 #[cold]
 #[inline(never)]
-unsafe fn promote_records_of_blocked(t: *mut Thmb) {
+unsafe fn promote_own_records(t: *mut Thmb) {
     // SAFETY: per the contract the list is ours; its entries are live records.
     unsafe {
         let home = vcpu_of(t);
