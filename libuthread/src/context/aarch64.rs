@@ -516,9 +516,10 @@ core::arch::global_asm!(
     "    .cfi_endproc",
     ".size libuthread_thread_start, . - libuthread_thread_start",
     ".popsection",
-    // An empty entry of the restart table (`context::restart_point`): the section exists, and
-    // its bounds are defined, in every program, also one that never forks.
-    ".pushsection uthread_restart, \"aR\"",
+    // An empty entry of the restart table (`context::restart_point`), linked to this code like
+    // every entry (`restart_entry!`): the section exists wherever the scheduler does, also in a
+    // program that never forks.
+    ".pushsection uthread_restart, \"ao\", %progbits, libuthread_switch_out",
     "    .balign 4",
     "    .long 0",
     "    .long -4",

@@ -22,7 +22,7 @@
 //!
 //! # Restartable list edits
 //! A thread's own task-record list (`Thmb::records`, `crate::join`) is edited by the thread
-//! with plain loads and stores and no critical section ([`own_push`], [`own_take`]): a push
+//! with plain loads and stores and no critical section (`own_push`, `own_take`): a push
 //! is a load of the head, a store of the link, a store of the head; a take a compare, a load,
 //! a store. A kernel stop between the first load and the last store would leave a list the
 //! scheduler must not take over (the thread, resumed, would finish the edit against a head that
@@ -58,11 +58,15 @@ struct RestartEntry {
 }
 
 /// The `asm!` lines that record the edit between the local labels `2:` (its first instruction)
-/// and `3:` (just after its committing store) in the restart table.
+/// and `3:` (just after its committing store) in the restart table. The entry is linked to the
+/// code (`SHF_LINK_ORDER`, to the symbol `<label>_rst` the edit defines at its start, named
+/// after one of its `label` operands, which the compiler names uniquely): the linker keeps it
+/// exactly when it keeps the function the edit was inlined into. (A table kept whole would keep
+/// every function with an edit: `kn_block`, which never forks, grew from 46 to 284 KiB.)
 macro_rules! restart_entry {
-    () => {
+    ($label:literal) => {
         concat!(
-            ".pushsection uthread_restart, \"aR\"\n",
+            ".pushsection uthread_restart, \"ao\", %progbits, {", $label, "}_rst\n",
             ".balign 4\n",
             ".long 2b - .\n",
             ".long 3b - .\n",
@@ -77,7 +81,8 @@ pub(crate) use restart_entry;
 /// address + 1, `sched::JOB_TAG`; the header's first word is its link), a scratch register
 /// `{t}` and the head word's offset `{head}`; `own_take` jumps to `{miss}` when the head is not
 /// `{e}`. Each is recorded in the restart table from its first instruction to just after its
-/// committing store (its last instruction).
+/// committing store (its last instruction). The symbol each defines at its start (named after
+/// a label operand, see [`restart_entry`]) is what its table entry is linked to.
 macro_rules! own_list_edits {
     (push: [$($push:literal),* $(,)?], take: [$($take:literal),* $(,)?] $(,)?) => {
         /// Pushes the entry `e` on the own record list of `me` (`Thmb::records`): a restartable
@@ -86,18 +91,22 @@ macro_rules! own_list_edits {
         /// # Safety
         /// `me` is the calling thread's ThMB; `e - 1` is a live record header in no list.
         #[inline(always)]
+        #[allow(named_asm_labels)] // `{here}_rst`: unique, as the compiler's name of `here` is
         pub(crate) unsafe fn own_push(me: *mut Thmb, e: usize) {
             // SAFETY: per the contract: the head word is the thread's own, the link the record's.
             unsafe {
                 core::arch::asm!(
+                    "{here}_rst:",
                     "2:",
                     $($push,)*
                     "3:",
-                    super::restart_entry!(),
+                    super::restart_entry!("here"),
                     me = in(reg) me,
                     e = in(reg) e,
                     t = out(reg) _,
                     head = const crate::thmb::RECORDS_OFFSET,
+                    // Never jumped to: it only names the entry's symbol (no code results).
+                    here = label {},
                     options(nostack, preserves_flags),
                 );
             }
@@ -110,14 +119,16 @@ macro_rules! own_list_edits {
         /// # Safety
         /// `me` is the calling thread's ThMB; `e - 1` is a live record header.
         #[inline(always)]
+        #[allow(named_asm_labels)] // `{miss}_rst`: unique, as the compiler's name of `miss` is
         pub(crate) unsafe fn own_take(me: *mut Thmb, e: usize) -> bool {
             // SAFETY: per the contract.
             unsafe {
                 core::arch::asm!(
+                    "{miss}_rst:",
                     "2:",
                     $($take,)*
                     "3:",
-                    super::restart_entry!(),
+                    super::restart_entry!("miss"),
                     me = in(reg) me,
                     e = in(reg) e,
                     t = out(reg) _,
@@ -134,7 +145,8 @@ pub(crate) use own_list_edits;
 
 extern "C" {
     // The linker's bounds of the restart table (every port's `global_asm!` puts an empty entry
-    // there, so the section exists in every program).
+    // there, linked to its context-switch code, so the section exists in every program that
+    // can call `restart_point`).
     static __start_uthread_restart: [RestartEntry; 0];
     static __stop_uthread_restart: [RestartEntry; 0];
 }

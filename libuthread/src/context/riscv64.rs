@@ -606,9 +606,10 @@ core::arch::global_asm!(
     ".size libuthread_thread_start, . - libuthread_thread_start",
     ".option pop",
     ".popsection",
-    // An empty entry of the restart table (`context::restart_point`): the section exists, and
-    // its bounds are defined, in every program, also one that never forks.
-    ".pushsection uthread_restart, \"aR\"",
+    // An empty entry of the restart table (`context::restart_point`), linked to this code like
+    // every entry (`restart_entry!`): the section exists wherever the scheduler does, also in a
+    // program that never forks.
+    ".pushsection uthread_restart, \"ao\", %progbits, libuthread_switch_out",
     "    .balign 4",
     "    .long 0",
     "    .long -4",
