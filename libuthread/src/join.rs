@@ -269,7 +269,7 @@ where
         return unsafe { run_taken(job) };
     }
     // SAFETY: not on any list: promoted (per the contract, nothing else takes it off).
-    match unsafe { wait_promoted(job) } {
+    match crate::unwind::settled(unsafe { wait_promoted(job) }) {
         Ok(value) => value,
         Err(payload) => crate::unwind::resume(payload),
     }
