@@ -233,16 +233,20 @@ pub fn check_elf(bytes: &[u8], arch: Arch) -> Result<()> {
     Ok(())
 }
 
-/// `cargo build --manifest-path <dir>/Cargo.toml --bins` for `arch`, with the user programs'
-/// flags (and `--features libuthread/trace` for the trace flavor).
-pub fn build_command_for(tools: &Tools, arch: Arch, release: bool, dir: &Path, flavor: build::Flavor) -> Cmd {
+/// `cargo build --manifest-path <dir>/Cargo.toml --bins` for `arch` (`--bin` each of `only`
+/// instead, if given), with the user programs' flags (and `--features libuthread/trace` for
+/// the trace flavor).
+pub fn build_command_for(tools: &Tools, arch: Arch, release: bool, dir: &Path, flavor: build::Flavor, only: Option<&[String]>) -> Cmd {
     let mut rustflags = arch.user_rustflags().to_vec();
     rustflags.extend(arch.user_reserved_register_flags(tools.toolchain.build_std()));
     let frame_pointers = if release { build::FramePointers::Omitted } else { build::FramePointers::Forced };
     let mut cmd = build::cross_cargo_with(tools, arch.triple(), "build", &rustflags, flavor, frame_pointers)
         .arg("--manifest-path")
-        .arg(dir.join("Cargo.toml"))
-        .arg("--bins");
+        .arg(dir.join("Cargo.toml"));
+    cmd = match only {
+        Some(bins) => bins.iter().fold(cmd, |cmd, bin| cmd.args(["--bin", bin.as_str()])),
+        None => cmd.arg("--bins"),
+    };
     if let Some(features) = flavor.program_features() {
         cmd = cmd.args(["--features", features]);
     }
@@ -261,9 +265,17 @@ pub fn build(tools: &Tools, arch: Arch, release: bool, source: &Source) -> Resul
 
 /// [`build`] of a flavor.
 pub fn build_for(tools: &Tools, arch: Arch, release: bool, source: &Source, flavor: build::Flavor) -> Result<Vec<(String, PathBuf)>> {
+    build_some(tools, arch, release, source, flavor, None)
+}
+
+/// [`build_for`] of only the programs named `only` of a crate, if given (an ELF is taken as it
+/// is).
+pub fn build_some(tools: &Tools, arch: Arch, release: bool, source: &Source, flavor: build::Flavor, only: Option<&[&str]>) -> Result<Vec<(String, PathBuf)>> {
     let programs: Vec<(String, PathBuf)> = match source {
         Source::Crate { dir, bins } => {
-            build_command_for(tools, arch, release, dir, flavor).run().with_context(|| {
+            let chosen: Option<Vec<String>> = only.map(|names| bins.iter().filter(|bin| names.contains(&bin.as_str())).cloned().collect());
+            let bins = chosen.as_ref().unwrap_or(bins);
+            build_command_for(tools, arch, release, dir, flavor, chosen.as_deref()).run().with_context(|| {
                 format!(
                     "{source} does not build for {} (cargo's messages are above)",
                     arch.triple()

@@ -572,7 +572,7 @@ pub const SUITE_COUNTER_CALLS: u64 = 25;
 /// Boots [`SUITE_PROGRAM`] in the tracing build on `arch` with `smp` CPUs and returns, per
 /// check, its description and the problem found (None: passed).
 pub fn selftest(tools: &Tools, arch: Arch, smp: u8, release: bool) -> Result<Vec<(String, Option<String>)>> {
-    let artifacts: Artifacts = build::build_flavor(tools, arch, release, &[], Flavor::Trace)?;
+    let artifacts: Artifacts = build::build_flavor_of(tools, arch, release, &[], Flavor::Trace, Some(&[SUITE_PROGRAM]))?;
     let log = workspace_root().join("target").join("test-logs").join(format!("{arch}-trace-smp{smp}.log"));
     let cmdline = format!("{}={SUITE_PROGRAM}", tsumugi_abi::bootopt::RUN);
     let machine = Machine { arch, accel: Accel::Tcg, smp, icount: false, gdb: false, kernel: &artifacts.kernel, initrd: &artifacts.initrd, cmdline: &cmdline };
