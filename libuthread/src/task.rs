@@ -34,18 +34,33 @@ const _: () = assert!(align_of::<Bytes>() == TASK_ALIGN);
 struct Ops {
     /// Runs the closure held and stores its outcome in its place.
     run: unsafe fn(*mut u8),
-    /// Runs the closure held and writes its outcome to the second pointer (an
-    /// `MaybeUninit<Outcome<T>>` of the joiner's, see [`Task::run_claimed_into`]).
-    run_into: unsafe fn(*mut u8, *mut u8),
+    /// Runs the closure held and returns what it ran to: an `unsafe fn(*mut u8) -> Ran<T>`
+    /// with its type erased (only [`Task::run_claimed`], which knows `T`, calls it). Returned,
+    /// not written to memory: a small result comes back in registers (see `run_claimed`).
+    run_ret: *const (),
     /// Drops the closure held (never run).
     drop_closure: unsafe fn(*mut u8),
     /// Drops the outcome held (never taken).
     drop_outcome: unsafe fn(*mut u8),
 }
 
+/// What a run returns to a joiner that ran it inline ([`Task::run_claimed`]): hosted its
+/// outcome (a panic is caught); on Tsumugi, where every outcome is `Ok` (`crate::unwind`), the
+/// value alone — in registers when it fits two, where an `Outcome` of a word would not.
+#[cfg(not(target_os = "none"))]
+type Ran<T> = Outcome<T>;
+#[cfg(target_os = "none")]
+type Ran<T> = T;
+
+// SAFETY: the operations are plain functions (the `*const ()` is one, type-erased), shared
+// read-only.
+unsafe impl Sync for Ops {}
+
 /// Nothing held.
 const EMPTY: u8 = 0;
-/// The closure is held.
+/// The closure is held — or, in a pooled ThMB, was: a pooled ThMB's task says CLOSURE over
+/// spent bytes (the pool's invariant, see [`Task::set_pooled`]), so neither the spawn that
+/// reuses it nor the inline join that ran it stores the state.
 const CLOSURE: u8 = 1;
 /// The outcome is held.
 const OUTCOME: u8 = 2;
@@ -65,7 +80,7 @@ const fn fits<X>() -> bool {
 struct OpsFor<F, T>(PhantomData<(F, T)>);
 
 impl<F: FnOnce() -> T, T> OpsFor<F, T> {
-    const OPS: Ops = Ops { run: Self::run, run_into: Self::run_into, drop_closure: Self::drop_closure, drop_outcome: Self::drop_outcome };
+    const OPS: Ops = Ops { run: Self::run, run_ret: Self::run_ret as unsafe fn(*mut u8) -> Ran<T> as *const (), drop_closure: Self::drop_closure, drop_outcome: Self::drop_outcome };
 
     /// # Safety
     /// `p` holds an `F` stored by [`Task::set`] (inline or boxed).
@@ -95,13 +110,18 @@ impl<F: FnOnce() -> T, T> OpsFor<F, T> {
     }
 
     /// # Safety
-    /// As for `run`; `out` is valid for a write of an `Outcome<T>`.
-    unsafe fn run_into(p: *mut u8, out: *mut u8) {
-        // SAFETY: `Task::run_claimed_into` calls this only while the closure is held.
+    /// As for `run`.
+    unsafe fn run_ret(p: *mut u8) -> Ran<T> {
+        // SAFETY: `Task::run_claimed` calls this only while the closure is held.
         let f = unsafe { Self::take_closure(p) };
-        let outcome = crate::unwind::catch(f);
-        // SAFETY: per the contract.
-        unsafe { ptr::write(out as *mut Outcome<T>, outcome) }
+        #[cfg(not(target_os = "none"))]
+        {
+            crate::unwind::catch(f)
+        }
+        #[cfg(target_os = "none")]
+        {
+            f()
+        }
     }
 
     unsafe fn drop_closure(p: *mut u8) {
@@ -148,7 +168,22 @@ impl Task {
         T: Send + 'static,
     {
         debug_assert_eq!(self.holds.get(), EMPTY);
-        // SAFETY: empty storage, ours; the layout matches what `OpsFor<F, T>` reads.
+        // SAFETY: forwarded contract.
+        unsafe { self.write_closure(f) };
+        self.holds.set(CLOSURE);
+    }
+
+    /// Stores the closure and its operations, not the state.
+    ///
+    /// # Safety
+    /// The bytes hold nothing to drop and only the caller touches the task.
+    #[inline(always)]
+    unsafe fn write_closure<F, T>(&self, f: F)
+    where
+        F: FnOnce() -> T + Send + 'static,
+        T: Send + 'static,
+    {
+        // SAFETY: free storage, ours; the layout matches what `OpsFor<F, T>` reads.
         unsafe {
             if fits::<F>() {
                 ptr::write(self.at() as *mut F, f)
@@ -157,7 +192,38 @@ impl Task {
             }
         }
         self.ops.set(Some(&OpsFor::<F, T>::OPS));
+    }
+
+    /// [`Task::set`] for a pooled ThMB's task, which says CLOSURE already (over spent bytes):
+    /// stores the closure and its operations, not the state.
+    ///
+    /// # Safety
+    /// The task is a pooled ThMB's ([`Task::mark_pooled`] or left by
+    /// [`Task::run_claimed`]) and only the caller touches it.
+    #[inline(always)]
+    pub(crate) unsafe fn set_pooled<F, T>(&self, f: F)
+    where
+        F: FnOnce() -> T + Send + 'static,
+        T: Send + 'static,
+    {
+        debug_assert_eq!(self.holds.get(), CLOSURE);
+        // SAFETY: forwarded contract; the bytes are spent (nothing to drop).
+        unsafe { self.write_closure(f) }
+    }
+
+    /// Makes an empty task a pooled ThMB's: says CLOSURE over bytes that hold nothing (see
+    /// [`CLOSURE`]). Until [`Task::set_pooled`] or [`Task::forget_spent`], nothing may drop it.
+    #[inline(always)]
+    pub(crate) fn mark_pooled(&self) {
+        debug_assert_eq!(self.holds.get(), EMPTY);
         self.holds.set(CLOSURE);
+    }
+
+    /// Empties the task of a ThMB whose closure [`Task::run_claimed`] ran (it still says
+    /// CLOSURE), before the ThMB leaves the pool's rules (freed to the heap, or retired).
+    #[inline(always)]
+    pub(crate) fn forget_spent(&self) {
+        self.holds.set(EMPTY);
     }
 
     /// Runs the closure (catching a panic where unwinding exists) and keeps its outcome.
@@ -176,23 +242,35 @@ impl Task {
     }
 
     /// Runs the held closure, for a joiner that runs the task inline (`sched::run_inline`),
-    /// writing its outcome straight into the joiner's `out`: the task is marked empty before
-    /// the run, as in [`Task::run`], and stays so. The outcome is written once, by the code
-    /// that made it, where the joiner reads it — not into the ThMB and copied out after. (A
-    /// copy cost four moves on the targets, and hosted a stall: the closure's two 8-byte
-    /// stores read back by one 16-byte SSE load cannot be forwarded, ~10 ns per spawn + join.)
+    /// and returns its outcome. The task still says CLOSURE after, over spent bytes — what a
+    /// pooled ThMB's must say, and the inline join pools it: a caller that does not must
+    /// [`Task::forget_spent`] before anything drops the task. (Nothing reads the state
+    /// meanwhile: the child runs on the joiner's stack and never exits; if it blocks, its ThMB
+    /// is only saved into and resumed.) The outcome is returned, not stored anywhere: a word's
+    /// comes back in a register, and the closure's own function ends in a tail call of the
+    /// body. (Written into the joiner's memory, it cost about six instructions more a spawn +
+    /// join on x86_64 — the store of the tag and value, a frame to keep the pointer in; copied
+    /// out of the ThMB, four moves more, and hosted a stall: the closure's two 8-byte stores
+    /// read back by one 16-byte SSE load cannot be forwarded, ~10 ns per spawn + join.)
     ///
     /// # Safety
-    /// The task holds a closure (claimed: nobody else runs or drops it) returning `T`; `out`
-    /// stays put until the run returns.
+    /// The task holds a closure (claimed: nobody else runs or drops it) returning `T`.
     #[inline(always)]
-    pub(crate) unsafe fn run_claimed_into<T>(&self, out: &mut MaybeUninit<Outcome<T>>) {
+    pub(crate) unsafe fn run_claimed<T>(&self) -> Outcome<T> {
         debug_assert_eq!(self.holds.get(), CLOSURE);
-        // SAFETY: per the contract a closure is held, so its operations were set with it.
-        let ops = unsafe { self.ops.get().unwrap_unchecked() };
-        self.holds.set(EMPTY);
-        // SAFETY: the closure is held, with the layout `ops` reads, and returns `T` (contract).
-        unsafe { (ops.run_into)(self.at(), out.as_mut_ptr() as *mut u8) }
+        // SAFETY: per the contract a closure is held, so its operations were set with it, and
+        // `run_ret` is `OpsFor::<F, T>::run_ret` for this `T`, erased: the same signature.
+        let run: unsafe fn(*mut u8) -> Ran<T> = unsafe { core::mem::transmute(self.ops.get().unwrap_unchecked().run_ret) };
+        // SAFETY: the closure is held, with the layout `run` reads (contract).
+        let ran = unsafe { run(self.at()) };
+        #[cfg(not(target_os = "none"))]
+        {
+            ran
+        }
+        #[cfg(target_os = "none")]
+        {
+            Ok(ran)
+        }
     }
 
     /// Takes the outcome of a task that ran a closure returning `T`.

@@ -83,7 +83,9 @@ pub struct Thmb {
     pub(crate) records: Cell<usize>,
     /// Its stack `(base, len)`, or `(0, 0)` before it first runs (lazy creation).
     pub(crate) stack: Cell<(usize, usize)>,
-    /// Stack size asked for at spawn.
+    /// Stack size asked for at spawn. A pooled ThMB's says `DEFAULT_STACK_SIZE` (invariant:
+    /// a spawn of the default size stores nothing here); a thread that asked for another size
+    /// has `extras` set, so the inline join's one test of `extras` also resets this.
     pub(crate) stack_size: usize,
     /// The closure, until the thread starts; then its outcome, until joined ([`Task`]).
     pub(crate) task: Task,
@@ -94,9 +96,10 @@ pub struct Thmb {
     pub(crate) name: Option<Box<str>>,
     /// Whether this is the runtime's main thread (its exit ends the runtime).
     pub(crate) is_main: bool,
-    /// Whether the ThMB holds a name or an allocated thread-local table: set where either is
-    /// made (`new_thread`, `LocalKey::with`), cleared only by `retire_slow`, so a pooled ThMB
-    /// has it clear and a retiring or inline-joined thread tests one byte for both.
+    /// Whether the ThMB holds a name, an allocated thread-local table or a stack size other
+    /// than the default: set where one is made (`new_thread`, `LocalKey::with`), cleared only by
+    /// `retire_slow`, so a pooled ThMB has it clear and a retiring or inline-joined thread
+    /// tests one byte for all three.
     pub(crate) extras: Cell<bool>,
 
     // -- Atomic.
@@ -146,7 +149,7 @@ impl Thmb {
             run_next: Cell::new(ptr::null_mut()),
             records: Cell::new(0),
             stack: Cell::new((0, 0)),
-            stack_size: 0,
+            stack_size: crate::sched::DEFAULT_STACK_SIZE,
             task: Task::new(),
             locals: UnsafeCell::new(Vec::new()),
             name: None,
@@ -205,20 +208,30 @@ impl Thmb {
                 if refs != SPAWN_REFS {
                     (*t).refs.store(refs, Ordering::Relaxed);
                 }
+                // Its stack size is the default and its task says it holds a closure (over
+                // spent bytes): `free_thmb` and the inline join leave both so, and a spawn of
+                // the default size stores neither.
+                debug_assert_eq!((*t).stack_size, crate::sched::DEFAULT_STACK_SIZE);
+                (*t).task.set_pooled(f);
             } else {
                 ptr::write(t, Thmb::blank());
                 (*t).refs.store(refs, Ordering::Relaxed);
                 if let Some(v) = v {
                     crate::sched::set_home(t, v);
                 }
+                (*t).task.set(f);
             }
-            (*t).task.set(f);
             debug_assert!(!(*t).extras.get());
             if name.is_some() {
                 (*t).name = name;
                 (*t).extras.set(true);
             }
-            (*t).stack_size = stack_size;
+            // Another size is an extra too: the inline join's test of `extras` (its one
+            // branch for whatever a pooled ThMB must not keep) resets it (`reset_extras`).
+            if stack_size != crate::sched::DEFAULT_STACK_SIZE {
+                (*t).stack_size = stack_size;
+                (*t).extras.set(true);
+            }
         }
         t
     }
@@ -254,6 +267,7 @@ impl Thmb {
             if (*this).extras.replace(false) {
                 drop((*this).name.take());
                 drop(core::mem::take(&mut *(*this).locals.get()));
+                (*this).stack_size = crate::sched::DEFAULT_STACK_SIZE;
             }
         }
     }

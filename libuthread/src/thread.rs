@@ -5,7 +5,6 @@ use alloc::boxed::Box;
 use alloc::string::String;
 use core::any::Any;
 use core::marker::PhantomData;
-use core::mem::MaybeUninit;
 use core::num::NonZeroUsize;
 use core::ptr::NonNull;
 use core::time::Duration;
@@ -436,25 +435,23 @@ impl<T: 'static> JoinHandle<T> {
         // A child that has not started yet runs right here, on this stack, as itself
         // (work-first; see `sched::run_inline`, which also looks at the join word when the
         // child is not on the unpublished list); otherwise wait for it.
-        // Both ways write the outcome into `out`, so they meet without a copy.
-        let mut out = MaybeUninit::uninit();
         // SAFETY: our reference, and `T` is the spawned closure's result type. On success the
         // call also took the outcome and gave up our reference.
-        if !unsafe { crate::sched::run_inline::<T>(t, &mut out) } {
+        let outcome = match unsafe { crate::sched::run_inline::<T>(t) } {
+            Some(outcome) => outcome,
             // SAFETY: our reference, not given up above.
-            unsafe { Self::join_waiting(t, &mut out) }
-        }
-        // SAFETY: written by one of the two.
-        crate::unwind::settled(unsafe { out.assume_init() })
+            None => unsafe { Self::join_waiting(t) },
+        };
+        crate::unwind::settled(outcome)
     }
 
     /// [`join`](Self::join) of a child that started (or finished) already: waits for it, then
-    /// moves its result into `out`.
+    /// returns its result.
     ///
     /// # Safety
     /// The caller gives up its handle's reference to `t`, whose result type is `T`.
     #[inline(never)]
-    unsafe fn join_waiting(t: *mut Thmb, out: &mut MaybeUninit<Result<T, Box<dyn Any + Send + 'static>>>) {
+    unsafe fn join_waiting(t: *mut Thmb) -> Result<T, Box<dyn Any + Send + 'static>> {
         // SAFETY: our reference keeps `t` live.
         let join = unsafe { &(*t).join };
         if join.load(Ordering::Acquire) != JOIN_EXITED {
@@ -467,9 +464,10 @@ impl<T: 'static> JoinHandle<T> {
         debug_assert_eq!(exited, JOIN_EXITED);
         // SAFETY: EXITED: the outcome is written and only we read it; the handle's `T` is the
         // spawned closure's result type.
-        out.write(unsafe { (*t).task.take::<T>() });
+        let outcome = unsafe { (*t).task.take::<T>() };
         // SAFETY: our reference.
         unsafe { Thmb::release(t) };
+        outcome
     }
 
     /// The thread's id.

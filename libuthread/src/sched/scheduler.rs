@@ -1080,6 +1080,9 @@ pub(crate) unsafe fn free_thmb(t: *mut Thmb, v: Option<&'static Vcpu>) {
         unsafe {
             (*t).join.store(JOIN_RUNNING, Ordering::Relaxed);
             (*t).refs.store(crate::thmb::SPAWN_REFS, Ordering::Relaxed);
+            // (Its stack size is the default already: a thread that asked for another had
+            // `extras`, which its retire cleared, resetting the size.)
+            (*t).task.mark_pooled();
             Thmb::set_mask(t, mask::NONE);
             set_home(t, vcpu);
         }
@@ -1087,6 +1090,8 @@ pub(crate) unsafe fn free_thmb(t: *mut Thmb, v: Option<&'static Vcpu>) {
         if unsafe { vcpu.pool.give_thmb(t) } {
             return;
         }
+        // SAFETY: as above.
+        unsafe { (*t).task.forget_spent() };
     }
     // SAFETY: forwarded contract.
     unsafe { free_thmb_to_heap(t) }
@@ -1160,21 +1165,19 @@ const INLINE_LOOKUP: usize = 64;
 /// While inline, the child uses the joiner's FP area (the joiner is off every vCPU and saves
 /// nothing there until it runs again).
 ///
-/// On success (true) it also does the join's part: the child's outcome is in `out` (written
-/// there by the child's own code) and `t` is freed (the caller's handle and the running
-/// reference are the only ones, and both are ours now), so the caller gives up its handle's
-/// reference by this call. (`out` rather than a
-/// returned `Option`: the outcome is returned in memory, and the waiting join writes the
-/// same slot, so the two paths meet without a copy.)
+/// On success (`Some`) it also does the join's part: it returns the child's outcome and `t`
+/// is freed (the caller's handle and the running reference are the only ones, and both are
+/// ours now), so the caller gives up its handle's reference by this call. (The outcome comes
+/// back in registers when it fits: see `Task::run_claimed`.)
 ///
 /// # Safety
 /// The caller holds a reference to `t` (its `JoinHandle`), and `T` is `t`'s result type.
 #[inline(always)]
-pub(crate) unsafe fn run_inline<T>(t: *mut Thmb, out: &mut core::mem::MaybeUninit<crate::task::Outcome<T>>) -> bool {
+pub(crate) unsafe fn run_inline<T>(t: *mut Thmb) -> Option<crate::task::Outcome<T>> {
     let mut critical = crate::spin::Critical::enter();
     let me = critical.thread();
     if me.is_null() {
-        return false;
+        return None;
     }
     // SAFETY: `me` is the calling thread; its vCPU cannot change with LTN = 0.
     let vcpu = unsafe { home_of(me) };
@@ -1187,7 +1190,7 @@ pub(crate) unsafe fn run_inline<T>(t: *mut Thmb, out: &mut core::mem::MaybeUnini
         || (unsafe { (*t).join.load(Ordering::Acquire) } != JOIN_EXITED && unsafe { claim_queued(vcpu.id, t) });
     if !claimed {
         critical.leave();
-        return false;
+        return None;
     }
     // SAFETY: `t` never ran and is in no list: it is ours, and its `vcpu` says `v` (spawned
     // here, or set by `claim_queued`). `me` is the calling thread.
@@ -1202,11 +1205,11 @@ pub(crate) unsafe fn run_inline<T>(t: *mut Thmb, out: &mut core::mem::MaybeUnini
         // reads it before the child writes it itself, as it blocks.
         platform::set_ltn(t);
         // From here this code runs as `t`. (Its task holds the closure: a thread off every
-        // list that never ran.) Its outcome goes straight into `out`, which stays put: this
-        // frame is not left before the run returns, also when the child blocks.
-        (*t).task.run_claimed_into(out);
+        // list that never ran.) Its outcome comes back as the call's result.
+        let outcome = (*t).task.run_claimed::<T>();
         // Its thread-locals and name, if it has any, go now, while it is still `t`; then the
         // ThMB holds nothing but the outcome (one test, and the retire has nothing left to do).
+        // (Its task still says CLOSURE, over spent bytes: what a pooled ThMB's says.)
         if (*t).extras.get() {
             drop_extras(t);
         }
@@ -1226,15 +1229,17 @@ pub(crate) unsafe fn run_inline<T>(t: *mut Thmb, out: &mut core::mem::MaybeUnini
         debug_assert_eq!(Thmb::mask(t), mask::NONE);
         let pooled = home.pool.give_thmb(t);
         if !pooled {
+            (*t).task.forget_spent();
             free_thmb_to_heap(t);
         }
         platform::set_ltn(me);
-        true
+        Some(outcome)
     }
 }
 
-/// [`run_inline`]'s end of a child with thread-locals or a name: destroys the thread-locals
-/// (as the child: the caller's LTN is `t`) and drops both, leaving the ThMB's extras clear.
+/// [`run_inline`]'s end of a child with thread-locals, a name or a stack size of its own:
+/// destroys the thread-locals (as the child: the caller's LTN is `t`), drops the name and the
+/// table and resets the size, leaving the ThMB's extras clear.
 ///
 /// # Safety
 /// `t` is the running thread, just finished inline, its task empty (the outcome in its bytes).
@@ -1242,8 +1247,14 @@ pub(crate) unsafe fn run_inline<T>(t: *mut Thmb, out: &mut core::mem::MaybeUnini
 #[inline(never)]
 unsafe fn drop_extras(t: *mut Thmb) {
     crate::local::destroy_all(t);
-    // SAFETY: the task is empty (contract), so only the name and the table are dropped.
-    unsafe { Thmb::retire_slow(t) }
+    // SAFETY: the task's bytes are spent (contract), so only the name and the table are
+    // dropped (and the stack size reset); then the task says CLOSURE again, as a pooled
+    // ThMB's must.
+    unsafe {
+        (*t).task.forget_spent();
+        Thmb::retire_slow(t);
+        (*t).task.mark_pooled();
+    }
 }
 
 /// [`run_inline`]'s claim of a child that was published: takes it off the ready queue it was
