@@ -98,7 +98,14 @@ pub enum Flavor {
 }
 
 impl Flavor {
-    /// The target folder.
+    /// The folder the flavor's outputs (programs, kernel, boot archive) end up in. Cargo builds
+    /// every flavor in `target/cross` ([`cross_target_dir`]): a flavor differs only in
+    /// features, which cargo keeps apart by itself, so the tracing build shares `core`, `alloc`
+    /// and every dependency with the plain one instead of building them all again in a folder
+    /// of its own (two sysroot builds and a whole kernel per architecture, about a tenth of a
+    /// fresh `cargo xtask test`). Its outputs are copied here after each build (`publish`);
+    /// the plain build's files in `target/cross` are the plain flavor's again at its next
+    /// build (cargo re-links a fresh unit's outputs where it puts them).
     pub fn target_dir(self) -> PathBuf {
         let name = match self {
             Flavor::Plain => "cross",
@@ -183,13 +190,14 @@ pub fn build_flavor_of(tools: &Tools, arch: Arch, release: bool, extra: &[PathBu
     kernel_command_for(tools, arch, release, flavor)
         .run()
         .context("building the kernel")?;
-    let kernel = kernel_output_dir_for(arch, release, flavor).join(KERNEL_BIN);
-    if !kernel.is_file() {
+    let built = kernel_output_dir_for(arch, release, Flavor::Plain).join(KERNEL_BIN);
+    if !built.is_file() {
         bail!(
             "the kernel build succeeded but {} does not exist",
-            kernel.display()
+            built.display()
         );
     }
+    let kernel = publish(&built, &kernel_output_dir_for(arch, release, flavor))?;
     if let Some(image) = arch.flat_kernel_image(&kernel) {
         crate::image::write_flat(&kernel, &image)?;
     }
@@ -203,16 +211,28 @@ pub fn build_flavor_of(tools: &Tools, arch: Arch, release: bool, extra: &[PathBu
     })
 }
 
+/// A file cargo built, as a flavor's output in `dir`: the file itself for the plain flavor
+/// (`dir` is where cargo put it), else a copy (see [`Flavor::target_dir`]).
+pub fn publish(built: &Path, dir: &Path) -> Result<PathBuf> {
+    let name = built.file_name().with_context(|| format!("{} names no file", built.display()))?;
+    let out = dir.join(name);
+    if built.parent() == Some(dir) {
+        return Ok(out);
+    }
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    // Written beside and renamed: a boot never sees half a file.
+    let partial = out.with_extension("partial");
+    std::fs::copy(built, &partial).with_context(|| format!("copying {} to {}", built.display(), partial.display()))?;
+    std::fs::rename(&partial, &out).with_context(|| format!("renaming {}", partial.display()))?;
+    Ok(out)
+}
+
 /// The cargo invocation shared by both builds: toolchain, flags (plus `extra_rustflags`),
 /// cleaned environment, `-Z` flags, target `triple` and target folder, after the subcommand.
 pub fn cross_cargo(tools: &Tools, triple: &str, subcommand: &str, extra_rustflags: &[&str]) -> Cmd {
-    cross_cargo_for(tools, triple, subcommand, extra_rustflags, Flavor::Plain)
+    cross_cargo_with(tools, triple, subcommand, extra_rustflags, FramePointers::Forced)
 }
 
-/// [`cross_cargo`] into a flavor's target folder.
-pub fn cross_cargo_for(tools: &Tools, triple: &str, subcommand: &str, extra_rustflags: &[&str], flavor: Flavor) -> Cmd {
-    cross_cargo_with(tools, triple, subcommand, extra_rustflags, flavor, FramePointers::Forced)
-}
 
 /// Whether a target build keeps a frame pointer in every function.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -227,13 +247,12 @@ pub enum FramePointers {
     Omitted,
 }
 
-/// [`cross_cargo_for`] with the frame-pointer choice made by the caller.
+/// [`cross_cargo`] with the frame-pointer choice made by the caller.
 pub fn cross_cargo_with(
     tools: &Tools,
     triple: &str,
     subcommand: &str,
     extra_rustflags: &[&str],
-    flavor: Flavor,
     frame_pointers: FramePointers,
 ) -> Cmd {
     let toolchain = &tools.toolchain;
@@ -259,7 +278,7 @@ pub fn cross_cargo_with(
     }
     cmd.args(["--target", triple])
         .arg("--target-dir")
-        .arg(flavor.target_dir())
+        .arg(cross_target_dir())
 }
 
 /// Where the checkout's sources appear in the built binaries (panic locations, debug info).
@@ -306,9 +325,9 @@ fn outer_cargo_variables() -> Vec<String> {
 }
 
 /// `cargo rustc ... -p tsumugi-kernel --bin tsumugi --features image -- <kernel rustc args>`
-/// (`--features image,trace` into `target/trace` for the trace flavor).
+/// (`--features image,trace` for the trace flavor).
 pub fn kernel_command_for(tools: &Tools, arch: Arch, release: bool, flavor: Flavor) -> Cmd {
-    let mut cmd = cross_cargo_for(tools, arch.kernel_triple(), "rustc", &[], flavor).args([
+    let mut cmd = cross_cargo(tools, arch.kernel_triple(), "rustc", &[]).args([
         "-p",
         KERNEL_PACKAGE,
         "--bin",

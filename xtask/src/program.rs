@@ -240,7 +240,7 @@ pub fn build_command_for(tools: &Tools, arch: Arch, release: bool, dir: &Path, f
     let mut rustflags = arch.user_rustflags().to_vec();
     rustflags.extend(arch.user_reserved_register_flags(tools.toolchain.build_std()));
     let frame_pointers = if release { build::FramePointers::Omitted } else { build::FramePointers::Forced };
-    let mut cmd = build::cross_cargo_with(tools, arch.triple(), "build", &rustflags, flavor, frame_pointers)
+    let mut cmd = build::cross_cargo_with(tools, arch.triple(), "build", &rustflags, frame_pointers)
         .arg("--manifest-path")
         .arg(dir.join("Cargo.toml"));
     cmd = match only {
@@ -281,8 +281,11 @@ pub fn build_some(tools: &Tools, arch: Arch, release: bool, source: &Source, fla
                     arch.triple()
                 )
             })?;
+            let built = build::output_dir_for(arch, release, build::Flavor::Plain);
             let out = build::output_dir_for(arch, release, flavor);
-            bins.iter().map(|bin| (bin.clone(), out.join(bin))).collect()
+            bins.iter()
+                .map(|bin| Ok((bin.clone(), build::publish(&built.join(bin), &out)?)))
+                .collect::<Result<_>>()?
         }
         Source::Elf { path, name } => vec![(name.clone(), path.clone())],
     };

@@ -4,7 +4,7 @@
 //! user thread.
 //!
 //! The tracing build is a flavor of its own ([`Flavor::Trace`]: the kernel's and libuthread's
-//! `trace` features, into `target/trace`), so plain builds, tests and benchmarks never contain
+//! `trace` features, its outputs in `target/trace`), so plain builds, tests and benchmarks never contain
 //! a recording instruction.
 
 use std::collections::BTreeMap;
