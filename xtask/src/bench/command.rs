@@ -425,6 +425,27 @@ fn report(label: &str, verdict: &Verdict) {
     }
 }
 
+/// The in-tree programs the boots run, which are all a benchmark build needs (a release build
+/// links each program as one LTO unit with libuthread, `core` and `alloc`: building the other
+/// sixty-odd programs cost about a minute of a CI run); `None` (all) when `--program` adds
+/// programs of the user's, which a boot may run beside them.
+fn programs_to_build<'a>(boots: &[(String, &'a Bench)], extra: &[PathBuf]) -> Option<Vec<&'a str>> {
+    if !extra.is_empty() {
+        return None;
+    }
+    let mut names: Vec<&str> = boots
+        .iter()
+        .filter_map(|(_, bench)| match bench.runner {
+            Runner::Qemu { boot_words, .. } => Some(super::runner::programs_of(boot_words)),
+            _ => None,
+        })
+        .flatten()
+        .collect();
+    names.sort_unstable();
+    names.dedup();
+    Some(names)
+}
+
 /// Builds for `arch` and runs its planned boots.
 fn run_arch(
     settings: &Settings,
@@ -441,7 +462,8 @@ fn run_arch(
             _ => None,
         })
         .collect();
-    let artifacts = match build::build_with(tools, arch, settings.release, &settings.programs) {
+    let only = programs_to_build(&boots, &settings.programs);
+    let artifacts = match build::build_flavor_of(tools, arch, settings.release, &settings.programs, build::Flavor::Plain, only.as_deref()) {
         Ok(artifacts) => artifacts,
         Err(error) => {
             // The error (the failed command) once; the boots just point at it.
@@ -523,6 +545,24 @@ fn report_section(table: &Table, text: &str, charted: bool) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_benchmark_build_holds_exactly_the_programs_its_boots_run() {
+        let boots: Vec<(String, &Bench)> = BENCHES.iter().map(|b| (b.name.to_string(), b)).collect();
+        let only = programs_to_build(&boots, &[]).expect("no --program: a chosen list");
+        for name in ["uthread_bench", "stackthreads", "kn_cost", "s3_phases_8", "share_bench_b"] {
+            assert!(only.contains(&name), "{name} missing from {only:?}");
+        }
+        // Each is a program of the tree, and the list has no repeats.
+        let bins = workspace_root().join("userland/src/bin");
+        for name in &only {
+            assert!(bins.join(format!("{name}.rs")).is_file(), "{name} is no userland program");
+        }
+        assert!(only.windows(2).all(|w| w[0] < w[1]), "{only:?}");
+        assert!(!only.contains(&"fuzz"), "{only:?}");
+        // A user's programs: everything is built.
+        assert!(programs_to_build(&boots, &[PathBuf::from("my_program")]).is_none());
+    }
 
     #[test]
     fn report_sections_hold_the_printed_table() {
