@@ -34,23 +34,17 @@ const _: () = assert!(align_of::<Bytes>() == TASK_ALIGN);
 struct Ops {
     /// Runs the closure held and stores its outcome in its place.
     run: unsafe fn(*mut u8),
-    /// Runs the closure held and returns what it ran to: an `unsafe fn(*mut u8) -> Ran<T>`
-    /// with its type erased (only [`Task::run_claimed`], which knows `T`, calls it). Returned,
-    /// not written to memory: a small result comes back in registers (see `run_claimed`).
+    /// Runs the closure of the task given and returns its value: an
+    /// `unsafe fn(&Task) -> MaybeUninit<T>` with its type erased (only [`Task::run_claimed`],
+    /// which knows `T`, calls it). Returned, not written to memory: a small value comes back in
+    /// registers (see `run_claimed`). Hosted, a panic is caught and its payload left in the
+    /// task, which then says [`PANICKED`] (the value returned is uninitialised).
     run_ret: *const (),
     /// Drops the closure held (never run).
     drop_closure: unsafe fn(*mut u8),
     /// Drops the outcome held (never taken).
     drop_outcome: unsafe fn(*mut u8),
 }
-
-/// What a run returns to a joiner that ran it inline ([`Task::run_claimed`]): hosted its
-/// outcome (a panic is caught); on Tsumugi, where every outcome is `Ok` (`crate::unwind`), the
-/// value alone — in registers when it fits two, where an `Outcome` of a word would not.
-#[cfg(not(target_os = "none"))]
-type Ran<T> = Outcome<T>;
-#[cfg(target_os = "none")]
-type Ran<T> = T;
 
 // SAFETY: the operations are plain functions (the `*const ()` is one, type-erased), shared
 // read-only.
@@ -64,6 +58,12 @@ const EMPTY: u8 = 0;
 const CLOSURE: u8 = 1;
 /// The outcome is held.
 const OUTCOME: u8 = 2;
+/// Hosted, between [`Ops::run_ret`] and [`Task::run_claimed`]'s test of it: the closure run
+/// inline panicked and the payload is in the bytes.
+#[cfg(not(target_os = "none"))]
+const PANICKED: u8 = 3;
+#[cfg(not(target_os = "none"))]
+const _: () = assert!(fits::<Box<dyn Any + Send>>());
 
 /// A task: closure, then outcome (see the module documentation).
 pub(crate) struct Task {
@@ -80,7 +80,7 @@ const fn fits<X>() -> bool {
 struct OpsFor<F, T>(PhantomData<(F, T)>);
 
 impl<F: FnOnce() -> T, T> OpsFor<F, T> {
-    const OPS: Ops = Ops { run: Self::run, run_ret: Self::run_ret as unsafe fn(*mut u8) -> Ran<T> as *const (), drop_closure: Self::drop_closure, drop_outcome: Self::drop_outcome };
+    const OPS: Ops = Ops { run: Self::run, run_ret: Self::run_ret as unsafe fn(&Task) -> MaybeUninit<T> as *const (), drop_closure: Self::drop_closure, drop_outcome: Self::drop_outcome };
 
     /// # Safety
     /// `p` holds an `F` stored by [`Task::set`] (inline or boxed).
@@ -110,17 +110,26 @@ impl<F: FnOnce() -> T, T> OpsFor<F, T> {
     }
 
     /// # Safety
-    /// As for `run`.
-    unsafe fn run_ret(p: *mut u8) -> Ran<T> {
-        // SAFETY: `Task::run_claimed` calls this only while the closure is held.
-        let f = unsafe { Self::take_closure(p) };
+    /// The task holds the closure (`Task::run_claimed` calls this).
+    unsafe fn run_ret(task: &Task) -> MaybeUninit<T> {
+        // SAFETY: per the contract.
+        let f = unsafe { Self::take_closure(task.at()) };
         #[cfg(not(target_os = "none"))]
         {
-            crate::unwind::catch(f)
+            match crate::unwind::catch(f) {
+                Ok(value) => MaybeUninit::new(value),
+                Err(payload) => {
+                    // SAFETY: the closure was moved out: the bytes are free, and a payload
+                    // fits them (checked at compile time).
+                    unsafe { ptr::write(task.at() as *mut Box<dyn Any + Send>, payload) };
+                    task.holds.set(PANICKED);
+                    MaybeUninit::uninit()
+                }
+            }
         }
         #[cfg(target_os = "none")]
         {
-            f()
+            MaybeUninit::new(f())
         }
     }
 
@@ -246,9 +255,9 @@ impl Task {
     /// pooled ThMB's must say, and the inline join pools it: a caller that does not must
     /// [`Task::forget_spent`] before anything drops the task. (Nothing reads the state
     /// meanwhile: the child runs on the joiner's stack and never exits; if it blocks, its ThMB
-    /// is only saved into and resumed.) The outcome is returned, not stored anywhere: a word's
+    /// is only saved into and resumed.) The value is returned, not stored anywhere: a word
     /// comes back in a register, and the closure's own function ends in a tail call of the
-    /// body. (Written into the joiner's memory, it cost about six instructions more a spawn +
+    /// body (hosted, a panic's payload comes back through the task). (Written into the joiner's memory, it cost about six instructions more a spawn +
     /// join on x86_64 — the store of the tag and value, a frame to keep the pointer in; copied
     /// out of the ThMB, four moves more, and hosted a stall: the closure's two 8-byte stores
     /// read back by one 16-byte SSE load cannot be forwarded, ~10 ns per spawn + join.)
@@ -260,17 +269,21 @@ impl Task {
         debug_assert_eq!(self.holds.get(), CLOSURE);
         // SAFETY: per the contract a closure is held, so its operations were set with it, and
         // `run_ret` is `OpsFor::<F, T>::run_ret` for this `T`, erased: the same signature.
-        let run: unsafe fn(*mut u8) -> Ran<T> = unsafe { core::mem::transmute(self.ops.get().unwrap_unchecked().run_ret) };
+        let run: unsafe fn(&Task) -> MaybeUninit<T> = unsafe { core::mem::transmute(self.ops.get().unwrap_unchecked().run_ret) };
         // SAFETY: the closure is held, with the layout `run` reads (contract).
-        let ran = unsafe { run(self.at()) };
+        let value = unsafe { run(self) };
+        // Hosted, a panic's payload comes back through the task, so the value still comes
+        // back in registers: an `Outcome<T>` returned went through memory, and its two 8-byte
+        // stores read back by one 16-byte load stalled store forwarding (spawn + join 7 ->
+        // 12 ns). On Tsumugi no run panics (`crate::unwind`), and nothing is tested.
         #[cfg(not(target_os = "none"))]
-        {
-            ran
+        if self.holds.get() == PANICKED {
+            self.holds.set(CLOSURE);
+            // SAFETY: `run_ret` left a payload there.
+            return Err(unsafe { ptr::read(self.at() as *mut Box<dyn Any + Send>) });
         }
-        #[cfg(target_os = "none")]
-        {
-            Ok(ran)
-        }
+        // SAFETY: no panic: `run_ret` returned the value.
+        Ok(unsafe { value.assume_init() })
     }
 
     /// Takes the outcome of a task that ran a closure returning `T`.

@@ -13,6 +13,21 @@ fn a_panicking_thread_is_reported_to_its_joiner() {
     assert_eq!(message.as_deref(), Some("boom"));
 }
 
+/// On one vCPU a child joined at once runs inline, on the joiner's stack: its panic comes back
+/// through its task (`Task::run_claimed`), and the ThMB, pooled after, serves the next spawn.
+#[test]
+fn a_child_run_inline_reports_its_panic_and_its_thmb_is_reused() {
+    let (message, next) = libuthread::run(1, || {
+        let h = libuthread::spawn(|| -> u64 { panic!("inline boom") });
+        let payload = h.join().unwrap_err();
+        let message = payload.downcast_ref::<&str>().map(|s| s.to_string());
+        let next = libuthread::spawn(|| 41u64 + 1).join().unwrap();
+        (message, next)
+    });
+    assert_eq!(message.as_deref(), Some("inline boom"));
+    assert_eq!(next, 42);
+}
+
 #[test]
 fn a_panic_in_main_continues_in_the_caller() {
     let caught = std::panic::catch_unwind(|| libuthread::run(1, || panic!("main failed")));
