@@ -257,10 +257,11 @@ impl Task {
     /// meanwhile: the child runs on the joiner's stack and never exits; if it blocks, its ThMB
     /// is only saved into and resumed.) The value is returned, not stored anywhere: a word
     /// comes back in a register, and the closure's own function ends in a tail call of the
-    /// body (hosted, a panic's payload comes back through the task). (Written into the joiner's memory, it cost about six instructions more a spawn +
-    /// join on x86_64 — the store of the tag and value, a frame to keep the pointer in; copied
-    /// out of the ThMB, four moves more, and hosted a stall: the closure's two 8-byte stores
-    /// read back by one 16-byte SSE load cannot be forwarded, ~10 ns per spawn + join.)
+    /// body; hosted, a panic's payload comes back through the task. (Written into the joiner's
+    /// memory, it cost 8 instructions more a spawn + join on x86_64 — the tag and value stores,
+    /// a frame to keep the pointer in, the reload; and a whole `Outcome` returned, or copied out
+    /// of the ThMB, cost hosted a stall: two 8-byte stores read back by one 16-byte SSE load
+    /// cannot be forwarded, 5–10 ns per spawn + join.)
     ///
     /// # Safety
     /// The task holds a closure (claimed: nobody else runs or drops it) returning `T`.

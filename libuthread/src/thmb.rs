@@ -227,7 +227,8 @@ impl Thmb {
                 (*t).extras.set(true);
             }
             // Another size is an extra too: the inline join's test of `extras` (its one
-            // branch for whatever a pooled ThMB must not keep) resets it (`reset_extras`).
+            // branch for whatever a pooled ThMB must not keep) leads to `retire_slow`, which
+            // resets it.
             if stack_size != crate::sched::DEFAULT_STACK_SIZE {
                 (*t).stack_size = stack_size;
                 (*t).extras.set(true);

@@ -86,27 +86,28 @@ pub fn run(args: &BuildArgs) -> Result<u8> {
 }
 
 /// Which build of the target crates: the plain one every command uses, or the one
-/// `cargo xtask trace` boots (kernel feature `trace`, libuthread feature `trace`), kept in a
-/// target folder of its own so the plain build and its benchmarks never see the feature.
+/// `cargo xtask trace` boots (kernel feature `trace`, libuthread feature `trace`), whose
+/// outputs are kept in a folder of their own so the plain build and its benchmarks never boot
+/// the feature (see [`Flavor::output_root`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Flavor {
-    /// `target/cross`.
+    /// Outputs in `target/cross`, where cargo builds both flavors.
     #[default]
     Plain,
-    /// `target/trace`.
+    /// Outputs copied to `target/trace`.
     Trace,
 }
 
 impl Flavor {
     /// The folder the flavor's outputs (programs, kernel, boot archive) end up in. Cargo builds
-    /// every flavor in `target/cross` ([`cross_target_dir`]): a flavor differs only in
+    /// every flavor in `target/cross` ([`cross_target_dir`], the plain flavor's own): a flavor differs only in
     /// features, which cargo keeps apart by itself, so the tracing build shares `core`, `alloc`
     /// and every dependency with the plain one instead of building them all again in a folder
     /// of its own (two sysroot builds and a whole kernel per architecture, about a tenth of a
     /// fresh `cargo xtask test`). Its outputs are copied here after each build (`publish`);
     /// the plain build's files in `target/cross` are the plain flavor's again at its next
     /// build (cargo re-links a fresh unit's outputs where it puts them).
-    pub fn target_dir(self) -> PathBuf {
+    pub fn output_root(self) -> PathBuf {
         let name = match self {
             Flavor::Plain => "cross",
             Flavor::Trace => "trace",
@@ -133,20 +134,20 @@ impl Flavor {
 
 /// `target/cross` in the workspace.
 pub fn cross_target_dir() -> PathBuf {
-    Flavor::Plain.target_dir()
+    Flavor::Plain.output_root()
 }
 
 /// Folder of the outputs for `arch`, a profile and a flavor (user programs, boot archive).
 pub fn output_dir_for(arch: Arch, release: bool, flavor: Flavor) -> PathBuf {
     let profile = if release { "release" } else { "debug" };
-    flavor.target_dir().join(arch.triple()).join(profile)
+    flavor.output_root().join(arch.triple()).join(profile)
 }
 
 /// Folder of the kernel for `arch`, a profile and a flavor (its triple may differ from the
 /// programs').
 pub fn kernel_output_dir_for(arch: Arch, release: bool, flavor: Flavor) -> PathBuf {
     let profile = if release { "release" } else { "debug" };
-    flavor.target_dir().join(arch.kernel_triple()).join(profile)
+    flavor.output_root().join(arch.kernel_triple()).join(profile)
 }
 
 /// The sources of the programs of a build: `userland/`, then each `--program` argument;
@@ -232,7 +233,6 @@ pub fn publish(built: &Path, dir: &Path) -> Result<PathBuf> {
 pub fn cross_cargo(tools: &Tools, triple: &str, subcommand: &str, extra_rustflags: &[&str]) -> Cmd {
     cross_cargo_with(tools, triple, subcommand, extra_rustflags, FramePointers::Forced)
 }
-
 
 /// Whether a target build keeps a frame pointer in every function.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

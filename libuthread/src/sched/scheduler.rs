@@ -1242,7 +1242,8 @@ pub(crate) unsafe fn run_inline<T>(t: *mut Thmb) -> Option<crate::task::Outcome<
 /// table and resets the size, leaving the ThMB's extras clear.
 ///
 /// # Safety
-/// `t` is the running thread, just finished inline, its task empty (the outcome in its bytes).
+/// `t` is the running thread, just finished inline, its task's closure spent (it still says
+/// CLOSURE: `Task::run_claimed`).
 #[cold]
 #[inline(never)]
 unsafe fn drop_extras(t: *mut Thmb) {
