@@ -213,7 +213,7 @@ pub fn build_flavor_of(tools: &Tools, arch: Arch, release: bool, extra: &[PathBu
 }
 
 /// A file cargo built, as a flavor's output in `dir`: the file itself for the plain flavor
-/// (`dir` is where cargo put it), else a copy (see [`Flavor::target_dir`]).
+/// (`dir` is where cargo put it), else a copy (see [`Flavor::output_root`]).
 pub fn publish(built: &Path, dir: &Path) -> Result<PathBuf> {
     let name = built.file_name().with_context(|| format!("{} names no file", built.display()))?;
     let out = dir.join(name);
