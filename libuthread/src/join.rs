@@ -103,7 +103,9 @@ struct Named {
 struct Job<B, R> {
     header: JobHeader,
     /// Completed by the promoted thread once the outcome is written; the joiner waits on it.
-    done: Completion,
+    /// Initialised by [`promote`] (a record taken back never needs it: one store less per
+    /// fork).
+    done: UnsafeCell<MaybeUninit<Completion>>,
     /// The closure, until run inline or moved into the promoted thread.
     body: UnsafeCell<ManuallyDrop<B>>,
     /// The promoted thread's outcome, written before `done` completes.
@@ -113,6 +115,18 @@ struct Job<B, R> {
     /// size of a plain `join`: nothing to drop, one immediate store), else the address of the
     /// joiner's [`Named`] with the low bit set.
     settings: usize,
+}
+
+impl<B, R> Job<B, R> {
+    /// The completion.
+    ///
+    /// # Safety
+    /// The record was promoted ([`promote`] initialised it).
+    #[inline(always)]
+    unsafe fn done(&self) -> &Completion {
+        // SAFETY: per the contract.
+        unsafe { (*self.done.get()).assume_init_ref() }
+    }
 }
 
 /// `JobHeader::promote` for a `Job<B, R>`.
@@ -133,6 +147,7 @@ where
     let job = h as *const Job<B, R>;
     // SAFETY: a live record off the list: ours until its thread runs.
     unsafe {
+        (*(*job).done.get()).write(Completion::new());
         let settings = (*job).settings;
         let (name, stack_size) = if settings & 1 == 0 {
             (None, settings >> 1)
@@ -192,7 +207,7 @@ where
         let body = ManuallyDrop::take(&mut *(*job).body.get());
         let outcome = crate::unwind::catch(body);
         (*(*job).outcome.get()).write(outcome);
-        (*job).done.complete();
+        (*job).done().complete();
     }
 }
 
@@ -209,7 +224,7 @@ where
     let settings = if named.name.is_some() { &raw mut named as usize | 1 } else { stack_size << 1 };
     let job = Job {
         header: JobHeader { next: Cell::new(MaybeUninit::uninit()), promote: promote::<B, RB> },
-        done: Completion::new(),
+        done: UnsafeCell::new(MaybeUninit::uninit()),
         body: UnsafeCell::new(ManuallyDrop::new(b)),
         outcome: UnsafeCell::new(MaybeUninit::uninit()),
         settings,
@@ -217,18 +232,23 @@ where
     // SAFETY: the record stays here, unmoved, until it is taken back or completed (below, or
     // in `Listed::drop` when `a` unwinds).
     let me = unsafe { crate::sched::push_job(&job.header) };
-    if me.is_null() {
-        // Outside a user thread (or inside a library critical section): plain calls.
-        let ra = a();
-        // SAFETY: never listed, so the closure is still here and ours.
-        let b = unsafe { ManuallyDrop::take(&mut *job.body.get()) };
-        return (ra, b());
-    }
-    let listed = Listed(&job, me);
+    let listed = Listed(&job);
     let ra = a();
     core::mem::forget(listed);
-    // SAFETY: listed above, by `me`, and not taken back since.
-    let rb = unsafe { finish(&job, me) };
+    // The thread that pushed the record — a thread stays itself through `a`, whatever vCPU it
+    // ends on — or null, as at the push, outside a user thread: read again rather than kept,
+    // so that nothing is held in a register across `a` for it.
+    let again = crate::platform::ltn();
+    debug_assert_eq!(again, me);
+    let rb = if again.is_null() {
+        // Outside a user thread (or inside a library critical section): never listed, a plain
+        // call.
+        // SAFETY: never listed, so the closure is still here and ours.
+        unsafe { run_taken(&job) }
+    } else {
+        // SAFETY: listed above, by this thread, and not taken back since.
+        unsafe { finish(&job, again) }
+    };
     drop(named);
     (ra, rb)
 }
@@ -296,7 +316,8 @@ where
 /// `job` was promoted; only the caller waits for it, once.
 #[inline(never)]
 unsafe fn wait_promoted<B, R>(job: &Job<B, R>) -> Outcome<R> {
-    job.done.wait();
+    // SAFETY: promoted (contract), so `promote` initialised it.
+    unsafe { job.done() }.wait();
     // SAFETY: complete: the outcome is written and only we read it.
     unsafe { (*job.outcome.get()).assume_init_read() }
 }
@@ -304,7 +325,7 @@ unsafe fn wait_promoted<B, R>(job: &Job<B, R>) -> Outcome<R> {
 /// A listed record whose `a` is running: if `a` unwinds, takes the record back (dropping its
 /// closure) or waits for its promoted thread (dropping its outcome), so the frame never goes
 /// while the scheduler or a thread can still reach the record.
-struct Listed<'a, B, R>(&'a Job<B, R>, *mut Thmb)
+struct Listed<'a, B, R>(&'a Job<B, R>)
 where
     B: FnOnce() -> R + Send,
     R: Send;
@@ -316,9 +337,13 @@ where
 {
     fn drop(&mut self) {
         let job = self.0;
-        // SAFETY: listed by `join_with` and not taken back (the normal path forgets `self`).
+        // The thread that listed the record, unwinding out of its `a`; null if the record was
+        // never listed (see `join_with`).
+        let me = crate::platform::ltn();
+        // SAFETY: if listed, by `join_with` from `me` and not taken back (the normal path
+        // forgets `self`); if not, the closure is still here.
         unsafe {
-            if crate::sched::take_job(&job.header, self.1) {
+            if me.is_null() || crate::sched::take_job(&job.header, me) {
                 ManuallyDrop::drop(&mut *job.body.get());
             } else {
                 drop(wait_promoted(job));

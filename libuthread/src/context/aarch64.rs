@@ -14,6 +14,7 @@
 //! | `libuthread_switch_out_full` | as `libuthread_switch_out` | the full-save baseline: `x0`..`x30`, `sp`, NZCV and q0..q31, FPCR, FPSR into the FP area, mask = FULL\|FP |
 //! | `libuthread_resume_full` | `(to: *mut Thmb, fp_format: u64) -> !` | [FP from the FP area], LTN = `to`, restore `to.resume` entirely, jump through `x18` |
 //! | `libuthread_thread_start` | (jumped to by a window resume) | first instruction of every user thread |
+//! | `libuthread_promote_oldest` | `(me: *mut Thmb)` (called by `asm!`, not by Rust) | `sched::promote_oldest_record_c(me)` keeping every general-purpose register but x0, x16, x17 and x30; v8-v15 whole (`context::preserving_call!`) |
 //!
 //! `Entry` is `unsafe extern "C" fn(usize, usize) -> !`.
 //!
@@ -135,6 +136,217 @@ super::own_list_edits! {
         "ldur {t}, [{e}, #-1]",
         "str {t}, [{me}, #{head}]",
     ],
+}
+
+super::preserving_call! {
+    call: "bl",
+    arg: "x0",
+    fixed: [out("x16") _, out("x17") _, out("lr") _,],
+    #[cfg(target_feature = "neon")]
+    vector: [
+        // Not v8-v15: declared clobbered, they would make every forking function save d8-d15
+        // for its own caller; the trampoline keeps their upper halves instead (the callee keeps
+        // the lower).
+        out("v0") _, out("v1") _, out("v2") _, out("v3") _, out("v4") _, out("v5") _,
+        out("v6") _, out("v7") _, out("v16") _, out("v17") _, out("v18") _, out("v19") _,
+        out("v20") _, out("v21") _, out("v22") _, out("v23") _, out("v24") _, out("v25") _,
+        out("v26") _, out("v27") _, out("v28") _, out("v29") _, out("v30") _, out("v31") _,
+    ],
+    #[cfg(not(target_feature = "neon"))]
+    vector: [],
+}
+
+// `preserving_trampoline!(name, callee)` defines the function `name(me = x0)`: `callee(me)`,
+// keeping every caller-saved general-purpose register but x0, x16, x17 and x30 (the caller's
+// to declare, as are the caller-saved SIMD registers: see `promote_oldest_preserving`) and,
+// where the target has SIMD registers, the whole of v8-v15 (the callee keeps only their lower
+// halves). `libuthread_promote_oldest` calls `sched::promote_oldest_record_c`;
+// `libuthread_preserving_check` a function that clobbers every such register
+// (`preserving_call_check`).
+#[cfg(target_feature = "neon")]
+macro_rules! keep_v8_v15 {
+    (save) => {
+        concat!(
+            "    stp q8, q9, [sp, #-128]!\n",
+            "    stp q10, q11, [sp, #32]\n",
+            "    stp q12, q13, [sp, #64]\n",
+            "    stp q14, q15, [sp, #96]\n",
+        )
+    };
+    (restore) => {
+        concat!(
+            "    ldp q10, q11, [sp, #32]\n",
+            "    ldp q12, q13, [sp, #64]\n",
+            "    ldp q14, q15, [sp, #96]\n",
+            "    ldp q8, q9, [sp], #128\n",
+        )
+    };
+}
+#[cfg(not(target_feature = "neon"))]
+macro_rules! keep_v8_v15 {
+    ($_:tt) => {
+        ""
+    };
+}
+macro_rules! preserving_trampoline {
+    ($name:literal, $callee:path) => {
+        core::arch::global_asm!(
+            super::asm_fn_start!($name, "2"),
+            "    stp x29, x30, [sp, #-160]!",
+            "    stp x1, x2, [sp, #16]",
+            "    stp x3, x4, [sp, #32]",
+            "    stp x5, x6, [sp, #48]",
+            "    stp x7, x8, [sp, #64]",
+            "    stp x9, x10, [sp, #80]",
+            "    stp x11, x12, [sp, #96]",
+            "    stp x13, x14, [sp, #112]",
+            "    stp x15, x18, [sp, #128]",
+            keep_v8_v15!(save),
+            "    bl {f}",
+            keep_v8_v15!(restore),
+            "    ldp x1, x2, [sp, #16]",
+            "    ldp x3, x4, [sp, #32]",
+            "    ldp x5, x6, [sp, #48]",
+            "    ldp x7, x8, [sp, #64]",
+            "    ldp x9, x10, [sp, #80]",
+            "    ldp x11, x12, [sp, #96]",
+            "    ldp x13, x14, [sp, #112]",
+            "    ldp x15, x18, [sp, #128]",
+            "    ldp x29, x30, [sp], #160",
+            "    ret",
+            super::asm_fn_end!($name),
+            f = sym $callee,
+        );
+    };
+}
+preserving_trampoline!("libuthread_promote_oldest", crate::sched::promote_oldest_record_c);
+preserving_trampoline!("libuthread_preserving_check", libuthread_clobber_caller_saved);
+
+#[cfg(target_feature = "neon")]
+macro_rules! clobber_v8_v15 {
+    () => {
+        concat!(
+            "    movi v8.2d, #0xffffffffffffffff\n",
+            "    movi v9.2d, #0xffffffffffffffff\n",
+            "    movi v10.2d, #0xffffffffffffffff\n",
+            "    movi v11.2d, #0xffffffffffffffff\n",
+            "    movi v12.2d, #0xffffffffffffffff\n",
+            "    movi v13.2d, #0xffffffffffffffff\n",
+            "    movi v14.2d, #0xffffffffffffffff\n",
+            "    movi v15.2d, #0xffffffffffffffff\n",
+        )
+    };
+}
+#[cfg(not(target_feature = "neon"))]
+macro_rules! clobber_v8_v15 {
+    () => {
+        ""
+    };
+}
+
+// libuthread_clobber_caller_saved: writes a garbage value into every caller-saved
+// general-purpose register but x16, x17 and x30, and into v8-v15 (the test callee of
+// `preserving_call_check`).
+core::arch::global_asm!(
+    super::asm_fn_start!("libuthread_clobber_caller_saved", "2"),
+    "    mov x0, #-1",
+    "    mov x1, x0",
+    "    mov x2, x0",
+    "    mov x3, x0",
+    "    mov x4, x0",
+    "    mov x5, x0",
+    "    mov x6, x0",
+    "    mov x7, x0",
+    "    mov x8, x0",
+    "    mov x9, x0",
+    "    mov x10, x0",
+    "    mov x11, x0",
+    "    mov x12, x0",
+    "    mov x13, x0",
+    "    mov x14, x0",
+    "    mov x15, x0",
+    "    mov x18, x0",
+    clobber_v8_v15!(),
+    "    ret",
+    super::asm_fn_end!("libuthread_clobber_caller_saved"),
+);
+
+extern "C" {
+    fn libuthread_clobber_caller_saved();
+    fn libuthread_preserving_check();
+}
+
+/// Checks the trampoline of [`promote_oldest_preserving`] (the same code, with a callee that
+/// clobbers every caller-saved register): each register it promises to keep holds a pattern
+/// before the call and must hold it after. Returns the registers that did not, by name.
+#[doc(hidden)]
+pub fn preserving_call_check() -> alloc::vec::Vec<&'static str> {
+    const N: usize = 16;
+    let names = ["x1", "x2", "x3", "x4", "x5", "x6", "x7", "x8", "x9", "x10", "x11", "x12", "x13", "x14", "x15", "x18"];
+    let patterns: [u64; N] = core::array::from_fn(|i| 0x0101_0101_0101_0101 * (i as u64 + 1));
+    let mut v = patterns;
+    // SAFETY: the trampoline keeps the registers below (what is checked) and the stack; the
+    // callee touches no memory. (x18 is not an operand: it is this library's, see
+    // `context::aarch64`'s FULL resume; the check saves it, writes and reads it itself, and puts it back.)
+    unsafe {
+        core::arch::asm!(
+            "mov x21, x18",
+            "mov x18, x20",
+            "bl {t}",
+            "mov x20, x18",
+            "mov x18, x21",
+            t = sym libuthread_preserving_check,
+            inout("x20") v[15],
+            out("x21") _,
+            inout("x1") v[0], inout("x2") v[1], inout("x3") v[2], inout("x4") v[3],
+            inout("x5") v[4], inout("x6") v[5], inout("x7") v[6], inout("x8") v[7],
+            inout("x9") v[8], inout("x10") v[9], inout("x11") v[10], inout("x12") v[11],
+            inout("x13") v[12], inout("x14") v[13], inout("x15") v[14],
+            inout("x0") 0usize => _,
+            out("x16") _, out("x17") _, out("lr") _,
+        );
+    }
+    let mut wrong: alloc::vec::Vec<&'static str> = (0..N).filter(|&i| v[i] != patterns[i]).map(|i| names[i]).collect();
+    #[cfg(target_feature = "neon")]
+    {
+        // v8-v15 whole: a pattern in both halves of each before, the upper halves compared
+        // after (the callee clobbers both; the lower halves are the callee's to keep anyway).
+        let pattern: u64 = 0x5a5a_5a5a_a5a5_a5a5;
+        let differ: u64;
+        // SAFETY: registers only; v8-v15 are declared clobbered (the compiler keeps the lower
+        // halves of v8-v15 for this function's caller).
+        unsafe {
+            core::arch::asm!(
+                "dup v8.2d, x20", "dup v9.2d, x20", "dup v10.2d, x20", "dup v11.2d, x20",
+                "dup v12.2d, x20", "dup v13.2d, x20", "dup v14.2d, x20", "dup v15.2d, x20",
+                "bl {t}",
+                "mov x21, xzr",
+                "mov x22, v8.d[1]", "eor x22, x22, x20", "orr x21, x21, x22",
+                "mov x22, v9.d[1]", "eor x22, x22, x20", "orr x21, x21, x22",
+                "mov x22, v10.d[1]", "eor x22, x22, x20", "orr x21, x21, x22",
+                "mov x22, v11.d[1]", "eor x22, x22, x20", "orr x21, x21, x22",
+                "mov x22, v12.d[1]", "eor x22, x22, x20", "orr x21, x21, x22",
+                "mov x22, v13.d[1]", "eor x22, x22, x20", "orr x21, x21, x22",
+                "mov x22, v14.d[1]", "eor x22, x22, x20", "orr x21, x21, x22",
+                "mov x22, v15.d[1]", "eor x22, x22, x20", "orr x21, x21, x22",
+                t = sym libuthread_preserving_check,
+                in("x20") pattern,
+                out("x21") differ,
+                out("x22") _,
+                inout("x0") 0usize => _,
+                out("x1") _, out("x2") _, out("x3") _, out("x4") _, out("x5") _, out("x6") _,
+                out("x7") _, out("x8") _, out("x9") _, out("x10") _, out("x11") _, out("x12") _,
+                out("x13") _, out("x14") _, out("x15") _, out("x16") _, out("x17") _,
+                out("lr") _,
+                out("v8") _, out("v9") _, out("v10") _, out("v11") _, out("v12") _,
+                out("v13") _, out("v14") _, out("v15") _,
+            );
+        }
+        if differ != 0 {
+            wrong.push("v8-v15 (upper halves)");
+        }
+    }
+    wrong
 }
 
 /// Makes a full frame resume at `pc`.

@@ -46,8 +46,8 @@ mod arch;
 #[path = "riscv64.rs"]
 mod arch;
 
-pub use arch::Window;
-pub(crate) use arch::{detect_fp, init_window, own_push, own_take, set_frame_pc, window_sp};
+pub use arch::{preserving_call_check, Window};
+pub(crate) use arch::{detect_fp, init_window, own_push, own_take, promote_oldest_preserving, set_frame_pc, window_sp};
 
 /// One restartable edit's range in the `uthread_restart` section (see "Restartable list
 /// edits"): each offset is relative to the address of the word holding it.
@@ -142,6 +142,76 @@ macro_rules! own_list_edits {
     };
 }
 pub(crate) use own_list_edits;
+
+/// The call a fork makes when it sees an idle vCPU, `sched::promote_oldest_record(me)`, through
+/// the port's trampoline `libuthread_promote_oldest`, which keeps every general-purpose
+/// register but the argument's (and those the call instruction itself writes). The forking
+/// function then keeps nothing in callee-saved registers for this rare call: `a`'s arguments
+/// stay where they are, and its fast path saves and restores no register for it. The FP/SIMD
+/// registers the callee may use are declared clobbered, per target feature (a soft-float
+/// target has none), so the trampoline need not save them.
+///
+/// `preserving_call!(call: "call", arg: "rdi", fixed: [operands], #[cfg] vector: [operands], ...)`
+/// defines `promote_oldest_preserving` for a port: one `asm!` per feature set.
+macro_rules! preserving_call {
+    (@asm $call:literal, $arg:tt, $me:ident, [$($fixed:tt)*], [$($vector:tt)*]) => {
+        core::arch::asm!(
+            concat!($call, " {f}"),
+            f = sym super::raw::libuthread_promote_oldest,
+            inout($arg) $me => _,
+            $($fixed)*
+            $($vector)*
+        )
+    };
+    (
+        call: $call:literal,
+        arg: $arg:tt,
+        fixed: $fixed:tt,
+        $(#[$cfg:meta] vector: $vector:tt),+ $(,)?
+    ) => {
+        /// See `context::preserving_call!`.
+        ///
+        /// # Safety
+        /// As for `sched::promote_oldest_record`.
+        #[inline(always)]
+        pub(crate) unsafe fn promote_oldest_preserving(me: *mut Thmb) {
+            $(
+                #[$cfg]
+                // SAFETY: the trampoline keeps every other register and the stack as they were
+                // (the block's stack pointer is aligned for a call); the callee's contract is
+                // the caller's.
+                unsafe {
+                    super::preserving_call!(@asm $call, $arg, me, $fixed, $vector)
+                }
+            )+
+        }
+    };
+}
+pub(crate) use preserving_call;
+
+/// The directives that open an assembly function `$name` (global, hidden, in a section of its
+/// own, aligned to 2^`$align`) and its label; [`asm_fn_end!`] closes it.
+macro_rules! asm_fn_start {
+    ($name:literal, $align:literal) => {
+        concat!(
+            ".pushsection .text.", $name, ", \"ax\", %progbits\n",
+            ".globl ", $name, "\n",
+            ".hidden ", $name, "\n",
+            ".type ", $name, ", %function\n",
+            ".p2align ", $align, "\n",
+            $name, ":",
+        )
+    };
+}
+pub(crate) use asm_fn_start;
+
+/// Closes an assembly function opened by [`asm_fn_start!`].
+macro_rules! asm_fn_end {
+    ($name:literal) => {
+        concat!(".size ", $name, ", . - ", $name, "\n", ".popsection")
+    };
+}
+pub(crate) use asm_fn_end;
 
 extern "C" {
     // The linker's bounds of the restart table (every port's `global_asm!` puts an empty entry
@@ -404,6 +474,9 @@ pub(crate) mod raw {
     extern "C" {
         /// See the module table.
         pub(crate) fn libuthread_switch_out(from: *mut Thmb, stack_top: usize, entry: Entry, a0: usize, a1: usize);
+        /// `sched::promote_oldest_record_c(me)`, preserving the caller's registers (see
+        /// `promote_oldest_preserving`; not an `extern "C"` callee).
+        pub(crate) fn libuthread_promote_oldest(me: *mut Thmb);
         /// See the module table.
         pub(crate) fn libuthread_switch_window(from: *mut Thmb, to: *mut Thmb, vcpu: *const Vcpu);
         /// See the module table.
@@ -471,5 +544,28 @@ mod tests {
             assert!(end - start <= 32, "an edit of {} bytes", end - start);
         }
         assert_eq!(restart_point(restart_point as *const () as u64), None);
+    }
+
+    #[test]
+    fn the_preserving_call_keeps_every_register_it_promises() {
+        // Fails if the trampoline misses a register: `libuthread_clobber_caller_saved` writes
+        // them all.
+        assert_eq!(preserving_call_check(), Vec::<&str>::new());
+    }
+
+    #[test]
+    fn a_fork_seeing_an_idle_vcpu_with_nothing_left_to_promote_does_nothing() {
+        // The fork's rare path with an own list the kernel emptied meanwhile (see
+        // `sched::promote_oldest_record`): it must leave the list empty and the thread running.
+        crate::run(1, || {
+            let me = crate::platform::ltn();
+            // SAFETY: `me` is the calling thread, its own list empty.
+            unsafe {
+                assert_eq!((*me).records.get(), 0);
+                promote_oldest_preserving(me);
+                assert_eq!((*me).records.get(), 0);
+            }
+            assert_eq!(crate::platform::ltn(), me);
+        });
     }
 }

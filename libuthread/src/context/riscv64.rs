@@ -14,6 +14,7 @@
 //! | `libuthread_switch_out_full` | as `libuthread_switch_out` | the full-save baseline: `x1`..`x31`, and `f0`..`f31` + `fcsr` into the FP area, mask = FULL\|FP |
 //! | `libuthread_resume_full` | `(to: *mut Thmb, fp_format: u64) -> !` | [FP from the FP area], LTN = `to`, restore `to.resume` but `gp`, jump through `gp` |
 //! | `libuthread_thread_start` | (jumped to by a window resume) | first instruction of every user thread |
+//! | `libuthread_promote_oldest` | `(me: *mut Thmb)` (called by `asm!`, not by Rust) | `sched::promote_oldest_record_c(me)` keeping every general-purpose register but a0 and ra (`context::preserving_call!`) |
 //!
 //! `Entry` is `unsafe extern "C" fn(usize, usize) -> !`.
 //!
@@ -142,6 +143,126 @@ super::own_list_edits! {
         "ld {t}, -1({e})",
         "sd {t}, {head}({me})",
     ],
+}
+
+super::preserving_call! {
+    call: "call",
+    arg: "a0",
+    fixed: [out("ra") _,],
+    #[cfg(target_feature = "f")]
+    vector: [
+        out("f0") _, out("f1") _, out("f2") _, out("f3") _, out("f4") _, out("f5") _,
+        out("f6") _, out("f7") _, out("f10") _, out("f11") _, out("f12") _, out("f13") _,
+        out("f14") _, out("f15") _, out("f16") _, out("f17") _, out("f28") _, out("f29") _,
+        out("f30") _, out("f31") _,
+    ],
+    #[cfg(not(target_feature = "f"))]
+    vector: [],
+}
+
+/// Defines the function `$name(me = a0)`: `$callee(me)`, keeping every caller-saved
+/// general-purpose register but a0 (ra is the caller's to declare; FP registers too, see
+/// `promote_oldest_preserving`). `libuthread_promote_oldest` calls
+/// `sched::promote_oldest_record_c`; `libuthread_preserving_check` a function that clobbers
+/// every such register (`preserving_call_check`).
+macro_rules! preserving_trampoline {
+    ($name:literal, $callee:path) => {
+        core::arch::global_asm!(
+            super::asm_fn_start!($name, "2"),
+            "    addi sp, sp, -128",
+            "    sd ra, 0(sp)",
+            "    sd t0, 8(sp)",
+            "    sd t1, 16(sp)",
+            "    sd t2, 24(sp)",
+            "    sd a1, 32(sp)",
+            "    sd a2, 40(sp)",
+            "    sd a3, 48(sp)",
+            "    sd a4, 56(sp)",
+            "    sd a5, 64(sp)",
+            "    sd a6, 72(sp)",
+            "    sd a7, 80(sp)",
+            "    sd t3, 88(sp)",
+            "    sd t4, 96(sp)",
+            "    sd t5, 104(sp)",
+            "    sd t6, 112(sp)",
+            "    call {f}",
+            "    ld ra, 0(sp)",
+            "    ld t0, 8(sp)",
+            "    ld t1, 16(sp)",
+            "    ld t2, 24(sp)",
+            "    ld a1, 32(sp)",
+            "    ld a2, 40(sp)",
+            "    ld a3, 48(sp)",
+            "    ld a4, 56(sp)",
+            "    ld a5, 64(sp)",
+            "    ld a6, 72(sp)",
+            "    ld a7, 80(sp)",
+            "    ld t3, 88(sp)",
+            "    ld t4, 96(sp)",
+            "    ld t5, 104(sp)",
+            "    ld t6, 112(sp)",
+            "    addi sp, sp, 128",
+            "    ret",
+            super::asm_fn_end!($name),
+            f = sym $callee,
+        );
+    };
+}
+preserving_trampoline!("libuthread_promote_oldest", crate::sched::promote_oldest_record_c);
+preserving_trampoline!("libuthread_preserving_check", libuthread_clobber_caller_saved);
+
+// libuthread_clobber_caller_saved: writes a garbage value into every caller-saved
+// general-purpose register but ra (the test callee of `preserving_call_check`).
+core::arch::global_asm!(
+    super::asm_fn_start!("libuthread_clobber_caller_saved", "2"),
+    "    li t0, -1",
+    "    mv t1, t0",
+    "    mv t2, t0",
+    "    mv a0, t0",
+    "    mv a1, t0",
+    "    mv a2, t0",
+    "    mv a3, t0",
+    "    mv a4, t0",
+    "    mv a5, t0",
+    "    mv a6, t0",
+    "    mv a7, t0",
+    "    mv t3, t0",
+    "    mv t4, t0",
+    "    mv t5, t0",
+    "    mv t6, t0",
+    "    ret",
+    super::asm_fn_end!("libuthread_clobber_caller_saved"),
+);
+
+extern "C" {
+    fn libuthread_clobber_caller_saved();
+    fn libuthread_preserving_check();
+}
+
+/// Checks the trampoline of [`promote_oldest_preserving`] (the same code, with a callee that
+/// clobbers every caller-saved register): each register it promises to keep holds a pattern
+/// before the call and must hold it after. Returns the registers that did not, by name.
+#[doc(hidden)]
+pub fn preserving_call_check() -> alloc::vec::Vec<&'static str> {
+    const N: usize = 14;
+    let names = ["t0", "t1", "t2", "a1", "a2", "a3", "a4", "a5", "a6", "a7", "t3", "t4", "t5", "t6"];
+    let patterns: [u64; N] = core::array::from_fn(|i| 0x0101_0101_0101_0101 * (i as u64 + 1));
+    let mut v = patterns;
+    // SAFETY: the trampoline keeps the registers below (what is checked) and the stack; the
+    // callee touches no memory.
+    unsafe {
+        core::arch::asm!(
+            "call {t}",
+            t = sym libuthread_preserving_check,
+            inout("t0") v[0], inout("t1") v[1], inout("t2") v[2], inout("a1") v[3],
+            inout("a2") v[4], inout("a3") v[5], inout("a4") v[6], inout("a5") v[7],
+            inout("a6") v[8], inout("a7") v[9], inout("t3") v[10], inout("t4") v[11],
+            inout("t5") v[12], inout("t6") v[13],
+            inout("a0") 0usize => _,
+            out("ra") _,
+        );
+    }
+    (0..N).filter(|&i| v[i] != patterns[i]).map(|i| names[i]).collect()
 }
 
 /// Makes a full frame resume at `pc`.

@@ -14,6 +14,7 @@
 //! | `libuthread_switch_out_full` | as `libuthread_switch_out` | the full-save baseline: every GPR, rflags and the FP/SIMD state (`xsave64`/`fxsave64` into the FP area), mask = FULL\|FP |
 //! | `libuthread_resume_full` | `(to: *mut Thmb, fp_format: u64) -> !` | [FP from the FP area], LTN = `to`, restore `to.resume` entirely, jump |
 //! | `libuthread_thread_start` | (returned to by a window resume, from the stack slot `init_window` wrote) | first instruction of every user thread |
+//! | `libuthread_promote_oldest` | `(me: *mut Thmb)` (called by `asm!`, not by Rust) | `sched::promote_oldest_record_c(me)` keeping every general-purpose register but rdi (`context::preserving_call!`) |
 //!
 //! `Entry` is `unsafe extern "C" fn(usize, usize) -> !`.
 //!
@@ -216,6 +217,121 @@ super::own_list_edits! {
         "mov {t}, qword ptr [{e} - 1]",
         "mov qword ptr [{me} + {head}], {t}",
     ],
+}
+
+super::preserving_call! {
+    call: "call",
+    arg: "rdi",
+    fixed: [],
+    #[cfg(target_feature = "avx512f")]
+    vector: [
+        out("xmm0") _, out("xmm1") _, out("xmm2") _, out("xmm3") _, out("xmm4") _, out("xmm5") _,
+        out("xmm6") _, out("xmm7") _, out("xmm8") _, out("xmm9") _, out("xmm10") _, out("xmm11") _,
+        out("xmm12") _, out("xmm13") _, out("xmm14") _, out("xmm15") _,
+        out("zmm16") _, out("zmm17") _, out("zmm18") _, out("zmm19") _, out("zmm20") _,
+        out("zmm21") _, out("zmm22") _, out("zmm23") _, out("zmm24") _, out("zmm25") _,
+        out("zmm26") _, out("zmm27") _, out("zmm28") _, out("zmm29") _, out("zmm30") _,
+        out("zmm31") _, out("k1") _, out("k2") _, out("k3") _, out("k4") _, out("k5") _,
+        out("k6") _, out("k7") _,
+    ],
+    #[cfg(all(target_feature = "sse", not(target_feature = "avx512f")))]
+    vector: [
+        out("xmm0") _, out("xmm1") _, out("xmm2") _, out("xmm3") _, out("xmm4") _, out("xmm5") _,
+        out("xmm6") _, out("xmm7") _, out("xmm8") _, out("xmm9") _, out("xmm10") _, out("xmm11") _,
+        out("xmm12") _, out("xmm13") _, out("xmm14") _, out("xmm15") _,
+    ],
+    #[cfg(not(target_feature = "sse"))]
+    vector: [],
+}
+
+/// Defines the function `$name(me = rdi)`: `$callee(me)`, keeping every caller-saved
+/// general-purpose register but rdi (the flags are clobbered; the vector registers are the
+/// caller's to declare, see `promote_oldest_preserving`). `libuthread_promote_oldest` calls
+/// `sched::promote_oldest_record_c`; `libuthread_preserving_check` a function that clobbers
+/// every such register (`preserving_call_check`).
+macro_rules! preserving_trampoline {
+    ($name:literal, $callee:path) => {
+        core::arch::global_asm!(
+            super::asm_fn_start!($name, "4"),
+            "    push rax",
+            "    push rcx",
+            "    push rdx",
+            "    push rsi",
+            "    push r8",
+            "    push r9",
+            "    push r10",
+            "    push r11",
+            "    sub rsp, 8", // the return address and eight registers: 72 bytes; a call needs 16n
+            "    call {f}",
+            "    add rsp, 8",
+            "    pop r11",
+            "    pop r10",
+            "    pop r9",
+            "    pop r8",
+            "    pop rsi",
+            "    pop rdx",
+            "    pop rcx",
+            "    pop rax",
+            "    ret",
+            super::asm_fn_end!($name),
+            f = sym $callee,
+        );
+    };
+}
+preserving_trampoline!("libuthread_promote_oldest", crate::sched::promote_oldest_record_c);
+preserving_trampoline!("libuthread_preserving_check", libuthread_clobber_caller_saved);
+
+// libuthread_clobber_caller_saved: writes a garbage value into every caller-saved
+// general-purpose register (the test callee of `preserving_call_check`).
+core::arch::global_asm!(
+    super::asm_fn_start!("libuthread_clobber_caller_saved", "4"),
+    "    mov rax, -1",
+    "    mov rcx, rax",
+    "    mov rdx, rax",
+    "    mov rsi, rax",
+    "    mov rdi, rax",
+    "    mov r8, rax",
+    "    mov r9, rax",
+    "    mov r10, rax",
+    "    mov r11, rax",
+    "    ret",
+    super::asm_fn_end!("libuthread_clobber_caller_saved"),
+);
+
+extern "C" {
+    fn libuthread_clobber_caller_saved();
+    fn libuthread_preserving_check();
+}
+
+/// Checks the trampoline of [`promote_oldest_preserving`] (the same code, with a callee that
+/// clobbers every caller-saved register): each register it promises to keep holds a pattern
+/// before the call and must hold it after. Returns the registers that did not, by name.
+#[doc(hidden)]
+pub fn preserving_call_check() -> alloc::vec::Vec<&'static str> {
+    const P: [u64; 8] = [
+        0x0101_0101_0101_0101,
+        0x0202_0202_0202_0202,
+        0x0303_0303_0303_0303,
+        0x0404_0404_0404_0404,
+        0x0505_0505_0505_0505,
+        0x0606_0606_0606_0606,
+        0x0707_0707_0707_0707,
+        0x0808_0808_0808_0808,
+    ];
+    let mut v = P;
+    // SAFETY: the trampoline keeps the registers below (what is checked) and the stack; the
+    // callee touches no memory.
+    unsafe {
+        core::arch::asm!(
+            "call {t}",
+            t = sym libuthread_preserving_check,
+            inout("rax") v[0], inout("rcx") v[1], inout("rdx") v[2], inout("rsi") v[3],
+            inout("r8") v[4], inout("r9") v[5], inout("r10") v[6], inout("r11") v[7],
+            inout("rdi") 0usize => _,
+        );
+    }
+    let names = ["rax", "rcx", "rdx", "rsi", "r8", "r9", "r10", "r11"];
+    (0..8).filter(|&i| v[i] != P[i]).map(|i| names[i]).collect()
 }
 
 /// Makes a full frame resume at `pc`.

@@ -683,6 +683,14 @@ mod program {
 
     pub fn main() -> i32 {
         libuthread::run(0, || {
+            // The fork's call that keeps every register (`context::promote_oldest_preserving`):
+            // its trampoline, around a callee that clobbers every register it may.
+            let lost = libuthread::context::preserving_call_check();
+            if !lost.is_empty() {
+                println!("regmix: the preserving call lost {lost:?}");
+                println!("regmix: FAILED");
+                return 1;
+            }
             let vcpus = libuthread::vcpu_count();
             let threads = vcpus * THREADS_PER_VCPU;
             let (w0, f0) = libuthread::sched::resume_counts();
