@@ -156,13 +156,6 @@ super::preserving_call! {
     vector: [],
 }
 
-// `preserving_trampoline!(name, callee)` defines the function `name(me = x0)`: `callee(me)`,
-// keeping every caller-saved general-purpose register but x0, x16, x17 and x30 (the caller's
-// to declare, as are the caller-saved SIMD registers: see `promote_oldest_preserving`) and,
-// where the target has SIMD registers, the whole of v8-v15 (the callee keeps only their lower
-// halves). `libuthread_promote_oldest` calls `sched::promote_oldest_record_c`;
-// `libuthread_preserving_check` a function that clobbers every such register
-// (`preserving_call_check`).
 #[cfg(target_feature = "neon")]
 macro_rules! keep_v8_v15 {
     (save) => {
@@ -188,39 +181,37 @@ macro_rules! keep_v8_v15 {
         ""
     };
 }
-macro_rules! preserving_trampoline {
-    ($name:literal, $callee:path) => {
-        core::arch::global_asm!(
-            super::asm_fn_start!($name, "2"),
-            "    stp x29, x30, [sp, #-160]!",
-            "    stp x1, x2, [sp, #16]",
-            "    stp x3, x4, [sp, #32]",
-            "    stp x5, x6, [sp, #48]",
-            "    stp x7, x8, [sp, #64]",
-            "    stp x9, x10, [sp, #80]",
-            "    stp x11, x12, [sp, #96]",
-            "    stp x13, x14, [sp, #112]",
-            "    stp x15, x18, [sp, #128]",
-            keep_v8_v15!(save),
-            "    bl {f}",
-            keep_v8_v15!(restore),
-            "    ldp x1, x2, [sp, #16]",
-            "    ldp x3, x4, [sp, #32]",
-            "    ldp x5, x6, [sp, #48]",
-            "    ldp x7, x8, [sp, #64]",
-            "    ldp x9, x10, [sp, #80]",
-            "    ldp x11, x12, [sp, #96]",
-            "    ldp x13, x14, [sp, #112]",
-            "    ldp x15, x18, [sp, #128]",
-            "    ldp x29, x30, [sp], #160",
-            "    ret",
-            super::asm_fn_end!($name),
-            f = sym $callee,
-        );
-    };
+// The trampolines (`context::preserving_trampolines!`): they keep every caller-saved
+// general-purpose register but x0, x16, x17 and x30 (the caller's to declare, as are the
+// caller-saved SIMD registers: see `preserving_call!`) and, where the target has SIMD
+// registers, the whole of v8-v15 (the callee keeps only their lower halves).
+super::preserving_trampolines! {
+    align: "2",
+    body: [
+        "    stp x29, x30, [sp, #-160]!",
+        "    stp x1, x2, [sp, #16]",
+        "    stp x3, x4, [sp, #32]",
+        "    stp x5, x6, [sp, #48]",
+        "    stp x7, x8, [sp, #64]",
+        "    stp x9, x10, [sp, #80]",
+        "    stp x11, x12, [sp, #96]",
+        "    stp x13, x14, [sp, #112]",
+        "    stp x15, x18, [sp, #128]",
+        keep_v8_v15!(save),
+        "    bl {f}",
+        keep_v8_v15!(restore),
+        "    ldp x1, x2, [sp, #16]",
+        "    ldp x3, x4, [sp, #32]",
+        "    ldp x5, x6, [sp, #48]",
+        "    ldp x7, x8, [sp, #64]",
+        "    ldp x9, x10, [sp, #80]",
+        "    ldp x11, x12, [sp, #96]",
+        "    ldp x13, x14, [sp, #112]",
+        "    ldp x15, x18, [sp, #128]",
+        "    ldp x29, x30, [sp], #160",
+        "    ret",
+    ],
 }
-preserving_trampoline!("libuthread_promote_oldest", crate::sched::promote_oldest_record_c);
-preserving_trampoline!("libuthread_preserving_check", libuthread_clobber_caller_saved);
 
 #[cfg(target_feature = "neon")]
 macro_rules! clobber_v8_v15 {
@@ -270,11 +261,6 @@ core::arch::global_asm!(
     "    ret",
     super::asm_fn_end!("libuthread_clobber_caller_saved"),
 );
-
-extern "C" {
-    fn libuthread_clobber_caller_saved();
-    fn libuthread_preserving_check();
-}
 
 /// Checks the trampoline of [`promote_oldest_preserving`] (the same code, with a callee that
 /// clobbers every caller-saved register): each register it promises to keep holds a pattern

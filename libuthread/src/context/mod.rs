@@ -213,6 +213,34 @@ macro_rules! asm_fn_end {
 }
 pub(crate) use asm_fn_end;
 
+/// Defines a port's two trampolines from one body (`body`: its `asm!` lines, each ending in a
+/// comma, calling `{f}`), both aligned to 2^`align`: `libuthread_promote_oldest(me)`, which
+/// calls `sched::promote_oldest_record_c(me)` keeping the registers the port's
+/// [`preserving_call!`] promises, and `libuthread_preserving_check`, the same code around the
+/// port's `libuthread_clobber_caller_saved` (which writes every register it may), for its
+/// `preserving_call_check`.
+macro_rules! preserving_trampolines {
+    (align: $align:literal, body: [$($body:tt)*] $(,)?) => {
+        core::arch::global_asm!(
+            super::asm_fn_start!("libuthread_promote_oldest", $align),
+            $($body)*
+            super::asm_fn_end!("libuthread_promote_oldest"),
+            f = sym crate::sched::promote_oldest_record_c,
+        );
+        core::arch::global_asm!(
+            super::asm_fn_start!("libuthread_preserving_check", $align),
+            $($body)*
+            super::asm_fn_end!("libuthread_preserving_check"),
+            f = sym libuthread_clobber_caller_saved,
+        );
+        extern "C" {
+            fn libuthread_clobber_caller_saved();
+            fn libuthread_preserving_check();
+        }
+    };
+}
+pub(crate) use preserving_trampolines;
+
 extern "C" {
     // The linker's bounds of the restart table (every port's `global_asm!` puts an empty entry
     // there, linked to its context-switch code, so the section exists in every program that

@@ -160,56 +160,48 @@ super::preserving_call! {
     vector: [],
 }
 
-/// Defines the function `$name(me = a0)`: `$callee(me)`, keeping every caller-saved
-/// general-purpose register but a0 (ra is the caller's to declare; FP registers too, see
-/// `promote_oldest_preserving`). `libuthread_promote_oldest` calls
-/// `sched::promote_oldest_record_c`; `libuthread_preserving_check` a function that clobbers
-/// every such register (`preserving_call_check`).
-macro_rules! preserving_trampoline {
-    ($name:literal, $callee:path) => {
-        core::arch::global_asm!(
-            super::asm_fn_start!($name, "2"),
-            "    addi sp, sp, -128",
-            "    sd ra, 0(sp)",
-            "    sd t0, 8(sp)",
-            "    sd t1, 16(sp)",
-            "    sd t2, 24(sp)",
-            "    sd a1, 32(sp)",
-            "    sd a2, 40(sp)",
-            "    sd a3, 48(sp)",
-            "    sd a4, 56(sp)",
-            "    sd a5, 64(sp)",
-            "    sd a6, 72(sp)",
-            "    sd a7, 80(sp)",
-            "    sd t3, 88(sp)",
-            "    sd t4, 96(sp)",
-            "    sd t5, 104(sp)",
-            "    sd t6, 112(sp)",
-            "    call {f}",
-            "    ld ra, 0(sp)",
-            "    ld t0, 8(sp)",
-            "    ld t1, 16(sp)",
-            "    ld t2, 24(sp)",
-            "    ld a1, 32(sp)",
-            "    ld a2, 40(sp)",
-            "    ld a3, 48(sp)",
-            "    ld a4, 56(sp)",
-            "    ld a5, 64(sp)",
-            "    ld a6, 72(sp)",
-            "    ld a7, 80(sp)",
-            "    ld t3, 88(sp)",
-            "    ld t4, 96(sp)",
-            "    ld t5, 104(sp)",
-            "    ld t6, 112(sp)",
-            "    addi sp, sp, 128",
-            "    ret",
-            super::asm_fn_end!($name),
-            f = sym $callee,
-        );
-    };
+// The trampolines (`context::preserving_trampolines!`): they keep every caller-saved
+// general-purpose register but a0 (ra is the caller's to declare; FP registers too, see
+// `preserving_call!`).
+super::preserving_trampolines! {
+    align: "2",
+    body: [
+        "    addi sp, sp, -128",
+        "    sd ra, 0(sp)",
+        "    sd t0, 8(sp)",
+        "    sd t1, 16(sp)",
+        "    sd t2, 24(sp)",
+        "    sd a1, 32(sp)",
+        "    sd a2, 40(sp)",
+        "    sd a3, 48(sp)",
+        "    sd a4, 56(sp)",
+        "    sd a5, 64(sp)",
+        "    sd a6, 72(sp)",
+        "    sd a7, 80(sp)",
+        "    sd t3, 88(sp)",
+        "    sd t4, 96(sp)",
+        "    sd t5, 104(sp)",
+        "    sd t6, 112(sp)",
+        "    call {f}",
+        "    ld ra, 0(sp)",
+        "    ld t0, 8(sp)",
+        "    ld t1, 16(sp)",
+        "    ld t2, 24(sp)",
+        "    ld a1, 32(sp)",
+        "    ld a2, 40(sp)",
+        "    ld a3, 48(sp)",
+        "    ld a4, 56(sp)",
+        "    ld a5, 64(sp)",
+        "    ld a6, 72(sp)",
+        "    ld a7, 80(sp)",
+        "    ld t3, 88(sp)",
+        "    ld t4, 96(sp)",
+        "    ld t5, 104(sp)",
+        "    ld t6, 112(sp)",
+        "    addi sp, sp, 128",
+        "    ret",
+    ],
 }
-preserving_trampoline!("libuthread_promote_oldest", crate::sched::promote_oldest_record_c);
-preserving_trampoline!("libuthread_preserving_check", libuthread_clobber_caller_saved);
 
 // libuthread_clobber_caller_saved: writes a garbage value into every caller-saved
 // general-purpose register but ra (the test callee of `preserving_call_check`).
@@ -233,11 +225,6 @@ core::arch::global_asm!(
     "    ret",
     super::asm_fn_end!("libuthread_clobber_caller_saved"),
 );
-
-extern "C" {
-    fn libuthread_clobber_caller_saved();
-    fn libuthread_preserving_check();
-}
 
 /// Checks the trampoline of [`promote_oldest_preserving`] (the same code, with a callee that
 /// clobbers every caller-saved register): each register it promises to keep holds a pattern

@@ -244,42 +244,34 @@ super::preserving_call! {
     vector: [],
 }
 
-/// Defines the function `$name(me = rdi)`: `$callee(me)`, keeping every caller-saved
-/// general-purpose register but rdi (the flags are clobbered; the vector registers are the
-/// caller's to declare, see `promote_oldest_preserving`). `libuthread_promote_oldest` calls
-/// `sched::promote_oldest_record_c`; `libuthread_preserving_check` a function that clobbers
-/// every such register (`preserving_call_check`).
-macro_rules! preserving_trampoline {
-    ($name:literal, $callee:path) => {
-        core::arch::global_asm!(
-            super::asm_fn_start!($name, "4"),
-            "    push rax",
-            "    push rcx",
-            "    push rdx",
-            "    push rsi",
-            "    push r8",
-            "    push r9",
-            "    push r10",
-            "    push r11",
-            "    sub rsp, 8", // the return address and eight registers: 72 bytes; a call needs 16n
-            "    call {f}",
-            "    add rsp, 8",
-            "    pop r11",
-            "    pop r10",
-            "    pop r9",
-            "    pop r8",
-            "    pop rsi",
-            "    pop rdx",
-            "    pop rcx",
-            "    pop rax",
-            "    ret",
-            super::asm_fn_end!($name),
-            f = sym $callee,
-        );
-    };
+// The trampolines (`context::preserving_trampolines!`): they keep every caller-saved
+// general-purpose register but rdi (the flags are clobbered; the vector registers are the
+// caller's to declare, see `preserving_call!`).
+super::preserving_trampolines! {
+    align: "4",
+    body: [
+        "    push rax",
+        "    push rcx",
+        "    push rdx",
+        "    push rsi",
+        "    push r8",
+        "    push r9",
+        "    push r10",
+        "    push r11",
+        "    sub rsp, 8", // the return address and eight registers: 72 bytes; a call needs 16n
+        "    call {f}",
+        "    add rsp, 8",
+        "    pop r11",
+        "    pop r10",
+        "    pop r9",
+        "    pop r8",
+        "    pop rsi",
+        "    pop rdx",
+        "    pop rcx",
+        "    pop rax",
+        "    ret",
+    ],
 }
-preserving_trampoline!("libuthread_promote_oldest", crate::sched::promote_oldest_record_c);
-preserving_trampoline!("libuthread_preserving_check", libuthread_clobber_caller_saved);
 
 // libuthread_clobber_caller_saved: writes a garbage value into every caller-saved
 // general-purpose register (the test callee of `preserving_call_check`).
@@ -297,11 +289,6 @@ core::arch::global_asm!(
     "    ret",
     super::asm_fn_end!("libuthread_clobber_caller_saved"),
 );
-
-extern "C" {
-    fn libuthread_clobber_caller_saved();
-    fn libuthread_preserving_check();
-}
 
 /// Checks the trampoline of [`promote_oldest_preserving`] (the same code, with a callee that
 /// clobbers every caller-saved register): each register it promises to keep holds a pattern
