@@ -51,6 +51,7 @@ pub const CHECKS: &[Check] = &[
     ("unjoined_children_still_run", unjoined_children_still_run),
     ("join_forks_lazily", join_forks_lazily),
     ("join_borrows_the_callers_frame", join_borrows_the_callers_frame),
+    ("suspended_forks_come_back", suspended_forks_come_back),
     ("condvar_wait_timeout", condvar_wait_timeout),
     ("channel_timeouts", channel_timeouts),
     ("channel_iterators_and_names", channel_iterators_and_names),
@@ -1019,6 +1020,60 @@ fn join_borrows_the_callers_frame() -> Outcome {
     let v: Vec<u64> = (1..=1_000).collect();
     let s = sum(&v);
     ensure!(s == 500_500, "sum over a borrowed slice by join gave {s}");
+    Ok(())
+}
+
+/// Forks whose leaves each wait once for another thread (StackThreads' suspend-everywhere): a
+/// leaf's block leaves its joiner's task records unpublished, and the woken joiner takes them
+/// back (the whole list at its first join). Then the case where that must not happen: a
+/// spawned child joined inline runs on its joiner's stack while the joiner has a fork pending,
+/// and blocks — the unpublished list then holds the joiner's record under the child's, and the
+/// child must leave it there for the joiner (taken by the child, it would be lost with it and
+/// the joiner's join would never end).
+fn suspended_forks_come_back() -> Outcome {
+    fn wait_once(server: &mpsc::Sender<mpsc::Sender<()>>) -> bool {
+        let (reply, answer) = mpsc::channel();
+        server.send(reply).is_ok() && answer.recv().is_ok()
+    }
+    fn sum(server: &mpsc::Sender<mpsc::Sender<()>>, lo: u64, hi: u64) -> u64 {
+        if hi - lo == 1 {
+            return if wait_once(server) { lo } else { 0 };
+        }
+        let mid = lo + (hi - lo) / 2;
+        let (a, b) = crate::join(|| sum(server, mid, hi), || sum(server, lo, mid));
+        a + b
+    }
+    let (server, requests) = mpsc::channel::<mpsc::Sender<()>>();
+    let served = crate::spawn(move || {
+        let mut n = 0u64;
+        for reply in requests.iter() {
+            reply.send(()).ok();
+            n += 1;
+        }
+        n
+    });
+    let total = sum(&server, 0, 300);
+    ensure!(total == 299 * 300 / 2, "suspend-everywhere sum gave {total}");
+
+    let child_server = server.clone();
+    let (inline, pending) = crate::join(
+        || {
+            let child = crate::spawn(move || {
+                let woke = wait_once(&child_server);
+                let (x, y) = crate::join(|| sum(&child_server, 0, 4), || sum(&child_server, 4, 8));
+                if woke { x + y } else { 0 }
+            });
+            child.join().unwrap_or(0)
+        },
+        || {
+            let woke = wait_once(&server);
+            if woke { 40 } else { 0 }
+        },
+    );
+    ensure!((inline, pending) == (28, 40), "inline child with a pending fork: {inline}, {pending}");
+    drop(server);
+    let n = served.join().map_err(|_| String::from("server panicked"))?;
+    ensure!(n == 300 + 1 + 8 + 1, "the server answered {n} waits");
     Ok(())
 }
 

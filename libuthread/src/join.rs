@@ -103,9 +103,13 @@ struct Named {
 struct Job<B, R> {
     header: JobHeader,
     /// Completed by the promoted thread once the outcome is written; the joiner waits on it.
-    /// Initialised by [`promote`] (a record taken back never needs it: one store less per
-    /// fork).
-    done: UnsafeCell<MaybeUninit<Completion>>,
+    /// Initialised at the fork, not at the promotion: a joiner that does not find its record
+    /// where it runs waits on this word at once, and the record may still be listed on
+    /// another vCPU then (its thread blocked there with the record left unpublished, then ran
+    /// on here) — a word first set by the promotion would be read before it is written, and
+    /// overwritten after the joiner registered on it (a lost wake-up: the
+    /// `suspended_forks_come_back` check hung at 4 vCPUs).
+    done: Completion,
     /// The closure, until run inline or moved into the promoted thread.
     body: UnsafeCell<ManuallyDrop<B>>,
     /// The promoted thread's outcome, written before `done` completes.
@@ -115,18 +119,6 @@ struct Job<B, R> {
     /// size of a plain `join`: nothing to drop, one immediate store), else the address of the
     /// joiner's [`Named`] with the low bit set.
     settings: usize,
-}
-
-impl<B, R> Job<B, R> {
-    /// The completion.
-    ///
-    /// # Safety
-    /// The record was promoted ([`promote`] initialised it).
-    #[inline(always)]
-    unsafe fn done(&self) -> &Completion {
-        // SAFETY: per the contract.
-        unsafe { (*self.done.get()).assume_init_ref() }
-    }
 }
 
 /// `JobHeader::promote` for a `Job<B, R>`.
@@ -147,7 +139,6 @@ where
     let job = h as *const Job<B, R>;
     // SAFETY: a live record off the list: ours until its thread runs.
     unsafe {
-        (*(*job).done.get()).write(Completion::new());
         let settings = (*job).settings;
         let (name, stack_size) = if settings & 1 == 0 {
             (None, settings >> 1)
@@ -207,7 +198,7 @@ where
         let body = ManuallyDrop::take(&mut *(*job).body.get());
         let outcome = crate::unwind::catch(body);
         (*(*job).outcome.get()).write(outcome);
-        (*job).done().complete();
+        (*job).done.complete();
     }
 }
 
@@ -224,7 +215,7 @@ where
     let settings = if named.name.is_some() { &raw mut named as usize | 1 } else { stack_size << 1 };
     let job = Job {
         header: JobHeader { next: Cell::new(MaybeUninit::uninit()), promote: promote::<B, RB> },
-        done: UnsafeCell::new(MaybeUninit::uninit()),
+        done: Completion::new(),
         body: UnsafeCell::new(ManuallyDrop::new(b)),
         outcome: UnsafeCell::new(MaybeUninit::uninit()),
         settings,
@@ -310,14 +301,14 @@ where
     b()
 }
 
-/// Waits for the promoted record `job` to complete, then takes its outcome.
+/// Waits for the record `job`'s thread to complete it, then takes its outcome.
 ///
 /// # Safety
-/// `job` was promoted; only the caller waits for it, once.
+/// `job` was promoted, or is listed on a vCPU the caller has left (which promotes it when it
+/// next enters the scheduler); only the caller waits for it, once.
 #[inline(never)]
 unsafe fn wait_promoted<B, R>(job: &Job<B, R>) -> Outcome<R> {
-    // SAFETY: promoted (contract), so `promote` initialised it.
-    unsafe { job.done() }.wait();
+    job.done.wait();
     // SAFETY: complete: the outcome is written and only we read it.
     unsafe { (*job.outcome.get()).assume_init_read() }
 }
