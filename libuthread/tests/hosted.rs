@@ -132,3 +132,47 @@ fn join_outside_a_runtime_calls_both() {
     let (a, b) = libuthread::join(|| 1, || 2);
     assert_eq!((a, b), (1, 2));
 }
+
+/// On one vCPU (hosted: nothing preempts), a fork-join recursion whose every leaf waits once for
+/// a server thread keeps every fork a record: the leaf's block leaves its joiner's records
+/// unpublished while the server runs ("Deferred promotion"), and the woken joiner takes them
+/// back — so every `b` runs inline, as the joiner itself (a promoted `b` would be a thread of
+/// its own, with another id).
+#[test]
+fn suspended_leaves_leave_every_fork_a_record() {
+    fn sum(server: &libuthread::mpsc::Sender<libuthread::mpsc::Sender<()>>, lo: u64, hi: u64, promoted: &AtomicUsize) -> u64 {
+        if hi - lo == 1 {
+            let (reply, answer) = libuthread::mpsc::channel();
+            server.send(reply).unwrap();
+            answer.recv().unwrap();
+            return lo;
+        }
+        let mid = lo + (hi - lo) / 2;
+        let me = libuthread::current().id();
+        let (a, b) = libuthread::join(
+            || sum(server, mid, hi, promoted),
+            || {
+                if libuthread::current().id() != me {
+                    promoted.fetch_add(1, Ordering::Relaxed);
+                }
+                sum(server, lo, mid, promoted)
+            },
+        );
+        a + b
+    }
+    let (total, promoted) = libuthread::run(1, || {
+        let (server, requests) = libuthread::mpsc::channel::<libuthread::mpsc::Sender<()>>();
+        let served = libuthread::spawn(move || {
+            for reply in requests.iter() {
+                reply.send(()).unwrap();
+            }
+        });
+        let promoted = AtomicUsize::new(0);
+        let total = sum(&server, 0, 256, &promoted);
+        drop(server);
+        served.join().unwrap();
+        (total, promoted.load(Ordering::Relaxed))
+    });
+    assert_eq!(total, 255 * 256 / 2);
+    assert_eq!(promoted, 0, "forks promoted to threads although every joiner came back to them");
+}
