@@ -513,41 +513,69 @@ impl Vcpu {
         true
     }
 
-    /// A block by `t` while another thread's records are deferred here ("Deferred promotion"),
-    /// when everything else is the common case of a switch: the list is untouched since its
-    /// owner's block and the deferral has blocks left (as [`Vcpu::keep_unpublished`] asks of
-    /// another thread's block), `t` has no records of its own, no switch flag, shared-queue or
-    /// idle bit is set and no vCPU is idle, and the head of the own queue resumes from a window
-    /// (as [`take_direct`] asks). Then counts the block against the deferral and takes that
-    /// head; else null, changing nothing (the general path decides). Such a block went through
-    /// the whole of `park_slow` — the server thread of a suspend-everywhere run, at every
-    /// request (x86_64 -icount: about 100 instructions a block, 40 with this).
+    /// The common cases of a block under "Deferred promotion", decided here without the rest of
+    /// `park_slow` when everything else is the common case of a switch (no switch flag,
+    /// shared-queue or idle bit set, no vCPU idle, the head of the own queue resuming from a
+    /// window, as [`take_direct`] asks):
+    /// - `t` has no records and another thread's deferred list is here, untouched since its
+    ///   owner's block, with blocks left: the block counts against the deferral (what
+    ///   [`Vcpu::keep_unpublished`] decides for another thread's block) — the server thread of a
+    ///   suspend-everywhere run, at every request;
+    /// - `t` has records and nothing is listed here: they are handed over and left unpublished
+    ///   with `t` the owner, the whole list its own (what `park_slow`'s flush and
+    ///   `keep_unpublished` decide then) — a suspend-everywhere leaf whose joiner took its list
+    ///   back after its last block ([`Vcpu::reclaim_deferred`]).
+    ///
+    /// Then takes the own queue's head and returns it; else null, changing nothing (the
+    /// general path decides). Each went through the whole of `park_slow` (x86_64 -icount:
+    /// about 100 instructions a block).
     ///
     /// # Safety
     /// `t` is the calling thread, on this vCPU with LTN = 0.
     #[inline(always)]
-    unsafe fn keep_deferred_direct(&'static self, t: *mut Thmb) -> *mut Thmb {
-        let head = self.fresh.load(Ordering::Relaxed);
-        let owner = self.defer_owner.load(Ordering::Relaxed);
-        let left = self.defer_left.load(Ordering::Relaxed);
-        if head == 0
-            || head != self.defer_head.load(Ordering::Relaxed)
-            || owner == 0
-            || owner == t as usize
-            || left == 0
-            || self.attention.load(Ordering::Relaxed) != 0
-            // SAFETY: `t`'s own list is its own (contract).
-            || unsafe { (*t).records.get() } != 0
-            || IDLE.any()
-            || SHUTDOWN.load(Ordering::Relaxed)
-        {
+    unsafe fn defer_direct(&'static self, t: *mut Thmb) -> *mut Thmb {
+        if self.attention.load(Ordering::Relaxed) != 0 || IDLE.any() || SHUTDOWN.load(Ordering::Relaxed) {
             return ptr::null_mut();
         }
         let to = self.local.head.load(Ordering::Relaxed) as *mut Thmb;
         if to.is_null() || Thmb::mask(to) & !mask::FP != mask::WINDOW {
             return ptr::null_mut();
         }
-        self.defer_left.store(left - 1, Ordering::Relaxed);
+        let head = self.fresh.load(Ordering::Relaxed);
+        let owner = self.defer_owner.load(Ordering::Relaxed);
+        let left = self.defer_left.load(Ordering::Relaxed);
+        // SAFETY: `t`'s own list is its own (contract).
+        let own = unsafe { (*t).records.get() };
+        if own == 0 {
+            if head == 0
+                || head != self.defer_head.load(Ordering::Relaxed)
+                || owner == 0
+                || owner == t as usize
+                || left == 0
+            {
+                return ptr::null_mut();
+            }
+            self.defer_left.store(left - 1, Ordering::Relaxed);
+        } else {
+            if head != 0 {
+                return ptr::null_mut();
+            }
+            if owner == t as usize && own == self.defer_head.load(Ordering::Relaxed) {
+                // Blocked again with the very list it left last time (see `keep_unpublished`).
+                if left == 0 {
+                    return ptr::null_mut();
+                }
+                self.defer_left.store(left - 1, Ordering::Relaxed);
+            } else {
+                self.defer_owner.store(t as usize, Ordering::Relaxed);
+                self.defer_head.store(own, Ordering::Relaxed);
+                self.defer_left.store(DEFER_BLOCKS, Ordering::Relaxed);
+            }
+            self.defer_whole.store(true, Ordering::Relaxed);
+            self.fresh.store(own, Ordering::Relaxed);
+            // SAFETY: as above.
+            unsafe { (*t).records.set(0) };
+        }
         // SAFETY: on this vCPU with LTN = 0: the own queue is ours, its head `to` READY and
         // ours once taken.
         unsafe {
@@ -2110,10 +2138,10 @@ unsafe fn park_direct_to(vcpu: &'static Vcpu, t: *mut Thmb, to: *mut Thmb) {
 /// `t` is the calling thread on `vcpu`, `PARKING` and published to its waker; LTN = 0.
 #[inline(never)]
 unsafe fn park_slow(t: *mut Thmb, vcpu: &'static Vcpu) {
-    // Another thread's deferred records, and otherwise the common case: keep them and switch
-    // straight on (the general path below would come to the same).
+    // The common cases under a deferral (another thread's records kept, or `t`'s own records
+    // left with nothing under them): switch straight on, as the general path below would.
     // SAFETY: `t` is the caller on `vcpu` with LTN = 0.
-    let to = unsafe { vcpu.keep_deferred_direct(t) };
+    let to = unsafe { vcpu.defer_direct(t) };
     if !to.is_null() {
         // SAFETY: `t` is the caller, PARKING and published; `to` taken and prepared.
         unsafe { park_direct_to(vcpu, t, to) };
