@@ -2139,7 +2139,8 @@ unsafe fn park_direct_to(vcpu: &'static Vcpu, t: *mut Thmb, to: *mut Thmb) {
 #[inline(never)]
 unsafe fn park_slow(t: *mut Thmb, vcpu: &'static Vcpu) {
     // The common cases under a deferral (another thread's records kept, or `t`'s own records
-    // left with nothing under them): switch straight on, as the general path below would.
+    // left with nothing under them): switch straight on, as the general path would. A small
+    // function of its own in front of it, so that these cases pay none of its frame.
     // SAFETY: `t` is the caller on `vcpu` with LTN = 0.
     let to = unsafe { vcpu.defer_direct(t) };
     if !to.is_null() {
@@ -2147,6 +2148,16 @@ unsafe fn park_slow(t: *mut Thmb, vcpu: &'static Vcpu) {
         unsafe { park_direct_to(vcpu, t, to) };
         return;
     }
+    // SAFETY: forwarded contract.
+    unsafe { park_general(t, vcpu) }
+}
+
+/// [`park_slow`] when [`Vcpu::defer_direct`] did not decide.
+///
+/// # Safety
+/// As for `park_slow`.
+#[inline(never)]
+unsafe fn park_general(t: *mut Thmb, vcpu: &'static Vcpu) {
     // SAFETY: `t` is the calling thread.
     let state = unsafe { &(*t).state };
     let v = vcpu.id;
