@@ -428,12 +428,7 @@ impl Vcpu {
         if owner != 0 && owner != t as usize {
             // Another blocked thread's records. Anything listed since (`t`'s own forks or
             // spawns) would mix two threads' entries: publish then.
-            let left = self.defer_left.load(Ordering::Relaxed);
-            if head != self.defer_head.load(Ordering::Relaxed) || left == 0 || self.nothing_ready() {
-                return false;
-            }
-            self.defer_left.store(left - 1, Ordering::Relaxed);
-            return true;
+            return !self.nothing_ready() && self.count_deferral(head);
         }
         // `t`'s own entries (no deferral, or `t` owned it and has run since): every entry on the
         // list was listed by `t` since it was last switched to, or was its own deferred list then
@@ -452,24 +447,49 @@ impl Vcpu {
             // SAFETY: per the contract, the list and its entries are ours, `t` is the caller.
             unsafe { self.publish_threads(head, (*t).stack.get()) }
         };
-        if head == 0 || self.nothing_ready() {
+        head != 0 && !self.nothing_ready() && self.defer_own(t, head, whole)
+    }
+
+    /// Another thread's block keeps the deferred list whose head is `head`: true, counting the
+    /// block, if the list is untouched since its owner's block (anything listed since would mix
+    /// two threads' entries) and the deferral has blocks left.
+    #[inline(always)]
+    fn count_deferral(&self, head: usize) -> bool {
+        let left = self.defer_left.load(Ordering::Relaxed);
+        if head != self.defer_head.load(Ordering::Relaxed) || left == 0 {
             return false;
         }
+        self.defer_left.store(left - 1, Ordering::Relaxed);
+        true
+    }
+
+    /// `t`'s block leaves the list whose head is `head`, holding `t`'s records (`whole`: and
+    /// nothing else), unpublished with `t` its owner: a new deferral, or — blocked again with
+    /// the very list it left last time, no fork or join since (woken by a timeout, polling) —
+    /// one more block of the current one. False when that one has no blocks left.
+    #[inline(always)]
+    fn defer_own(&self, t: *mut Thmb, head: usize, whole: bool) -> bool {
         self.defer_whole.store(whole, Ordering::Relaxed);
-        if owner == t as usize && head == self.defer_head.load(Ordering::Relaxed) {
-            // Blocked again with the very list it left last time: no fork or join since (woken
-            // by a timeout, polling), so this block counts on rather than starting a new count.
-            let left = self.defer_left.load(Ordering::Relaxed);
-            if left == 0 {
-                return false;
+        if self.defer_owner.load(Ordering::Relaxed) == t as usize {
+            if head == self.defer_head.load(Ordering::Relaxed) {
+                return self.count_deferral(head);
             }
-            self.defer_left.store(left - 1, Ordering::Relaxed);
-            return true;
         }
         self.defer_owner.store(t as usize, Ordering::Relaxed);
         self.defer_head.store(head, Ordering::Relaxed);
         self.defer_left.store(DEFER_BLOCKS, Ordering::Relaxed);
         true
+    }
+
+    /// The head of the own queue if it resumes from a window (a direct switch can take it),
+    /// else null. Owner-only, LTN = 0.
+    #[inline(always)]
+    fn window_head(&self) -> *mut Thmb {
+        let to = self.local.head.load(Ordering::Relaxed) as *mut Thmb;
+        if !to.is_null() && Thmb::mask(to) & !mask::FP == mask::WINDOW {
+            return to;
+        }
+        ptr::null_mut()
     }
 
     /// The join of `me`'s record `h` after `me` was woken from a block that left its records
@@ -537,41 +557,22 @@ impl Vcpu {
         if self.attention.load(Ordering::Relaxed) != 0 || IDLE.any() || SHUTDOWN.load(Ordering::Relaxed) {
             return ptr::null_mut();
         }
-        let to = self.local.head.load(Ordering::Relaxed) as *mut Thmb;
-        if to.is_null() || Thmb::mask(to) & !mask::FP != mask::WINDOW {
+        let to = self.window_head();
+        if to.is_null() {
             return ptr::null_mut();
         }
         let head = self.fresh.load(Ordering::Relaxed);
         let owner = self.defer_owner.load(Ordering::Relaxed);
-        let left = self.defer_left.load(Ordering::Relaxed);
         // SAFETY: `t`'s own list is its own (contract).
         let own = unsafe { (*t).records.get() };
         if own == 0 {
-            if head == 0
-                || head != self.defer_head.load(Ordering::Relaxed)
-                || owner == 0
-                || owner == t as usize
-                || left == 0
-            {
+            if head == 0 || owner == 0 || owner == t as usize || !self.count_deferral(head) {
                 return ptr::null_mut();
             }
-            self.defer_left.store(left - 1, Ordering::Relaxed);
         } else {
-            if head != 0 {
+            if head != 0 || !self.defer_own(t, own, true) {
                 return ptr::null_mut();
             }
-            if owner == t as usize && own == self.defer_head.load(Ordering::Relaxed) {
-                // Blocked again with the very list it left last time (see `keep_unpublished`).
-                if left == 0 {
-                    return ptr::null_mut();
-                }
-                self.defer_left.store(left - 1, Ordering::Relaxed);
-            } else {
-                self.defer_owner.store(t as usize, Ordering::Relaxed);
-                self.defer_head.store(own, Ordering::Relaxed);
-                self.defer_left.store(DEFER_BLOCKS, Ordering::Relaxed);
-            }
-            self.defer_whole.store(true, Ordering::Relaxed);
             self.fresh.store(own, Ordering::Relaxed);
             // SAFETY: as above.
             unsafe { (*t).records.set(0) };
@@ -2332,8 +2333,8 @@ unsafe fn take_direct(vcpu: &'static Vcpu, t: *mut Thmb) -> *mut Thmb {
     // (Switch flags, unpublished children and records, shared queue and idle bits: one test.)
     // SAFETY: per the contract.
     if unsafe { vcpu.unusual(t) } == 0 {
-        let to = vcpu.local.head.load(Ordering::Relaxed) as *mut Thmb;
-        if !to.is_null() && Thmb::mask(to) & !mask::FP == mask::WINDOW {
+        let to = vcpu.window_head();
+        if !to.is_null() {
             // SAFETY: on `vcpu` with LTN = 0: the own queue is ours, its head `to` READY and
             // ours once taken.
             unsafe {
@@ -2355,10 +2356,7 @@ unsafe fn take_direct(vcpu: &'static Vcpu, t: *mut Thmb) -> *mut Thmb {
 unsafe fn peek_direct(vcpu: &'static Vcpu, t: *mut Thmb) -> *mut Thmb {
     // SAFETY: per the contract.
     if unsafe { vcpu.unusual(t) } == 0 {
-        let to = vcpu.local.head.load(Ordering::Relaxed) as *mut Thmb;
-        if !to.is_null() && Thmb::mask(to) & !mask::FP == mask::WINDOW {
-            return to;
-        }
+        return vcpu.window_head();
     }
     ptr::null_mut()
 }
