@@ -6,8 +6,9 @@
 //!   forks (`b`, a lazy task record) one call and makes the other itself; `nqueens` forks each
 //!   square's call and walks the row's other squares itself;
 //! - [`SuspendEverywhere`] (SW): FK, and every leaf (a call that makes no further call) also
-//!   waits once on a channel that another thread (a server) fulfils, so every leaf thread
-//!   really suspends and is resumed.
+//!   waits once on a channel that another thread (a server) fulfils — it sends the server a
+//!   one-shot reply channel (`libuthread::oneshot`) and waits for the reply — so every leaf
+//!   thread really suspends and is resumed.
 //!
 //! No `std`: this file is shared by the userland `stackthreads` program (`#[path]`) and the
 //! hosted criterion bench `libuthread/benches/stackthreads.rs`; the crate that includes it
@@ -16,7 +17,7 @@
 use alloc::vec::Vec;
 use core::sync::atomic::{AtomicU64, Ordering};
 
-use libuthread::mpsc;
+use libuthread::{mpsc, oneshot};
 
 /// What a recursive call is: run it now, or in a thread of its own.
 pub trait Strategy: Copy + Send + Sync {
@@ -68,17 +69,17 @@ impl Strategy for ForkEverywhere {
     fn leaf(&self) {}
 }
 
-/// Every recursive call is a fork and every leaf suspends once (SW): it sends a reply
+/// Every recursive call is a fork and every leaf suspends once (SW): it sends a one-shot reply
 /// channel to the server thread and blocks until the server answers on it.
 #[derive(Clone, Copy)]
 pub struct SuspendEverywhere<'a> {
-    server: &'a mpsc::Sender<mpsc::Sender<()>>,
+    server: &'a mpsc::Sender<oneshot::Sender<()>>,
 }
 
 impl SuspendEverywhere<'_> {
     /// Runs `body` with an SW strategy whose server thread lives as long as `body` runs.
     pub fn with<R>(body: impl FnOnce(&SuspendEverywhere<'_>) -> R) -> R {
-        let (server, requests) = mpsc::channel::<mpsc::Sender<()>>();
+        let (server, requests) = mpsc::channel::<oneshot::Sender<()>>();
         let thread = libuthread::spawn(move || {
             for reply in requests.iter() {
                 // A leaf that stopped waiting is no error of the server's.
@@ -99,7 +100,7 @@ impl Strategy for SuspendEverywhere<'_> {
         fork_join(a, b)
     }
     fn leaf(&self) {
-        let (reply, answer) = mpsc::channel();
+        let (reply, answer) = oneshot::channel();
         if self.server.send(reply).is_ok() {
             let _ = answer.recv();
         }

@@ -143,6 +143,8 @@ extern crate alloc;
 #[cfg(mn_core)]
 mod channel;
 #[cfg(mn_core)]
+pub mod oneshot;
+#[cfg(mn_core)]
 mod prim;
 #[cfg(mn_core)]
 pub mod sched;

@@ -6,6 +6,7 @@ use loom::sync::atomic::{AtomicUsize, Ordering};
 use loom::sync::Arc;
 
 use crate::channel::mpsc;
+use crate::oneshot;
 use crate::sync::{Barrier, Condvar, Mutex, RwLock};
 
 fn model(f: impl Fn() + Sync + Send + 'static) {
@@ -226,6 +227,58 @@ fn loom_channel_disconnect_wakes_the_receiver() {
         assert_eq!(rx.recv().unwrap(), 1);
         assert!(rx.recv().is_err());
         sender.join().unwrap();
+    });
+}
+
+/// A one-shot reply (`oneshot`): the send races the receiver's load, its publish step's CAS
+/// and its block; the receiver never sleeps through the wake-up and gets the value.
+#[test]
+fn loom_oneshot_send_wakes_the_receiver() {
+    model(|| {
+        let (tx, rx) = oneshot::channel::<usize>();
+        let sender = loom::thread::spawn(move || tx.send(7).is_ok());
+        assert_eq!(rx.recv(), Ok(7));
+        assert!(sender.join().unwrap());
+    });
+}
+
+/// A one-shot sender dropped unsent while its receiver waits (or is about to) ends the wait
+/// with an error.
+#[test]
+fn loom_oneshot_dropped_sender_ends_the_wait() {
+    model(|| {
+        let (tx, rx) = oneshot::channel::<usize>();
+        let dropper = loom::thread::spawn(move || drop(tx));
+        assert_eq!(rx.recv(), Err(oneshot::RecvError));
+        dropper.join().unwrap();
+    });
+}
+
+/// A one-shot receiver dropped while its sender sends: the value is dropped exactly once —
+/// with the receiver if it arrived first, else given back to the sender — and whichever half
+/// is last frees the channel.
+#[test]
+fn loom_oneshot_dropped_receiver_and_send_race() {
+    struct Counted(Arc<AtomicUsize>);
+    impl Drop for Counted {
+        fn drop(&mut self) {
+            self.0.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+    model(|| {
+        let drops = Arc::new(AtomicUsize::new(0));
+        let (tx, rx) = oneshot::channel::<Counted>();
+        let value = Counted(drops.clone());
+        let sender = loom::thread::spawn(move || match tx.send(value) {
+            Ok(()) => true,
+            Err(oneshot::SendError(back)) => {
+                drop(back);
+                false
+            }
+        });
+        drop(rx);
+        sender.join().unwrap();
+        assert_eq!(drops.load(Ordering::Relaxed), 1);
     });
 }
 

@@ -1,8 +1,8 @@
 //! The StackThreads applications (seed 004) on libuthread, for `cargo xtask bench` (filter
 //! `stackthreads`): `fib`, `nqueens` and a CKY parser (`bench/stackthreads/apps.rs`), each run
 //! sequentially, forking everywhere (FK: every recursive call a fork, `libuthread::Builder::join`, no cutoff)
-//! and suspending everywhere (SW: FK, and every leaf waits once on a channel a server thread
-//! answers). One line per application:
+//! and suspending everywhere (SW: FK, and every leaf waits once on a one-shot channel a server
+//! thread answers). One line per application:
 //!
 //! ```text
 //! BENCH table=stackthreads row=<fib|nqueens|cky> sequential=<n> fk=<n> sw=<n> fk_overhead_pct=<x> sw_overhead_pct=<y>

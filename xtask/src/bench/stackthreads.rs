@@ -11,7 +11,7 @@ pub const STACKTHREADS: TableInfo = TableInfo {
     table: "stackthreads",
     note: "StackThreads (Taura & Yonezawa 2000, BH/RNA/CKY over sequential C++): FK <= 15 %, \
            SW <= 30 %; our goals FK <= 5 %, SW <= 15 %. FK: a fork (libuthread::Builder::join, lazy task record) at every \
-           recursive call, no cutoff; SW: FK and every leaf waits once on a channel a server \
+           recursive call, no cutoff; SW: FK and every leaf waits once on a one-shot channel a server \
            thread answers; sequential/fk/sw are cycles of a whole run",
     x_label: "application",
     y_label: "overhead over sequential, %",
