@@ -24,7 +24,7 @@ use core::cell::Cell;
 use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use core::time::Duration;
 
-use crate::{mpmc, mpsc, Barrier, Condvar, Instant, Mutex, MutexGuard, Once, RwLock, RwLockReadGuard, RwLockWriteGuard, TryLockError};
+use crate::{mpmc, mpsc, oneshot, Barrier, Condvar, Instant, Mutex, MutexGuard, Once, RwLock, RwLockReadGuard, RwLockWriteGuard, TryLockError};
 
 /// One check's verdict.
 pub type Outcome = Result<(), String>;
@@ -39,6 +39,7 @@ pub const CHECKS: &[Check] = &[
     ("mpmc_fan_in_fan_out", mpmc_fan_in_fan_out),
     ("mutex_counter_64_threads", mutex_counter_64_threads),
     ("handoff_pairs", handoff_pairs),
+    ("oneshot_replies", oneshot_replies),
     ("condvar_producer_consumer", condvar_producer_consumer),
     ("barrier_rounds", barrier_rounds),
     ("rwlock_readers_writers", rwlock_readers_writers),
@@ -204,6 +205,86 @@ fn handoff_pairs() -> Outcome {
     }
     let total = *lock.lock();
     ensure!(total == 2 * PAIRS * ROUNDS, "mutex counted {total}");
+    Ok(())
+}
+
+/// One-shot replies across vCPUs (`oneshot`): 16 clients make 250 requests each to 4 servers,
+/// each with a one-shot reply channel. A server answers most requests; it drops every 7th
+/// reply channel unsent (the client must get `RecvError`), and every 11th client drops its
+/// receiver before the reply (the server's send must fail and give the value back). Each
+/// reply races its receiver's wait; on several vCPUs sender and receiver sit on different
+/// vCPUs, and a lost wake-up leaves a client blocked for good (the check never ends).
+fn oneshot_replies() -> Outcome {
+    const CLIENTS: u64 = 16;
+    const REQUESTS: u64 = 250;
+    let (requests, inbox) = mpmc::channel::<(u64, oneshot::Sender<u64>)>();
+    let refused = Arc::new(AtomicUsize::new(0));
+    let servers: Vec<_> = (0..4)
+        .map(|_| {
+            let inbox = inbox.clone();
+            let refused = refused.clone();
+            crate::spawn(move || {
+                for (n, reply) in inbox.iter() {
+                    if n % 7 == 0 {
+                        drop(reply);
+                    } else if let Err(oneshot::SendError(back)) = reply.send(n + 1) {
+                        if back != n + 1 {
+                            return Err(format!("request {n}: the refused reply came back as {back}"));
+                        }
+                        refused.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                Ok(())
+            })
+        })
+        .collect();
+    drop(inbox);
+    let clients: Vec<_> = (0..CLIENTS)
+        .map(|c| {
+            let requests = requests.clone();
+            crate::spawn(move || {
+                let (mut answered, mut unsent, mut dropped) = (0u64, 0u64, 0u64);
+                for i in 0..REQUESTS {
+                    let n = c * REQUESTS + i;
+                    let (reply, answer) = oneshot::channel();
+                    requests.send((n, reply)).map_err(|_| String::from("the servers hung up"))?;
+                    if n % 11 == 0 && n % 7 != 0 {
+                        drop(answer);
+                        dropped += 1;
+                        continue;
+                    }
+                    match answer.recv() {
+                        Ok(v) if v == n + 1 => answered += 1,
+                        Ok(v) => return Err(format!("request {n} answered {v}")),
+                        Err(oneshot::RecvError) if n % 7 == 0 => unsent += 1,
+                        Err(oneshot::RecvError) => return Err(format!("request {n}: reply dropped unsent")),
+                    }
+                }
+                Ok((answered, unsent, dropped))
+            })
+        })
+        .collect();
+    drop(requests);
+    let (mut answered, mut unsent, mut dropped) = (0, 0, 0);
+    for c in clients {
+        let (a, u, d) = c.join().map_err(|_| String::from("a client panicked"))??;
+        answered += a;
+        unsent += u;
+        dropped += d;
+    }
+    for s in servers {
+        s.join().map_err(|_| String::from("a server panicked"))??;
+    }
+    let total = CLIENTS * REQUESTS;
+    let expect_unsent = (0..total).filter(|n| n % 7 == 0).count() as u64;
+    let expect_dropped = (0..total).filter(|n| n % 11 == 0 && n % 7 != 0).count() as u64;
+    ensure!(unsent == expect_unsent, "{unsent} replies dropped unsent, expected {expect_unsent}");
+    ensure!(dropped == expect_dropped, "{dropped} receivers dropped, expected {expect_dropped}");
+    ensure!(answered == total - unsent - dropped, "{answered} answers of {total} requests");
+    // A dropped receiver makes the send fail only if the drop came first; either way the value
+    // is accounted for (given back, or dropped with the receiver's channel).
+    let refused = refused.load(Ordering::Relaxed) as u64;
+    ensure!(refused <= dropped, "{refused} sends refused, but only {dropped} receivers dropped");
     Ok(())
 }
 

@@ -4,8 +4,8 @@
 //!
 //! A one-shot channel is one allocation (the value's slot and a state word) and no lock: the
 //! state word is the whole protocol, and each half's last act frees the allocation if the other
-//! half is gone. The word is [`EMPTY`], [`SENT`], [`SENDER_GONE`], [`RECEIVER_GONE`], or the
-//! waiting receiver itself (its [`Waiter`], an aligned address, so never one of the four):
+//! half is gone. The word is `EMPTY`, `SENT`, `SENDER_GONE`, `RECEIVER_GONE`, or the waiting
+//! receiver itself (its thread's address, aligned, so never one of the four):
 //! - the receiver waits by CAS `EMPTY -> me` inside the blocking publish step and blocks; a CAS
 //!   that fails saw the sender's mark, and it does not wait;
 //! - the sender writes the value, then swaps in `SENT` (or, dropped unsent, `SENDER_GONE`) and
