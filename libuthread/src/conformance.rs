@@ -211,7 +211,8 @@ fn handoff_pairs() -> Outcome {
 /// One-shot replies across vCPUs (`oneshot`): 16 clients make 250 requests each to 4 servers,
 /// each with a one-shot reply channel. A server answers most requests; it drops every 7th
 /// reply channel unsent (the client must get `RecvError`), and every 11th client drops its
-/// receiver before the reply (the server's send must fail and give the value back). Each
+/// receiver before the reply (the server's send must fail and give the value back); every 5th
+/// waits with `recv_timeout` (a time-out that does not fire), and one times out first. Each
 /// reply races its receiver's wait; on several vCPUs sender and receiver sit on different
 /// vCPUs, and a lost wake-up leaves a client blocked for good (the check never ends).
 fn oneshot_replies() -> Outcome {
@@ -253,7 +254,18 @@ fn oneshot_replies() -> Outcome {
                         dropped += 1;
                         continue;
                     }
-                    match answer.recv() {
+                    // Every 5th waits with a time-out that does not fire (its watchdog thread
+                    // must leave the reply to the sender).
+                    let got = if n % 5 == 1 {
+                        match answer.recv_timeout(Duration::from_secs(60)) {
+                            Ok(v) => Ok(v),
+                            Err(oneshot::RecvTimeoutError::Disconnected) => Err(oneshot::RecvError),
+                            Err(oneshot::RecvTimeoutError::Timeout(_)) => return Err(format!("request {n}: timed out")),
+                        }
+                    } else {
+                        answer.recv()
+                    };
+                    match got {
                         Ok(v) if v == n + 1 => answered += 1,
                         Ok(v) => return Err(format!("request {n} answered {v}")),
                         Err(oneshot::RecvError) if n % 7 == 0 => unsent += 1,
@@ -264,6 +276,15 @@ fn oneshot_replies() -> Outcome {
             })
         })
         .collect();
+    // A time-out with nothing sent gives the receiver back, which then gets the value.
+    let (tx, rx) = oneshot::channel::<u64>();
+    let rx = match rx.recv_timeout(Duration::from_millis(1)) {
+        Err(oneshot::RecvTimeoutError::Timeout(rx)) => rx,
+        Ok(v) => return Err(format!("a receive with nothing sent got {v}")),
+        Err(oneshot::RecvTimeoutError::Disconnected) => return Err(String::from("a receive with the sender alive: disconnected")),
+    };
+    tx.send(5).map_err(|_| String::from("the receiver given back was dropped"))?;
+    ensure!(rx.recv() == Ok(5), "the receiver given back by a time-out lost the value");
     drop(requests);
     let (mut answered, mut unsent, mut dropped) = (0, 0, 0);
     for c in clients {

@@ -40,10 +40,14 @@ use core::cell::UnsafeCell;
 use core::fmt;
 use core::mem::{ManuallyDrop, MaybeUninit};
 use core::ptr::NonNull;
+#[cfg(not(loom))]
+use core::time::Duration;
 
 use crate::prim::{AtomicUsize, Ordering};
 use crate::sched::blocking::{self, Waiter};
 use crate::spin::Critical;
+#[cfg(not(loom))]
+use crate::sync::timed;
 
 /// Nothing sent, both halves alive, nobody waits.
 const EMPTY: usize = 0;
@@ -194,6 +198,56 @@ impl<T> Receiver<T> {
         }
     }
 
+    /// Waits for the value at most `timeout`; gives the receiver back in
+    /// [`RecvTimeoutError::Timeout`] if it did not come in time (wait again, or drop it).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use libuthread::oneshot::{self, RecvTimeoutError};
+    /// libuthread::run(1, || {
+    ///     let (tx, rx) = oneshot::channel();
+    ///     let Err(RecvTimeoutError::Timeout(rx)) = rx.recv_timeout(Duration::from_millis(2)) else {
+    ///         panic!("nothing was sent yet");
+    ///     };
+    ///     tx.send(1).unwrap();
+    ///     assert_eq!(rx.recv_timeout(Duration::from_secs(60)).ok(), Some(1));
+    /// });
+    /// ```
+    ///
+    /// A timed wait is [`recv`](Receiver::recv)'s, with a watchdog thread that takes the
+    /// receiver back out of the state word at the deadline (CAS `me -> EMPTY`, then its
+    /// wake-up) unless the sender's mark replaced it first (then the sender's wake-up comes
+    /// and the value is taken): exactly one of the two wakes the receiver.
+    #[cfg(not(loom))]
+    pub fn recv_timeout(self, timeout: Duration) -> Result<T, RecvTimeoutError<T>> {
+        let deadline = timed::deadline_after(timeout);
+        let inner = self.inner;
+        // SAFETY: live while this half is (it is kept until the end).
+        let state = &unsafe { inner.as_ref() }.state;
+        if state.load(Ordering::Acquire) == EMPTY {
+            if timed::expired(deadline) {
+                return Err(RecvTimeoutError::Timeout(self));
+            }
+            let cancel = || {
+                let word = state.load(Ordering::Acquire);
+                if word > RECEIVER_GONE && state.compare_exchange(word, EMPTY, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+                    // SAFETY: the receiver's own mark taken back out of the word: its wake-up is
+                    // ours (the sender will find `EMPTY`).
+                    unsafe { blocking::wake(word as Waiter) };
+                    return true;
+                }
+                false
+            };
+            let published = |me: Waiter| state.compare_exchange(EMPTY, me as usize, Ordering::AcqRel, Ordering::Acquire).is_ok();
+            if timed::block_until(deadline, published, &cancel) {
+                return Err(RecvTimeoutError::Timeout(self));
+            }
+        }
+        let done = state.load(Ordering::Acquire);
+        // SAFETY: the sender is done (see `recv`; a wait the watchdog cancelled returned above).
+        unsafe { Self::finish(ManuallyDrop::new(self).inner, done) }.map_err(|RecvError| RecvTimeoutError::Disconnected)
+    }
+
     /// The end of a receive that found the sender done (`state` `SENT` or `SENDER_GONE`):
     /// takes the value, frees the allocation.
     ///
@@ -297,6 +351,34 @@ impl<T> fmt::Display for TryRecvError<T> {
 
 impl<T> core::error::Error for TryRecvError<T> {}
 
+/// [`Receiver::recv_timeout`]'s error.
+pub enum RecvTimeoutError<T> {
+    /// Nothing came in time: the receiver, to wait again with.
+    Timeout(Receiver<T>),
+    /// The sender was dropped without sending.
+    Disconnected,
+}
+
+impl<T> fmt::Debug for RecvTimeoutError<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RecvTimeoutError::Timeout(_) => f.write_str("Timeout(..)"),
+            RecvTimeoutError::Disconnected => f.write_str("Disconnected"),
+        }
+    }
+}
+
+impl<T> fmt::Display for RecvTimeoutError<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RecvTimeoutError::Timeout(_) => f.write_str("timed out waiting on a one-shot channel"),
+            RecvTimeoutError::Disconnected => f.write_str("receiving on a one-shot channel whose sender is gone"),
+        }
+    }
+}
+
+impl<T> core::error::Error for RecvTimeoutError<T> {}
+
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
@@ -386,6 +468,58 @@ mod tests {
             drop(tx.send(Tracked(d.clone())));
         });
         assert_eq!(drops.load(Ordering::Relaxed), 3);
+    }
+
+    #[test]
+    fn recv_timeout_times_out_then_receives() {
+        crate::run(2, || {
+            let (tx, rx) = channel();
+            let rx = match rx.recv_timeout(core::time::Duration::from_millis(5)) {
+                Err(RecvTimeoutError::Timeout(rx)) => rx,
+                other => panic!("expected Timeout, got {other:?}"),
+            };
+            let sender = crate::spawn(move || {
+                crate::sleep(core::time::Duration::from_millis(2));
+                tx.send(9).unwrap();
+            });
+            assert_eq!(rx.recv_timeout(core::time::Duration::from_secs(60)).ok(), Some(9));
+            sender.join().unwrap();
+            let (tx, rx) = channel::<u32>();
+            drop(tx);
+            assert!(matches!(rx.recv_timeout(core::time::Duration::from_secs(60)), Err(RecvTimeoutError::Disconnected)));
+        });
+    }
+
+    /// Sends racing the watchdog's cancel across 4 vCPUs: each value arrives exactly once,
+    /// through the timed receive or the plain one after its time-out.
+    #[test]
+    fn recv_timeout_racing_sends_loses_nothing() {
+        let (timely, late) = crate::run(4, || {
+            let (mut timely, mut late) = (0u64, 0u64);
+            for i in 0..300u64 {
+                let (tx, rx) = channel();
+                let sender = crate::spawn(move || {
+                    for _ in 0..(i % 4) {
+                        crate::yield_now();
+                    }
+                    tx.send(i).unwrap();
+                });
+                match rx.recv_timeout(core::time::Duration::from_micros(i % 50)) {
+                    Ok(v) => {
+                        assert_eq!(v, i);
+                        timely += 1;
+                    }
+                    Err(RecvTimeoutError::Timeout(rx)) => {
+                        assert_eq!(rx.recv(), Ok(i));
+                        late += 1;
+                    }
+                    Err(RecvTimeoutError::Disconnected) => panic!("request {i}: disconnected"),
+                }
+                sender.join().unwrap();
+            }
+            (timely, late)
+        });
+        assert_eq!(timely + late, 300);
     }
 
     /// Many replies across 4 vCPUs, each receiver racing its sender: every value arrives once.
