@@ -2,10 +2,12 @@
 //! (`bench/stackthreads/apps.rs`, shared with the userland `stackthreads` program), each
 //! sequential, fork-everywhere (`fk`) and suspend-everywhere (`sw`), on one vCPU; and a larger
 //! FK fib on 1 and 2 vCPUs for its speed-up (`cargo bench -p libuthread --bench stackthreads`;
-//! `cargo xtask bench --filter host` runs it).
+//! `cargo xtask bench --filter host` runs it), beside the host's own ceiling for it: sequential
+//! fib on 1 and 2 OS threads at once.
 //!
-//! Ids: `stackthreads/<app>_<sequential|fk|sw>`, `stackthreads/fib_fk_vcpus_<1|2>`; one
-//! iteration is one whole run of the application.
+//! Ids: `stackthreads/<app>_<sequential|fk|sw>`, `stackthreads/fib_fk_vcpus_<1|2>`,
+//! `stackthreads/fib_sequential_os_threads_<1|2>`; one iteration is one whole run of the
+//! application (on each thread, for the last two).
 
 extern crate alloc;
 
@@ -60,6 +62,24 @@ fn runs(name: &'static str, version: Version, vcpus: usize, iters: u64) -> Durat
     })
 }
 
+/// `iters` runs of sequential `fib(SPEEDUP_FIB_N)` on each of `threads` OS threads at once, no
+/// libuthread: what this host's CPUs give independent computations. `fib_sequential_os_threads_2`
+/// over `..._1` is how much two of them slow each other (1.0 on two free cores), so 2 over that
+/// is the ceiling of any 2-vCPU speed-up here (a virtual machine's two CPUs may share a core).
+fn os_threads(threads: usize, iters: u64) -> Duration {
+    let start = Instant::now();
+    std::thread::scope(|s| {
+        for _ in 0..threads {
+            s.spawn(|| {
+                for _ in 0..iters {
+                    black_box(fib(&Sequential, black_box(SPEEDUP_FIB_N)));
+                }
+            });
+        }
+    });
+    start.elapsed()
+}
+
 fn stackthreads(c: &mut Criterion) {
     let mut group = c.benchmark_group("stackthreads");
     group
@@ -73,6 +93,9 @@ fn stackthreads(c: &mut Criterion) {
     }
     for vcpus in [1, 2] {
         group.bench_function(format!("fib_fk_vcpus_{vcpus}"), |b| b.iter_custom(|iters| runs("fib_speedup", Version::Fk, vcpus, iters)));
+    }
+    for threads in [1, 2] {
+        group.bench_function(format!("fib_sequential_os_threads_{threads}"), |b| b.iter_custom(|iters| os_threads(threads, iters)));
     }
     group.finish();
 }

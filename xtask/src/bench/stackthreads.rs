@@ -35,12 +35,14 @@ pub const STACKTHREADS_BENCH: Bench = Bench {
     tables: &[STACKTHREADS],
 };
 
-/// The hosted StackThreads table (criterion; rows `stackthreads/<app>_<version>` and
-/// `stackthreads/fib_fk_vcpus_<1|2>`).
+/// The hosted StackThreads table (criterion; rows `stackthreads/<app>_<version>`,
+/// `stackthreads/fib_fk_vcpus_<1|2>` and `stackthreads/fib_sequential_os_threads_<1|2>`).
 pub const HOST_STACKTHREADS: TableInfo = TableInfo {
     table: "host_stackthreads",
     note: "criterion on the host, ns per whole run: the StackThreads apps sequential, fk and sw \
-           on one vCPU (fib(20)); fib_fk_vcpus_1 / fib_fk_vcpus_2 is FK fib(25)'s speed-up on 2 vCPUs",
+           on one vCPU (fib(20)); fib_fk_vcpus_1 / fib_fk_vcpus_2 is FK fib(25)'s speed-up on 2 vCPUs; \
+           2 x fib_sequential_os_threads_1 / fib_sequential_os_threads_2 is the host's ceiling for it \
+           (sequential fib(25) on 1 and on 2 OS threads at once: 2.0 on two free cores)",
     x_label: "benchmark",
     y_label: "ns per run",
     chart: &["mid_ns"],
