@@ -93,7 +93,13 @@ impl Probe {
         ));
         lines.extend(problems);
         for vcpu in &vcpus {
-            let chain = frame_chain(arch, vcpu, |addr| qmp.read_pair(vcpu.index, addr));
+            let mut chain = frame_chain(arch, vcpu, |addr| qmp.read_pair(vcpu.index, addr));
+            if arch == Arch::X86_64 {
+                let offset = function_offset(&images, vcpu.pc);
+                if let Some(ret) = x86_entry_return(vcpu, offset, |addr| qmp.read_pair(vcpu.index, addr)) {
+                    chain.insert(0, ret);
+                }
+            }
             lines.extend(describe(vcpu, &chain, &images));
         }
         Ok(())
@@ -268,6 +274,34 @@ pub fn frame_chain(arch: Arch, vcpu: &Vcpu, mut read: impl FnMut(u64) -> Option<
         fp = caller_fp;
     }
     chain
+}
+
+/// The return address of an x86_64 vCPU stopped in the first instruction of a function, or
+/// right after its `push rbp`: its frame record is not made yet, so the frame pointer still
+/// names the caller's record and [`frame_chain`] would skip the caller (a vCPU spinning in a
+/// loop that calls a small function stops at that function's entry about as often as
+/// anywhere). At offset 0 it is the word at the stack pointer, after the push the word above
+/// it. `offset` is the pc's offset into its function; `read` gives the two words at an
+/// address. aarch64 and riscv64 need none of this: the link register holds the return address
+/// until the record is made, and the report names it.
+pub fn x86_entry_return(vcpu: &Vcpu, offset: Option<u64>, mut read: impl FnMut(u64) -> Option<[u64; 2]>) -> Option<u64> {
+    /// `push rbp`, the first instruction of every function built with frame pointers.
+    const PUSH_RBP: u64 = 0x55;
+    let [at_sp, above] = match offset? {
+        0 => read(vcpu.sp)?,
+        1 if read(vcpu.pc - 1)?[0] & 0xff == PUSH_RBP => read(vcpu.sp)?,
+        _ => return None,
+    };
+    let ret = if offset == Some(0) { at_sp } else { above };
+    (ret != 0).then_some(ret)
+}
+
+/// The offset of code address `addr` into the function holding it, if an image names it.
+fn function_offset(images: &[Image], addr: u64) -> Option<u64> {
+    images.iter().find_map(|image| {
+        let link = addr.wrapping_sub(image.bias);
+        image.symbols.contains(link).then(|| image.symbols.lookup(link).map(|(_, offset)| offset)).flatten()
+    })
 }
 
 /// The report lines of one vCPU.
@@ -544,6 +578,24 @@ mod tests {
         assert!(frame_chain(Arch::Aarch64, &Vcpu { fp: 0x8003, ..vcpu.clone() }, |a| memory.get(&a).copied()).is_empty());
         let endless = |a: u64| Some([a + 16, 0x5000]);
         assert_eq!(frame_chain(Arch::Aarch64, &vcpu, endless).len(), MAX_FRAMES);
+    }
+
+    /// An x86_64 vCPU stopped before its function's frame record exists: the caller's return
+    /// address comes from the stack (at the entry, or after `push rbp`), else from nowhere.
+    #[test]
+    fn x86_entry_return_reads_the_stack_before_the_frame_exists() {
+        let vcpu = Vcpu { index: 0, pc: 0x1001, sp: 0x7f00, fp: 0x8000, link: None, mode: String::new() };
+        let memory: HashMap<u64, [u64; 2]> = [(0x7f00, [0x2000, 0x3000]), (0x1000, [0x48e5_8948_55, 0])].into();
+        let read = |a: u64| memory.get(&a).copied();
+        assert_eq!(x86_entry_return(&Vcpu { pc: 0x1000, ..vcpu.clone() }, Some(0), read), Some(0x2000));
+        assert_eq!(x86_entry_return(&vcpu, Some(1), read), Some(0x3000));
+        // One byte in, but not after a `push rbp`; deeper in; no function known: nothing.
+        let other: HashMap<u64, [u64; 2]> = [(0x7f00, [0x2000, 0x3000]), (0x1000, [0x90, 0])].into();
+        assert_eq!(x86_entry_return(&vcpu, Some(1), |a| other.get(&a).copied()), None);
+        assert_eq!(x86_entry_return(&vcpu, Some(4), read), None);
+        assert_eq!(x86_entry_return(&vcpu, None, read), None);
+        // An unreadable stack: nothing.
+        assert_eq!(x86_entry_return(&Vcpu { pc: 0x1000, ..vcpu.clone() }, Some(0), |_| None), None);
     }
 
     #[test]
