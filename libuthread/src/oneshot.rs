@@ -43,6 +43,9 @@ use core::ptr::NonNull;
 #[cfg(not(loom))]
 use core::time::Duration;
 
+// The channels' errors: a send whose receiver is gone gives the value back, a receive whose
+// sender is gone fails (the same meaning, as std's `oneshot` shares them with `mpsc`).
+pub use crate::channel::{RecvError, SendError};
 use crate::prim::{AtomicUsize, Ordering};
 use crate::sched::blocking::{self, Waiter};
 use crate::spin::Critical;
@@ -292,36 +295,6 @@ impl<T> fmt::Debug for Receiver<T> {
         f.write_str("oneshot::Receiver { .. }")
     }
 }
-
-/// [`Sender::send`]'s error: the receiver is gone; the value comes back.
-#[derive(PartialEq, Eq, Clone, Copy)]
-pub struct SendError<T>(pub T);
-
-impl<T> fmt::Debug for SendError<T> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("SendError { .. }")
-    }
-}
-
-impl<T> fmt::Display for SendError<T> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("sending on a one-shot channel whose receiver is gone")
-    }
-}
-
-impl<T> core::error::Error for SendError<T> {}
-
-/// [`Receiver::recv`]'s error: the sender was dropped without sending.
-#[derive(PartialEq, Eq, Clone, Copy, Debug)]
-pub struct RecvError;
-
-impl fmt::Display for RecvError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("receiving on a one-shot channel whose sender is gone")
-    }
-}
-
-impl core::error::Error for RecvError {}
 
 /// [`Receiver::try_recv`]'s error.
 pub enum TryRecvError<T> {
