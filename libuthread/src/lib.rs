@@ -14,21 +14,7 @@
 //! - `cargo xtask new <dir>` makes a program crate; `cargo xtask run --program <dir> --
 //!   run=<name>` builds and boots it.
 //!
-//! ```rust,ignore
-//! // Built for the target by `cargo xtask test` (every port), not hosted: a Tsumugi program.
-//! #![no_std]
-//! #![no_main]
-//! use libuthread::{println, sys, Clock};
-//!
-//! fn main() -> i32 {
-//!     let start = sys::clock(Clock::MonotonicNanos).unwrap_or(0);
-//!     println!("hello from ring 3 on CPU {}", sys::cpu_id());
-//!     let elapsed = sys::clock(Clock::MonotonicNanos).unwrap_or(0) - start;
-//!     println!("that line took {elapsed} ns");
-//!     0 // the exit status
-//! }
-//! libuthread::entry!(main);
-//! ```
+#![cfg_attr(target_os = "none", doc = include_str!("../doc/example_program.md"))]
 //!
 //! # Measuring
 //! - [`sys::clock`]`(`[`Clock`]`::Cycles)` reads the cycle counter *of the CPU the caller runs
@@ -49,24 +35,7 @@
 //! - [`sys::counters`]`(`[`scope`](mod@scope)`::ALL_CPUS)`: the kernel's event counters ([`Counter`]) for
 //!   one CPU ([`scope::cpu`]), all CPUs, or the calling program ([`scope::DOMAIN`]).
 //!
-//! ```rust,ignore
-//! // Built for the target by `cargo xtask test`: how many view switches a yield costs.
-//! #![no_std]
-//! #![no_main]
-//! use libuthread::{println, scope, sys, Counter};
-//!
-//! fn main() -> i32 {
-//!     let before = sys::counters(scope::DOMAIN).map(|(c, _)| c).unwrap_or_default();
-//!     for _ in 0..100 {
-//!         sys::yield_now();
-//!     }
-//!     let after = sys::counters(scope::DOMAIN).map(|(c, _)| c).unwrap_or_default();
-//!     let views = Counter::ViewSwitches as usize;
-//!     println!("100 yields: {} view switches", after[views] - before[views]);
-//!     0
-//! }
-//! libuthread::entry!(main);
-//! ```
+#![cfg_attr(target_os = "none", doc = include_str!("../doc/example_counters.md"))]
 //!
 //! # One runtime per program
 //! [`run`] starts the M:N runtime: it registers the program with the kernel's Kernel

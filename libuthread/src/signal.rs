@@ -13,7 +13,7 @@
 //! Who may send: the program itself, always; another program only after this one accepted it
 //! with [`allow_from`] (naming any of its kernel threads); else `Err(Some(Errno::Perm))`.
 //!
-//! ```rust,ignore
+//! ```rust
 //! // Built for the target (every port): count USER1 signals sent to a thread.
 //! #![no_std]
 //! #![no_main]

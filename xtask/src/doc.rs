@@ -4,8 +4,11 @@
 //!
 //! Also the examples of the documentation: every fenced code block of `README.md` and of
 //! libuthread's crate documentation that names a `main` with `libuthread::entry!` is a
-//! program, and [`build_examples`] builds them all for a target (the suite does, on every
-//! port), so an example that stops compiling fails the tests.
+//! program, and [`examples_crate`] makes them a crate that the suite builds for every
+//! port, so an example that stops compiling fails the tests. The crate documentation's
+//! program examples live in `libuthread/doc/*.md`, included only in the target's build of
+//! the documentation: hosted they could not compile, and `cargo test` would list them as
+//! ignored doctests.
 
 use std::path::{Path, PathBuf};
 
@@ -19,7 +22,12 @@ use crate::program::RUNTIME_CRATE;
 use crate::setup::{self, Tools};
 
 /// Files whose examples are built, relative to the workspace root.
-pub const EXAMPLE_FILES: [&str; 3] = ["README.md", "libuthread/src/lib.rs", "libuthread/src/signal.rs"];
+pub const EXAMPLE_FILES: [&str; 4] = [
+    "README.md",
+    "libuthread/doc/example_program.md",
+    "libuthread/doc/example_counters.md",
+    "libuthread/src/signal.rs",
+];
 /// What marks a code block as a program example.
 const EXAMPLE_MARK: &str = "libuthread::entry!(";
 /// rustdoc flags: every warning (an unresolved link, a bad code-block attribute) is an error.
