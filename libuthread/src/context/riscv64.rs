@@ -135,11 +135,11 @@ super::own_list_edits! {
     ],
     take: [
         "ld {t}, {head}({me})",
-        // (A `bne` to the label could be out of a branch's reach: the miss path may be placed
-        // far away.)
-        "beq {t}, {e}, 4f",
-        "j {miss}",
-        "4:",
+        // The miss path may be placed beyond a branch's reach (±4 KiB), or in another section:
+        // then the assembler makes this `beq 1f; j {miss}` itself (LLVM's RISC-V assembler
+        // relaxes an out-of-range or unresolved conditional branch; a `beq`/`j` pair written
+        // here cost the common path an instruction at every join).
+        "bne {t}, {e}, {miss}",
         "ld {t}, -1({e})",
         "sd {t}, {head}({me})",
     ],
