@@ -6,9 +6,9 @@
 //!   forks (`b`, a lazy task record) one call and makes the other itself; `nqueens` forks each
 //!   square's call and walks the row's other squares itself;
 //! - [`SuspendEverywhere`] (SW): FK, and every leaf (a call that makes no further call) also
-//!   waits once on a channel that another thread (a server) fulfils — it sends the server a
-//!   one-shot reply channel (`libuthread::oneshot`) and waits for the reply — so every leaf
-//!   thread really suspends and is resumed.
+//!   waits once on a channel that another thread (a server) fulfils — it sends the server the
+//!   sender of a one-shot reply channel whose slot is in the leaf's frame (`libuthread::oneshot::ask`)
+//!   and waits for the reply — so every leaf thread really suspends and is resumed.
 //!
 //! No `std`: this file is shared by the userland `stackthreads` program (`#[path]`) and the
 //! hosted criterion bench `libuthread/benches/stackthreads.rs`; the crate that includes it
@@ -73,7 +73,7 @@ impl Strategy for ForkEverywhere {
 }
 
 /// Every recursive call is a fork and every leaf suspends once (SW): it sends a one-shot reply
-/// channel to the server thread and blocks until the server answers on it.
+/// sender to the server thread and blocks until the server answers on it.
 #[derive(Clone, Copy)]
 pub struct SuspendEverywhere<'a> {
     server: &'a mpsc::Sender<oneshot::Sender<()>>,
@@ -103,10 +103,8 @@ impl Strategy for SuspendEverywhere<'_> {
         fork_join(a, b)
     }
     fn leaf(&self) {
-        let (reply, answer) = oneshot::channel();
-        if self.server.send(reply).is_ok() {
-            let _ = answer.recv();
-        }
+        // The reply's slot in this frame: no allocation (`oneshot::ask`).
+        let _ = oneshot::ask(|reply| self.server.send(reply));
     }
 }
 

@@ -212,7 +212,8 @@ fn handoff_pairs() -> Outcome {
 /// each with a one-shot reply channel. A server answers most requests; it drops every 7th
 /// reply channel unsent (the client must get `RecvError`), and every 11th client drops its
 /// receiver before the reply (the server's send must fail and give the value back); every 5th
-/// waits with `recv_timeout` (a time-out that does not fire), and one times out first. Each
+/// waits with `recv_timeout` (a time-out that does not fire), and one times out first; every
+/// 3rd asks instead (`oneshot::ask`, the reply's slot in the client's frame). Each
 /// reply races its receiver's wait; on several vCPUs sender and receiver sit on different
 /// vCPUs, and a lost wake-up leaves a client blocked for good (the check never ends).
 fn oneshot_replies() -> Outcome {
@@ -247,23 +248,28 @@ fn oneshot_replies() -> Outcome {
                 let (mut answered, mut unsent, mut dropped) = (0u64, 0u64, 0u64);
                 for i in 0..REQUESTS {
                     let n = c * REQUESTS + i;
-                    let (reply, answer) = oneshot::channel();
-                    requests.send((n, reply)).map_err(|_| String::from("the servers hung up"))?;
-                    if n % 11 == 0 && n % 7 != 0 {
-                        drop(answer);
-                        dropped += 1;
-                        continue;
-                    }
-                    // Every 5th waits with a time-out that does not fire (its watchdog thread
-                    // must leave the reply to the sender).
-                    let got = if n % 5 == 1 {
-                        match answer.recv_timeout(Duration::from_secs(60)) {
-                            Ok(v) => Ok(v),
-                            Err(oneshot::RecvTimeoutError::Disconnected) => Err(oneshot::RecvError),
-                            Err(oneshot::RecvTimeoutError::Timeout(_)) => return Err(format!("request {n}: timed out")),
-                        }
+                    let got = if n % 3 == 2 && n % 11 != 0 {
+                        // Every 3rd asks: the reply's slot is in this frame (`oneshot::ask`).
+                        oneshot::ask(|reply| requests.send((n, reply)))
                     } else {
-                        answer.recv()
+                        let (reply, answer) = oneshot::channel();
+                        requests.send((n, reply)).map_err(|_| String::from("the servers hung up"))?;
+                        if n % 11 == 0 && n % 7 != 0 {
+                            drop(answer);
+                            dropped += 1;
+                            continue;
+                        }
+                        // Every 5th waits with a time-out that does not fire (its watchdog
+                        // thread must leave the reply to the sender).
+                        if n % 5 == 1 {
+                            match answer.recv_timeout(Duration::from_secs(60)) {
+                                Ok(v) => Ok(v),
+                                Err(oneshot::RecvTimeoutError::Disconnected) => Err(oneshot::RecvError),
+                                Err(oneshot::RecvTimeoutError::Timeout(_)) => return Err(format!("request {n}: timed out")),
+                            }
+                        } else {
+                            answer.recv()
+                        }
                     };
                     match got {
                         Ok(v) if v == n + 1 => answered += 1,

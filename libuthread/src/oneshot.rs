@@ -4,7 +4,9 @@
 //!
 //! A one-shot channel is one allocation (the value's slot and a state word) and no lock: the
 //! state word is the whole protocol, and each half's last act frees the allocation if the other
-//! half is gone. The word is `EMPTY`, `SENT`, `SENDER_GONE`, `RECEIVER_GONE`, or the waiting
+//! half is gone. [`ask`] is the same channel with no allocation, for the commonest use — send a
+//! request with the sender, wait for the reply: the slot lives in the asking call's frame, which
+//! waits until the sender is done. The word is `EMPTY`, `SENT`, `SENDER_GONE`, `RECEIVER_GONE`, or the waiting
 //! receiver itself (its thread's address, aligned, so never one of the four):
 //! - the receiver waits by CAS `EMPTY -> me` inside the blocking publish step and blocks; a CAS
 //!   that fails saw the sender's mark, and it does not wait;
@@ -88,7 +90,78 @@ pub fn channel<T>() -> (Sender<T>, Receiver<T>) {
     (Sender { inner }, Receiver { inner })
 }
 
-/// The sending half of a one-shot [`channel`].
+/// Runs `request` with the [`Sender`] of a one-shot channel whose receiver is the caller, then
+/// waits for its value: a request/reply exchange (seL4's *Call*) with no allocation. The
+/// value's slot and the state word live in this call's frame, and the call neither returns nor
+/// unwinds before the sender is done — it sent, or was dropped (then `Err(RecvError)`; so is a
+/// request that never left: `request`'s result, such as a failed send's error holding the
+/// sender, is dropped before the wait). A sender that is neither (leaked with `mem::forget`) makes the call wait
+/// for ever.
+///
+/// ```
+/// use libuthread::{mpsc, oneshot};
+/// libuthread::run(1, || {
+///     let (requests, inbox) = mpsc::channel::<(u32, oneshot::Sender<u32>)>();
+///     let server = libuthread::spawn(move || {
+///         for (n, reply) in inbox {
+///             let _ = reply.send(n * 2);
+///         }
+///     });
+///     assert_eq!(oneshot::ask(|reply| requests.send((21, reply))), Ok(42));
+///     drop(requests);
+///     server.join().unwrap();
+/// });
+/// ```
+///
+/// Panics, before `request` runs, when called outside a user thread (there is no thread to block),
+/// as every blocking call of the library.
+pub fn ask<T, R>(request: impl FnOnce(Sender<T>) -> R) -> Result<T, RecvError> {
+    if !blocking::can_block() {
+        ask_outside_thread();
+    }
+    let inner = Inner { state: AtomicUsize::new(EMPTY), value: UnsafeCell::new(MaybeUninit::uninit()) };
+    /// Waits out the sender when `request` unwinds (hosted), so that the frame outlives it.
+    struct Outlive<'a, T>(&'a Inner<T>);
+    impl<T> Drop for Outlive<'_, T> {
+        fn drop(&mut self) {
+            if wait_sender(self.0) == SENT {
+                // SAFETY: written before the `SENT` the wait synchronised with; nobody else
+                // reads it.
+                unsafe { (*self.0.value.get()).assume_init_drop() };
+            }
+        }
+    }
+    let outlive = Outlive(&inner);
+    // This half is never `RECEIVER_GONE`, so the sender never frees the slot (nor gives a value
+    // back): it only writes it and swaps its mark in.
+    drop(request(Sender { inner: NonNull::from(&inner) }));
+    core::mem::forget(outlive);
+    if wait_sender(&inner) == SENT {
+        // SAFETY: as in `Outlive::drop`.
+        Ok(unsafe { (*inner.value.get()).assume_init_read() })
+    } else {
+        Err(RecvError)
+    }
+}
+
+/// Waits until the sender of `inner` is done (as [`Receiver::recv`]) and gives its mark,
+/// `SENT` or `SENDER_GONE`, read with acquire ordering.
+fn wait_sender<T>(inner: &Inner<T>) -> usize {
+    let state = &inner.state;
+    if state.load(Ordering::Acquire) == EMPTY {
+        blocking::block_direct(|me| state.compare_exchange(EMPTY, me as usize, Ordering::AcqRel, Ordering::Acquire).is_ok());
+    }
+    state.load(Ordering::Acquire)
+}
+
+/// [`ask`] outside a user thread: a misuse, reported before any sender exists.
+#[cold]
+#[inline(never)]
+fn ask_outside_thread() -> ! {
+    panic!("libuthread: oneshot::ask outside a user thread or inside a library critical section")
+}
+
+/// The sending half of a one-shot [`channel`] (or of an [`ask`]).
 pub struct Sender<T> {
     inner: NonNull<Inner<T>>,
 }
@@ -495,7 +568,86 @@ mod tests {
         assert_eq!(timely + late, 300);
     }
 
-    /// Many replies across 4 vCPUs, each receiver racing its sender: every value arrives once.
+    #[test]
+    fn ask_gets_the_reply_or_an_error() {
+        crate::run(2, || {
+            let (requests, inbox) = crate::mpsc::channel::<(u32, Sender<u32>)>();
+            let server = crate::spawn(move || {
+                for (n, reply) in inbox {
+                    match n {
+                        // Dropped unsent.
+                        0 => drop(reply),
+                        // Answered later, after the asker blocked.
+                        1 => {
+                            crate::yield_now();
+                            reply.send(10).unwrap();
+                        }
+                        n => reply.send(n * 2).unwrap(),
+                    }
+                }
+            });
+            assert_eq!(ask(|reply| requests.send((21, reply))), Ok(42));
+            assert_eq!(ask(|reply| requests.send((0, reply))), Err(RecvError));
+            assert_eq!(ask(|reply| requests.send((1, reply))), Ok(10));
+            // Answered inside `request`, before the wait.
+            assert_eq!(ask(|reply| reply.send(String::from("now")).unwrap()).as_deref(), Ok("now"));
+            drop(requests);
+            server.join().unwrap();
+            // A request that never left: the sender comes back in the error and is dropped.
+            let (requests, inbox) = crate::mpsc::channel::<Sender<u32>>();
+            drop(inbox);
+            assert_eq!(ask(|reply| requests.send(reply)), Err(RecvError));
+        });
+    }
+
+    #[test]
+    fn ask_hands_the_reply_over_undropped() {
+        let drops = Arc::new(Count::new(0));
+        let d = drops.clone();
+        crate::run(1, move || {
+            let value = ask(|reply| reply.send(Tracked(d.clone())).is_ok()).unwrap();
+            assert_eq!(d.load(Ordering::Relaxed), 0);
+            drop(value);
+        });
+        assert_eq!(drops.load(Ordering::Relaxed), 1);
+    }
+
+    #[test]
+    fn ask_outside_a_user_thread_panics_before_the_request() {
+        let asked = std::panic::catch_unwind(|| ask::<u32, ()>(|_| unreachable!("the request ran")));
+        let message = asked.unwrap_err().downcast::<&str>().map(|m| *m).unwrap_or("?");
+        assert!(message.contains("outside a user thread"), "{message}");
+    }
+
+    /// A request whose `request` panics after the sender went to a server: the unwinding
+    /// `ask` waits for the reply before its frame goes, and drops it (hosted: panics unwind).
+    #[test]
+    fn ask_unwinding_waits_for_the_sender() {
+        let drops = Arc::new(Count::new(0));
+        let d = drops.clone();
+        crate::run(2, move || {
+            let (requests, inbox) = crate::mpsc::channel::<Sender<Tracked>>();
+            let server = crate::spawn(move || {
+                for reply in inbox {
+                    crate::yield_now();
+                    let _ = reply.send(Tracked(d.clone()));
+                }
+            });
+            let asked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                ask(|reply| {
+                    requests.send(reply).unwrap();
+                    panic!("after the request");
+                })
+            }));
+            assert!(asked.is_err());
+            drop(requests);
+            server.join().unwrap();
+        });
+        assert_eq!(drops.load(Ordering::Relaxed), 1);
+    }
+
+    /// Many replies across 4 vCPUs, each receiver racing its sender (half of them asking):
+    /// every value arrives once.
     #[test]
     fn replies_across_vcpus_all_arrive() {
         let total = crate::run(4, || {
@@ -517,9 +669,16 @@ mod tests {
                     crate::spawn(move || {
                         (0..200u64)
                             .map(|i| {
-                                let (reply, answer) = channel();
-                                requests.send((c * 1000 + i, reply)).unwrap();
-                                answer.recv().unwrap() - (c * 1000 + i)
+                                let n = c * 1000 + i;
+                                // Half the clients wait on a slot in their frame (`ask`).
+                                let answer = if c % 2 == 0 {
+                                    let (reply, answer) = channel();
+                                    requests.send((n, reply)).unwrap();
+                                    answer.recv()
+                                } else {
+                                    ask(|reply| requests.send((n, reply)).unwrap())
+                                };
+                                answer.unwrap() - n
                             })
                             .sum::<u64>()
                     })

@@ -80,6 +80,20 @@ pub(crate) fn block(publish: impl FnOnce(Waiter) -> bool) {
     crate::sched::block_current(publish)
 }
 
+/// Whether the caller may block here — a user thread outside the library's critical sections
+/// — where [`block`] would panic otherwise.
+#[cfg(not(loom))]
+#[inline(always)]
+pub(crate) fn can_block() -> bool {
+    !crate::platform::ltn().is_null()
+}
+
+/// Whether the caller may block here (under loom, every model thread may).
+#[cfg(loom)]
+pub(crate) fn can_block() -> bool {
+    true
+}
+
 /// [`block`], returning whether the caller waited (`true` when `publish` returned `true`, and
 /// so the matching [`wake`] came), for a publish step that, when it returns `true`, has woken
 /// no thread (it only queued the caller): the scheduler may then decide the switch before the publish step

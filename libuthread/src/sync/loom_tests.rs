@@ -282,6 +282,30 @@ fn loom_oneshot_dropped_receiver_and_send_race() {
     });
 }
 
+/// `oneshot::ask`: the asker, whose frame holds the reply's slot, waits for the sender's value
+/// (sent before or after the asker blocks) and returns only once the sender is done with it.
+#[test]
+fn loom_oneshot_ask_waits_for_the_reply() {
+    model(|| {
+        let mut sender = None;
+        let got = oneshot::ask(|reply| sender = Some(loom::thread::spawn(move || reply.send(7).is_ok())));
+        assert_eq!(got, Ok(7));
+        assert!(sender.unwrap().join().unwrap());
+    });
+}
+
+/// `oneshot::ask` whose sender is dropped unsent, racing the asker's wait: the wait ends with
+/// an error.
+#[test]
+fn loom_oneshot_ask_ends_when_the_sender_is_dropped() {
+    model(|| {
+        let mut dropper = None;
+        let got = oneshot::ask::<usize, _>(|reply| dropper = Some(loom::thread::spawn(move || drop(reply))));
+        assert_eq!(got, Err(oneshot::RecvError));
+        dropper.unwrap().join().unwrap();
+    });
+}
+
 /// A task record's completion (`sched::completion`, used by `join`): the completer writes a
 /// value then completes; the waiter, racing it, must not sleep through the completion and must
 /// see the value.
