@@ -6,8 +6,9 @@
 //! state word is the whole protocol, and each half's last act frees the allocation if the other
 //! half is gone. [`ask`] is the same channel with no allocation, for the commonest use — send a
 //! request with the sender, wait for the reply: the slot lives in the asking call's frame, which
-//! waits until the sender is done. The word is `EMPTY`, `SENT`, `SENDER_GONE`, `RECEIVER_GONE`, or the waiting
-//! receiver itself (its thread's address, aligned, so never one of the four):
+//! waits until the sender is done. The word is `EMPTY`, `SENT`, `SENDER_GONE`,
+//! `RECEIVER_GONE`, or the waiting receiver itself (its thread's address, aligned, so never one
+//! of the four):
 //! - the receiver waits by CAS `EMPTY -> me` inside the blocking publish step and blocks; a CAS
 //!   that fails saw the sender's mark, and it does not wait;
 //! - the sender writes the value, then swaps in `SENT` (or, dropped unsent, `SENDER_GONE`) and
@@ -95,8 +96,8 @@ pub fn channel<T>() -> (Sender<T>, Receiver<T>) {
 /// value's slot and the state word live in this call's frame, and the call neither returns nor
 /// unwinds before the sender is done — it sent, or was dropped (then `Err(RecvError)`; so is a
 /// request that never left: `request`'s result, such as a failed send's error holding the
-/// sender, is dropped before the wait). A sender that is neither (leaked with `mem::forget`) makes the call wait
-/// for ever.
+/// sender, is dropped before the wait). A sender that is neither (leaked with `mem::forget`)
+/// makes the call wait for ever.
 ///
 /// ```
 /// use libuthread::{mpsc, oneshot};
@@ -113,8 +114,8 @@ pub fn channel<T>() -> (Sender<T>, Receiver<T>) {
 /// });
 /// ```
 ///
-/// Panics, before `request` runs, when called outside a user thread (there is no thread to block),
-/// as every blocking call of the library.
+/// Panics, before `request` runs, when called outside a user thread (there is no thread to
+/// block), as every blocking call of the library.
 pub fn ask<T, R>(request: impl FnOnce(Sender<T>) -> R) -> Result<T, RecvError> {
     if !blocking::can_block() {
         ask_outside_thread();
@@ -124,11 +125,8 @@ pub fn ask<T, R>(request: impl FnOnce(Sender<T>) -> R) -> Result<T, RecvError> {
     struct Outlive<'a, T>(&'a Inner<T>);
     impl<T> Drop for Outlive<'_, T> {
         fn drop(&mut self) {
-            if wait_sender(self.0) == SENT {
-                // SAFETY: written before the `SENT` the wait synchronised with; nobody else
-                // reads it.
-                unsafe { (*self.0.value.get()).assume_init_drop() };
-            }
+            // SAFETY: the wait saw the sender done; this is the slot's one reader.
+            drop(unsafe { take(self.0, wait_sender(self.0)) });
         }
     }
     let outlive = Outlive(&inner);
@@ -136,22 +134,35 @@ pub fn ask<T, R>(request: impl FnOnce(Sender<T>) -> R) -> Result<T, RecvError> {
     // back): it only writes it and swaps its mark in.
     drop(request(Sender { inner: NonNull::from(&inner) }));
     core::mem::forget(outlive);
-    if wait_sender(&inner) == SENT {
-        // SAFETY: as in `Outlive::drop`.
-        Ok(unsafe { (*inner.value.get()).assume_init_read() })
-    } else {
-        Err(RecvError)
-    }
+    // SAFETY: as in `Outlive::drop`.
+    unsafe { take(&inner, wait_sender(&inner)) }
 }
 
-/// Waits until the sender of `inner` is done (as [`Receiver::recv`]) and gives its mark,
-/// `SENT` or `SENDER_GONE`, read with acquire ordering.
+/// Waits until the sender of `inner` is done and gives its mark, `SENT` or `SENDER_GONE`, read
+/// with acquire ordering: the receiver waits by CAS `EMPTY -> me` in `block_direct`'s publish
+/// step, and a CAS that fails saw the mark (`Receiver::recv` and `ask`).
 fn wait_sender<T>(inner: &Inner<T>) -> usize {
     let state = &inner.state;
     if state.load(Ordering::Acquire) == EMPTY {
         blocking::block_direct(|me| state.compare_exchange(EMPTY, me as usize, Ordering::AcqRel, Ordering::Acquire).is_ok());
     }
     state.load(Ordering::Acquire)
+}
+
+/// The outcome of a receive that found the sender done with mark `state`: the value moved out
+/// of the slot if it was sent.
+///
+/// # Safety
+/// `state` (`SENT` or `SENDER_GONE`) was read with acquire ordering, and the caller is the
+/// slot's one reader.
+unsafe fn take<T>(inner: &Inner<T>, state: usize) -> Result<T, RecvError> {
+    debug_assert!(state == SENT || state == SENDER_GONE);
+    if state == SENT {
+        // SAFETY: written before the `SENT` swap we synchronised with; only we read it.
+        Ok(unsafe { (*inner.value.get()).assume_init_read() })
+    } else {
+        Err(RecvError)
+    }
 }
 
 /// [`ask`] outside a user thread: a misuse, reported before any sender exists.
@@ -253,14 +264,9 @@ impl<T> Receiver<T> {
         let inner = ManuallyDrop::new(self).inner;
         // SAFETY: live until this half frees it below (the sender never frees it while this
         // half is alive).
-        let state = &unsafe { inner.as_ref() }.state;
-        if state.load(Ordering::Acquire) == EMPTY {
-            // (`block_direct`: the publish step only publishes the caller; it wakes nobody.)
-            blocking::block_direct(|me| state.compare_exchange(EMPTY, me as usize, Ordering::AcqRel, Ordering::Acquire).is_ok());
-        }
-        // SAFETY: the sender is done: its mark was seen by the load, the failed CAS, or (after
-        // its wake-up) is seen by this acquiring load.
-        unsafe { Self::finish(inner, state.load(Ordering::Acquire)) }
+        let done = wait_sender(unsafe { inner.as_ref() });
+        // SAFETY: the sender is done (its mark read with acquire ordering by the wait).
+        unsafe { Self::finish(inner, done) }
     }
 
     /// Takes the value if it was sent, without waiting; gives the receiver back in
@@ -331,13 +337,8 @@ impl<T> Receiver<T> {
     /// `state` was read with acquire ordering, the sender is done, and the receiver's drop will
     /// not run.
     unsafe fn finish(inner: NonNull<Inner<T>>, state: usize) -> Result<T, RecvError> {
-        debug_assert!(state == SENT || state == SENDER_GONE);
-        let result = if state == SENT {
-            // SAFETY: written before the `SENT` swap we synchronised with; only we read it.
-            Ok(unsafe { (*(*inner.as_ptr()).value.get()).assume_init_read() })
-        } else {
-            Err(RecvError)
-        };
+        // SAFETY: per the contract; the receiver is the slot's one reader.
+        let result = unsafe { take(inner.as_ref(), state) };
         // SAFETY: the sender is gone and the slot empty.
         unsafe { free(inner) };
         result
