@@ -53,6 +53,11 @@ pub enum Runner {
         smp: u8,
         /// Kernel boot words (`kernel/abi/src/bootopt.rs`); `run=` names the program(s).
         boot_words: &'static str,
+        /// Boot without `-icount` whatever the run's mode: QEMU runs the CPUs in parallel
+        /// (multi-threaded TCG) and the guest's clock is real time, for figures that are
+        /// elapsed time by definition. They differ from boot to boot and host to host, so every
+        /// row of its tables must be in [`TableInfo::varies`] (never recorded or checked).
+        parallel: bool,
     },
     /// `cargo bench -p <package> --bench <bench> -- --noplot` on the host, if that bench target
     /// exists; criterion's `time: [low mid high]` lines become rows of `table`.
@@ -157,6 +162,7 @@ pub const BENCHES: &[Bench] = &[
     kn_cost::KN_SIGNAL,
     stackthreads::STACKTHREADS_BENCH,
     s3::S3,
+    s3::S3_ELAPSED,
     space_sharing::SPACE,
     space_sharing::TIME,
     grant_cost::GRANT,
@@ -192,9 +198,13 @@ mod tests {
                     bench.name
                 );
             }
-            if let Runner::Qemu { smp, boot_words } = bench.runner {
+            if let Runner::Qemu { smp, boot_words, parallel } = bench.runner {
                 assert!((1..=crate::run::MAX_CPUS).contains(&smp));
                 assert!(!programs_of(boot_words).is_empty());
+                if parallel {
+                    // Real time: a figure to look at, never one to check.
+                    assert!(bench.tables.iter().all(|t| t.varies.contains(&"")), "{}", bench.name);
+                }
             }
         }
         assert!(log_path(Path::new("target/bench"), "x86_64", "switch")

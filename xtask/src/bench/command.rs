@@ -139,7 +139,10 @@ fn plan(arches: &[Arch], with_host: bool, filter: Option<&str>) -> Vec<Planned> 
 fn print_list() {
     for bench in BENCHES {
         let what = match bench.runner {
-            Runner::Qemu { smp, boot_words } => format!("QEMU, {smp} CPU(s): {boot_words}"),
+            Runner::Qemu { smp, boot_words, parallel } => format!(
+                "QEMU, {smp} CPU(s){}: {boot_words}",
+                if parallel { " in parallel (no -icount)" } else { "" }
+            ),
             Runner::HostCriterion { package, bench, .. } => {
                 format!("host: cargo bench -p {package} --bench {bench} -- --noplot")
             }
@@ -186,7 +189,17 @@ pub fn run(args: &BenchArgs) -> Result<u8> {
     if arches.is_empty() {
         arches = Arch::supported();
     }
-    let planned = plan(&arches, with_host, args.filter.as_deref());
+    let mut planned = plan(&arches, with_host, args.filter.as_deref());
+    if args.check || args.bless {
+        // Elapsed-time boots have nothing to record or compare: not run for --check/--bless.
+        planned.retain(|p| match p {
+            Planned::Boot(arch, bench) if matches!(bench.runner, Runner::Qemu { parallel: true, .. }) => {
+                println!("note: {arch}/{} measures elapsed time, which --check and --bless do not compare: not run", bench.name);
+                false
+            }
+            _ => true,
+        });
+    }
     if planned.is_empty() {
         let names: Vec<&str> = BENCHES.iter().map(|b| b.name).collect();
         bail!(

@@ -25,6 +25,7 @@ pub const TLB: Bench = Bench {
     runner: Runner::Qemu {
         smp: 1,
         boot_words: "quiet cpus=1 run=tlbbench",
+        parallel: false,
     },
     suffix: "",
     timeout: BOOT_TIMEOUT,
@@ -40,6 +41,7 @@ pub const TLB_TAGOFF: Bench = Bench {
     runner: Runner::Qemu {
         smp: 1,
         boot_words: "quiet cpus=1 tlbtag=off run=tlbbench",
+        parallel: false,
     },
     suffix: "_tagoff",
     timeout: BOOT_TIMEOUT,

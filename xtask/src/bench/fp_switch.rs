@@ -27,6 +27,7 @@ pub const FPU_LAZY: Bench = Bench {
     runner: Runner::Qemu {
         smp: 1,
         boot_words: "quiet cpus=1 fpu=lazy run=fpbench",
+        parallel: false,
     },
     suffix: "",
     timeout: BOOT_TIMEOUT,
@@ -42,6 +43,7 @@ pub const FPU_ADAPTIVE: Bench = Bench {
     runner: Runner::Qemu {
         smp: 1,
         boot_words: "quiet cpus=1 fpu=adaptive run=fpbench",
+        parallel: false,
     },
     suffix: "_adaptive",
     timeout: BOOT_TIMEOUT,
@@ -57,6 +59,7 @@ pub const FPU_EAGER: Bench = Bench {
     runner: Runner::Qemu {
         smp: 1,
         boot_words: "quiet cpus=1 fpu=eager run=fpbench",
+        parallel: false,
     },
     suffix: "_eager",
     timeout: BOOT_TIMEOUT,

@@ -23,6 +23,7 @@ pub const GRANT: Bench = Bench {
     runner: Runner::Qemu {
         smp: 1,
         boot_words: "quiet cpus=1 run=grantbench",
+        parallel: false,
     },
     suffix: "",
     timeout: BOOT_TIMEOUT,

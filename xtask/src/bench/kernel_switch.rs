@@ -22,6 +22,7 @@ pub const SWITCH: Bench = Bench {
     runner: Runner::Qemu {
         smp: 1,
         boot_words: "quiet cpus=1 run=switchbench",
+        parallel: false,
     },
     suffix: "",
     timeout: BOOT_TIMEOUT,

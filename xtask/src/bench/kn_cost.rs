@@ -21,6 +21,7 @@ pub const KN: Bench = Bench {
     runner: Runner::Qemu {
         smp: 1,
         boot_words: "quiet cpus=1 run=kn_cost",
+        parallel: false,
     },
     suffix: "",
     timeout: BOOT_TIMEOUT,
@@ -36,6 +37,7 @@ pub const KN_SA: Bench = Bench {
     runner: Runner::Qemu {
         smp: 1,
         boot_words: "quiet cpus=1 kn=sa run=kn_cost",
+        parallel: false,
     },
     suffix: "",
     timeout: BOOT_TIMEOUT,
@@ -51,6 +53,7 @@ pub const KN_SIGNAL: Bench = Bench {
     runner: Runner::Qemu {
         smp: 1,
         boot_words: "quiet cpus=1 preempt=signal run=kn_cost",
+        parallel: false,
     },
     suffix: "",
     timeout: BOOT_TIMEOUT,

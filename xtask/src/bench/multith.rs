@@ -26,6 +26,7 @@ pub const UTHREAD: Bench = Bench {
     runner: Runner::Qemu {
         smp: 1,
         boot_words: "quiet cpus=1 run=uthread_bench",
+        parallel: false,
     },
     suffix: "",
     timeout: BOOT_TIMEOUT,

@@ -138,7 +138,7 @@ pub fn run_boot(
     artifacts: &Artifacts,
     tables: &mut Tables,
 ) -> Verdict {
-    let Runner::Qemu { smp, boot_words } = bench.runner else {
+    let Runner::Qemu { smp, boot_words, parallel } = bench.runner else {
         return Verdict::Failed("not a QEMU benchmark".to_string());
     };
     let programs = programs_of(boot_words);
@@ -151,8 +151,9 @@ pub fn run_boot(
     let timeout = settings.timeout.unwrap_or(bench.timeout);
     let boots = bench.boots.max(1);
     println!(
-        "bench {arch}/{}: {smp} CPU(s), boot words `{boot_words}`, time limit {} s{}",
+        "bench {arch}/{}: {smp} CPU(s){}, boot words `{boot_words}`, time limit {} s{}",
         bench.name,
+        if parallel { " in parallel, no -icount (elapsed time)" } else { "" },
         timeout.as_secs(),
         if boots > 1 {
             format!(", median of {boots} boots")
@@ -164,7 +165,7 @@ pub fn run_boot(
         arch,
         accel: settings.accel,
         smp,
-        icount: settings.icount,
+        icount: settings.icount && !parallel,
         gdb: false,
         kernel: &artifacts.kernel,
         initrd: &artifacts.initrd,

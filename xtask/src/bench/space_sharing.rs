@@ -49,7 +49,7 @@ const fn pair(
         name,
         about,
         arches: Arches::All,
-        runner: Runner::Qemu { smp: 4, boot_words },
+        runner: Runner::Qemu { smp: 4, boot_words, parallel: false },
         suffix,
         timeout: Duration::from_secs(600),
         boots: BOOTS,

@@ -28,6 +28,7 @@ pub const STACKTHREADS_BENCH: Bench = Bench {
     runner: Runner::Qemu {
         smp: 1,
         boot_words: "quiet cpus=1 run=stackthreads",
+        parallel: false,
     },
     suffix: "",
     timeout: BOOT_TIMEOUT,

@@ -1,0 +1,10 @@
+//! The `s3_elapsed` benchmark: the `s3` barrier model's elapsed time at 8 vCPU(s)
+//! (`tsumugi_userland::s3_bench::phases_elapsed`), booted without `-icount`.
+#![no_std]
+#![no_main]
+
+fn main() -> i32 {
+    libuthread::run(8, || tsumugi_userland::s3_bench::phases_elapsed(8));
+    0
+}
+libuthread::entry!(main);
