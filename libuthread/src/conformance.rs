@@ -52,6 +52,7 @@ pub const CHECKS: &[Check] = &[
     ("unjoined_children_still_run", unjoined_children_still_run),
     ("join_forks_lazily", join_forks_lazily),
     ("join_borrows_the_callers_frame", join_borrows_the_callers_frame),
+    ("join_promoted_thread_gets_its_settings", join_promoted_thread_gets_its_settings),
     ("suspended_forks_come_back", suspended_forks_come_back),
     ("condvar_wait_timeout", condvar_wait_timeout),
     ("channel_timeouts", channel_timeouts),
@@ -1097,6 +1098,50 @@ fn channel_iterators_and_names() -> Outcome {
 /// another vCPU, and writing into the joiner's frame); returning a reference into it; and a
 /// recursive sum over a borrowed slice whose leaves yield, so records are promoted and run
 /// anywhere while their joiners wait.
+/// A forked `b` that becomes a thread (its `a` waits for it, so it cannot run inline) gets the
+/// settings of its join: the default stack for a plain `join`, a `Builder`'s stack size — one
+/// the record's promote function knows by its type (a power of two) or one the record carries
+/// (any other) — and a `Builder`'s name with its size.
+fn join_promoted_thread_gets_its_settings() -> Outcome {
+    // `$call` joins `$a`, which waits for `$b`, and `$b`, which reports the stack size and name
+    // of the thread it runs on.
+    macro_rules! promoted {
+        ($a:ident, $b:ident => $call:expr) => {{
+            let (tx, rx) = mpsc::channel::<()>();
+            let $a = move || rx.recv().is_ok();
+            let $b = move || {
+                // SAFETY: a user thread's own ThMB, live while it runs.
+                let size = unsafe { (*crate::platform::ltn()).stack_size };
+                let name = crate::current().name().map(String::from);
+                let sent = tx.send(()).is_ok();
+                (sent, size, name)
+            };
+            $call
+        }};
+    }
+    let builder = |size: usize, name: Option<&str>| {
+        let builder = crate::Builder::new().stack_size(size);
+        match name {
+            Some(name) => builder.name(String::from(name)),
+            None => builder,
+        }
+    };
+    let results = [
+        ("join", crate::sched::DEFAULT_STACK_SIZE, None, promoted!(a, b => crate::join(a, b))),
+        ("Builder::join, 16 KiB", 16 * 1024, None, promoted!(a, b => builder(16 * 1024, None).join(a, b))),
+        ("Builder::join, 48 KiB", 48 * 1024, None, promoted!(a, b => builder(48 * 1024, None).join(a, b))),
+        ("Builder::join, named, 32 KiB", 32 * 1024, Some("forked"), promoted!(a, b => builder(32 * 1024, Some("forked")).join(a, b))),
+    ];
+    for (what, size, name, (waited, (sent, got_size, got_name))) in results {
+        ensure!(waited && sent, "{what}: a's wait for b failed");
+        ensure!(
+            got_size == size && got_name.as_deref() == name,
+            "{what}: b ran with a {got_size}-byte stack named {got_name:?}, not {size} and {name:?}"
+        );
+    }
+    Ok(())
+}
+
 fn join_borrows_the_callers_frame() -> Outcome {
     let mut filled = [0u64; 32];
     let (tx, rx) = mpsc::channel::<()>();

@@ -66,7 +66,7 @@ pub(crate) struct JobHeader {
     /// Makes the record a detached thread (a ThMB from the pool of vCPU `v` if given, with LTN =
     /// 0 on it), whose body runs the record's closure and completes the record; returns its
     /// ThMB, READY and in no list.
-    pub(crate) promote: unsafe fn(*const JobHeader, Option<&'static crate::sched::Vcpu>) -> *mut Thmb,
+    pub(crate) promote: PromoteFn,
 }
 
 // The link is the first word: `context::own_push` and `own_take` address it as the entry word
@@ -114,14 +114,57 @@ struct Job<B, R> {
     body: UnsafeCell<ManuallyDrop<B>>,
     /// The promoted thread's outcome, written before `done` completes.
     outcome: UnsafeCell<MaybeUninit<Outcome<R>>>,
-    /// The settings the promoted thread gets, in one word (one store per fork): the stack size
-    /// shifted left by one when it has no name (the compiler sees the `None` and the constant
-    /// size of a plain `join`: nothing to drop, one immediate store), else the address of the
-    /// joiner's [`Named`] with the low bit set.
-    settings: usize,
+    /// The settings the promoted thread gets, in one word, when `header.promote` is [`promote`]:
+    /// the stack size shifted left by one when it has no name, else the address of the joiner's
+    /// [`Named`] with the low bit set. Left unwritten when `promote` is a [`promote_sized`],
+    /// which knows its size: an unnamed record whose stack is a power of two from 16 KiB to
+    /// 2 MiB (every plain `join`, and a `Builder::join` with such a constant size) costs no
+    /// store here.
+    settings: MaybeUninit<usize>,
 }
 
-/// `JobHeader::promote` for a `Job<B, R>`.
+/// The `JobHeader::promote` of an unnamed `Job<B, R>` whose thread gets a `stack_size`-byte
+/// stack, if [`promote_sized`] has that size in its type: the powers of two from libuthread's
+/// smallest stack (16 KiB) to 2 MiB, the default (256 KiB) among them; `None` for any other
+/// size. A match on constants: where `join_with` is inlined with a constant size (every plain
+/// `join`), it folds to one function pointer, and the fork stores no settings word.
+#[inline(always)]
+fn promote_for_size<B, R>(stack_size: usize) -> Option<PromoteFn>
+where
+    B: FnOnce() -> R + Send,
+    R: Send,
+{
+    Some(match stack_size {
+        0x4000 => promote_sized::<B, R, 0x4000>,
+        0x8000 => promote_sized::<B, R, 0x8000>,
+        0x1_0000 => promote_sized::<B, R, 0x1_0000>,
+        0x2_0000 => promote_sized::<B, R, 0x2_0000>,
+        0x4_0000 => promote_sized::<B, R, 0x4_0000>,
+        0x8_0000 => promote_sized::<B, R, 0x8_0000>,
+        0x10_0000 => promote_sized::<B, R, 0x10_0000>,
+        0x20_0000 => promote_sized::<B, R, 0x20_0000>,
+        _ => return None,
+    })
+}
+
+/// What turns a record into a thread ([`JobHeader::promote`]).
+type PromoteFn = unsafe fn(*const JobHeader, Option<&'static crate::sched::Vcpu>) -> *mut Thmb;
+
+/// `JobHeader::promote` for an unnamed `Job<B, R>` whose thread gets a `STACK`-byte stack (the
+/// record's settings word unwritten).
+///
+/// # Safety
+/// As for [`promote`].
+unsafe fn promote_sized<B, R, const STACK: usize>(h: *const JobHeader, v: Option<&'static crate::sched::Vcpu>) -> *mut Thmb
+where
+    B: FnOnce() -> R + Send,
+    R: Send,
+{
+    // SAFETY: forwarded contract.
+    unsafe { spawn_promoted(v, h, run_promoted::<B, R>, None, STACK) }
+}
+
+/// `JobHeader::promote` for a `Job<B, R>` with its settings in the record.
 ///
 /// `B` and `R` need not be `'static`: the record's joiner does not leave `join` (returning or
 /// unwinding) before the promoted thread has completed the record, and the thread touches
@@ -137,9 +180,10 @@ where
     R: Send,
 {
     let job = h as *const Job<B, R>;
-    // SAFETY: a live record off the list: ours until its thread runs.
+    // SAFETY: a live record off the list: ours until its thread runs; `promote` is its
+    // `JobHeader::promote` only when `join_with` wrote the settings.
     unsafe {
-        let settings = (*job).settings;
+        let settings = (*job).settings.assume_init();
         let (name, stack_size) = if settings & 1 == 0 {
             (None, settings >> 1)
         } else {
@@ -212,9 +256,14 @@ where
     RB: Send,
 {
     let mut named = Named { name, stack_size };
-    let settings = if named.name.is_some() { &raw mut named as usize | 1 } else { stack_size << 1 };
+    let sized = if named.name.is_none() { promote_for_size::<B, RB>(stack_size) } else { None };
+    let (promote, settings) = match sized {
+        Some(promote) => (promote, MaybeUninit::uninit()),
+        None if named.name.is_some() => (promote::<B, RB> as PromoteFn, MaybeUninit::new(&raw mut named as usize | 1)),
+        None => (promote::<B, RB> as PromoteFn, MaybeUninit::new(stack_size << 1)),
+    };
     let job = Job {
-        header: JobHeader { next: Cell::new(MaybeUninit::uninit()), promote: promote::<B, RB> },
+        header: JobHeader { next: Cell::new(MaybeUninit::uninit()), promote },
         done: Completion::new(),
         body: UnsafeCell::new(ManuallyDrop::new(b)),
         outcome: UnsafeCell::new(MaybeUninit::uninit()),
@@ -339,6 +388,24 @@ where
             } else {
                 drop(wait_promoted(job));
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    type Closure = fn() -> u32;
+
+    #[test]
+    fn every_power_of_two_from_16_kib_to_2_mib_has_a_sized_promote() {
+        for shift in 14..=21 {
+            assert!(promote_for_size::<Closure, u32>(1 << shift).is_some(), "{} bytes", 1usize << shift);
+        }
+        assert!(promote_for_size::<Closure, u32>(crate::sched::DEFAULT_STACK_SIZE).is_some());
+        for other in [3 << 14, (1 << 14) + 1, 1 << 22, 1 << 13] {
+            assert!(promote_for_size::<Closure, u32>(other).is_none(), "{other} bytes");
         }
     }
 }
