@@ -256,11 +256,12 @@ where
     RB: Send,
 {
     let mut named = Named { name, stack_size };
-    let sized = if named.name.is_none() { promote_for_size::<B, RB>(stack_size) } else { None };
-    let (promote, settings) = match sized {
-        Some(promote) => (promote, MaybeUninit::uninit()),
-        None if named.name.is_some() => (promote::<B, RB> as PromoteFn, MaybeUninit::new(&raw mut named as usize | 1)),
-        None => (promote::<B, RB> as PromoteFn, MaybeUninit::new(stack_size << 1)),
+    let (promote, settings) = if named.name.is_some() {
+        (promote::<B, RB> as PromoteFn, MaybeUninit::new(&raw mut named as usize | 1))
+    } else if let Some(sized) = promote_for_size::<B, RB>(stack_size) {
+        (sized, MaybeUninit::uninit())
+    } else {
+        (promote::<B, RB> as PromoteFn, MaybeUninit::new(stack_size << 1))
     };
     let job = Job {
         header: JobHeader { next: Cell::new(MaybeUninit::uninit()), promote },

@@ -190,6 +190,12 @@ fn model(groups: usize, s3: bool, phases: usize) -> Phase {
     Phase { cycles, retries: per(retries.load(Ordering::Relaxed)), nanos }
 }
 
+/// Prints, in words, how many times S3's cost `s3` is below soft-sync's `soft` (per phase).
+fn say_speedup(program: &str, vcpus: usize, groups: usize, s3: u64, soft: u64, measure: &str) {
+    let x100 = soft * 100 / s3.max(1);
+    println!("{program}: {vcpus} vCPUs, {groups} group(s): S3 {}.{:02}x soft-sync{measure} per phase (paper at 16 PEs: 4.5x to 7.7x)", x100 / 100, x100 % 100);
+}
+
 /// The barrier-model rows at `vcpus` vCPUs (the caller runs on a runtime of that many).
 pub fn phases(vcpus: usize) {
     let start = cycles();
@@ -201,7 +207,6 @@ pub fn phases(vcpus: usize) {
     for groups in [1, 4] {
         let s3 = model(groups, true, PHASES).cycles;
         let Phase { cycles: soft, retries, .. } = model(groups, false, PHASES);
-        let speedup_x100 = soft * 100 / s3.max(1);
         // Every BENCH figure is a cost (`--check` flags a rise): the speed-up goes in as S3's
         // instructions per phase in percent of soft-sync's, and in words on its own line.
         println!(
@@ -210,7 +215,7 @@ pub fn phases(vcpus: usize) {
             soft.saturating_sub(useful),
             s3 * 100 / soft.max(1)
         );
-        println!("s3_bench: {vcpus} vCPUs, {groups} group(s): S3 {}.{:02}x soft-sync per phase (paper at 16 PEs: 4.5x to 7.7x)", speedup_x100 / 100, speedup_x100 % 100);
+        say_speedup("s3_bench", vcpus, groups, s3, soft, "");
     }
 }
 
@@ -227,11 +232,10 @@ pub fn phases_elapsed(vcpus: usize) {
     for groups in [1, 4] {
         let s3 = shortest(groups, true);
         let soft = shortest(groups, false);
-        let speedup_x100 = soft * 100 / s3.max(1);
         println!(
             "BENCH table=s3_elapsed row=v{vcpus}_g{groups} s3_ns={s3} spin_then_yield_ns={soft} s3_pct_of_soft={} paper_s3_pct_of_soft_16pe=22",
             s3 * 100 / soft.max(1)
         );
-        println!("s3_elapsed: {vcpus} vCPUs, {groups} group(s): S3 {}.{:02}x soft-sync in elapsed time per phase (paper at 16 PEs: 4.5x to 7.7x)", speedup_x100 / 100, speedup_x100 % 100);
+        say_speedup("s3_elapsed", vcpus, groups, s3, soft, " in elapsed time");
     }
 }
